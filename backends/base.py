@@ -1,0 +1,28 @@
+"""The seam between the router and whatever produces tokens."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+from gateway.canonical import CanonicalRequest, Chunk
+
+
+class Backend(Protocol):
+    """One deployment's way of turning a canonical request into canonical chunks.
+
+    ``generate`` yields chunks as they come (a non-streaming upstream answer is one chunk per
+    choice) and raises ``gateway.errors.GatewayError`` subclasses; ``UpstreamError.retryable``
+    tells the router whether another deployment may be tried (only before any chunk was yielded).
+    Closing the iterator early (``aclose``) must free the upstream stream or engine sequence.
+    """
+
+    def generate(self, req: CanonicalRequest) -> AsyncIterator[Chunk]: ...
+
+    async def start(self) -> None:
+        """Open pools / load models. May run in the background; see ``ready``."""
+
+    @property
+    def ready(self) -> bool: ...
+
+    async def aclose(self) -> None: ...

@@ -1,0 +1,1 @@
+"""Switchyard: an LLM gateway."""

