@@ -1,0 +1,196 @@
+"""An upstream deployment: the canonical request written in the upstream's dialect, sent over a
+pooled httpx client, and its answer read back into canonical chunks, relayed as they arrive."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import msgspec
+
+from backends.upstream.client import make_client
+from backends.upstream.parse import chunks_of
+from backends.upstream.sse import sse_data
+from gateway.canonical import CanonicalRequest, Chunk
+from gateway.config import DeploymentConfig
+from gateway.dialects.outgoing import Emulation, render_request
+from gateway.dialects.registry import DIALECTS
+from gateway.errors import UpstreamError
+from gateway.stops import StopScanner
+
+_decode = msgspec.json.decode
+_encode = msgspec.json.encode
+
+# Path below base_url, per upstream dialect and request kind.
+_PATHS = {"sgp": {"completion": "/beta/completions", "chat": "/beta/chat/completions"}}
+_DEFAULT_PATHS = {"completion": "/completions", "chat": "/chat/completions"}
+_RETRYABLE = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+
+
+class UpstreamBackend:
+    def __init__(self, deployment: DeploymentConfig, model_name: str, *,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.deployment = deployment
+        self.dialect = DIALECTS[deployment.dialect]
+        # The name the upstream knows: configured, else the model_name part of vendor/model_name.
+        self.upstream_model = deployment.model or model_name.split("/", 1)[-1]
+        self._transport = transport
+        self._client: httpx.AsyncClient | None = None
+        base = (deployment.base_url or "").rstrip("/")
+        paths = _PATHS.get(deployment.dialect, _DEFAULT_PATHS)
+        self._urls = {kind: base + path for kind, path in paths.items()}
+        self._headers = {"content-type": "application/json", **deployment.headers}
+        if deployment.api_key:
+            if deployment.dialect == "sgp":
+                self._headers["x-api-key"] = deployment.api_key
+            else:
+                self._headers["authorization"] = f"Bearer {deployment.api_key}"
+
+    ready = True
+
+    async def start(self) -> None:
+        if self._client is None:
+            self._client = make_client(self.deployment, transport=self._transport)
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def generate(self, req: CanonicalRequest, upstream_model: str | None = None) -> AsyncIterator[Chunk]:
+        body, emulation = render_request(self.dialect, req, upstream_model or self.upstream_model)
+        return self._run(req, body, emulation)
+
+    async def _run(self, req: CanonicalRequest, body: dict[str, Any],
+                   emulation: Emulation) -> AsyncIterator[Chunk]:
+        if self._client is None:
+            await self.start()
+        assert self._client is not None
+        headers = self._headers
+        if req.extra_headers:
+            headers = {**headers, **{str(k): str(v) for k, v in req.extra_headers.items()}}
+        timeout = self.deployment.timeout if req.timeout is None else min(req.timeout,
+                                                                           self.deployment.timeout)
+        request = self._client.build_request(
+            "POST", self._urls[req.kind], content=_encode(body), headers=headers,
+            timeout=httpx.Timeout(timeout, connect=self.deployment.connect_timeout))
+        chat = req.kind == "chat"
+        deadline = time.monotonic() + timeout
+        try:
+            resp = await self._client.send(request, stream=True)
+        except httpx.TimeoutException as e:
+            raise UpstreamError(f"upstream {self.deployment.name} timed out: {e}", status=504,
+                                retryable=True) from None
+        except httpx.TransportError as e:
+            raise UpstreamError(f"upstream {self.deployment.name} is unreachable: {type(e).__name__}",
+                                status=502, retryable=True) from None
+        try:
+            if resp.status_code >= 400:
+                await self._raise_for(resp)
+            stops = _Stops(emulation)
+            if not req.stream:
+                obj = _decode(await resp.aread())
+                for ch in stops.apply(chunks_of(obj, chat=chat, delta=False)):
+                    yield ch
+                return
+            async for data in sse_data(resp.aiter_raw()):
+                if data == b"[DONE]":
+                    break
+                for ch in stops.apply(chunks_of(_decode(data), chat=chat, delta=True)):
+                    yield ch
+                if stops.all_stopped(req):
+                    break  # every choice hit a gateway-applied stop: close the upstream
+                if time.monotonic() > deadline:
+                    raise UpstreamError(f"upstream {self.deployment.name} exceeded the {timeout:g} s "
+                                        "deadline", status=504)
+        except httpx.TimeoutException:
+            raise UpstreamError(f"upstream {self.deployment.name} timed out mid-response",
+                                status=504) from None
+        except httpx.TransportError as e:
+            raise UpstreamError(f"upstream {self.deployment.name} broke off the response: "
+                                f"{type(e).__name__}", status=502) from None
+        except msgspec.DecodeError:
+            raise UpstreamError(f"upstream {self.deployment.name} sent a malformed response",
+                                status=502) from None
+        finally:
+            await resp.aclose()
+
+    async def _raise_for(self, resp: httpx.Response) -> None:
+        raw = await resp.aread()
+        message = _error_message(raw) or f"HTTP {resp.status_code}"
+        status = resp.status_code
+        retry_after = _retry_after(resp.headers.get("retry-after"))
+        retryable = status in _RETRYABLE
+        # 4xx (other than 429/408) passes through: the caller's request is what the upstream refused.
+        raise UpstreamError(f"upstream {self.deployment.name}: {message}", status=status,
+                            retryable=retryable, retry_after=retry_after,
+                            type="invalid_request_error" if 400 <= status < 500 else "upstream_error")
+
+
+class _Stops:
+    """Gateway-applied stop sequences and echo, per choice."""
+
+    def __init__(self, emulation: Emulation) -> None:
+        self.emulation = emulation
+        self.scanners: dict[int, StopScanner] = {}
+        self.echoed: set[int] = set()
+        self.stopped: set[int] = set()
+
+    def apply(self, chunks: list[Chunk]) -> list[Chunk]:
+        em = self.emulation
+        if em.stop is None and em.echo is None:
+            return chunks
+        out = []
+        for ch in chunks:
+            i = ch.index
+            if i in self.stopped:
+                if ch.usage is not None:  # usage still counts after a gateway stop
+                    out.append(Chunk(index=i, usage=ch.usage))
+                continue
+            if em.echo is not None and i not in self.echoed and (ch.text or ch.finish_reason):
+                self.echoed.add(i)
+                ch.text = em.echo + ch.text
+            if em.stop is not None:
+                sc = self.scanners.get(i)
+                if sc is None:
+                    sc = self.scanners[i] = StopScanner(em.stop, em.include_stop)
+                ch.text = sc.feed(ch.text)
+                if sc.word is not None:
+                    ch.finish_reason, ch.stop_word = "stop", sc.word
+                    self.stopped.add(i)
+                elif ch.finish_reason is not None:
+                    ch.text += sc.flush()
+            out.append(ch)
+        return out
+
+    def all_stopped(self, req: CanonicalRequest) -> bool:
+        total = len(req.prompt or [None]) * req.choices_per_prompt
+        return bool(self.stopped) and len(self.stopped) >= total
+
+
+def _error_message(raw: bytes) -> str | None:
+    try:
+        obj = _decode(raw)
+    except msgspec.DecodeError:
+        text = raw.decode(errors="replace").strip()
+        return text[:500] or None
+    if isinstance(obj, dict):
+        err = obj.get("error", obj)
+        if isinstance(err, dict):
+            msg = err.get("message") or err.get("detail")
+            return str(msg) if msg else None
+        if isinstance(err, str):
+            return err
+        detail = obj.get("detail")
+        if detail:
+            return str(detail)
+    return None
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None

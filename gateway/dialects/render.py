@@ -1,0 +1,190 @@
+"""Answer in the caller's dialect: whole responses, SSE events, and errors.
+
+One ``Renderer`` per response shape: OpenAI ``text_completion`` (OpenAI, vLLM, llama.cpp,
+mistral.rs and Fireworks all answer ``/v1/completions`` in it), SGP v4, chat completions, and
+llama.cpp's native ``/completion``. A renderer keeps the per-choice state a stream needs
+(text offsets for legacy logprobs).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Any
+
+import msgspec
+
+from gateway.canonical import CanonicalRequest, Chunk, Completion, TokenLogprob, Usage
+
+_encode = msgspec.json.encode
+DONE = b"data: [DONE]\n\n"
+FINGERPRINT = "fp_switchyard"
+
+
+def sse(obj: Any) -> bytes:
+    return b"data: " + _encode(obj) + b"\n\n"
+
+
+def usage_json(u: Usage) -> dict[str, Any]:
+    return {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
+            "total_tokens": u.total_tokens,
+            "prompt_tokens_details": {"cached_tokens": u.cached_tokens}}
+
+
+def legacy_logprobs(lps: list[TokenLogprob], offset: int) -> dict[str, Any]:
+    """OpenAI legacy shape: parallel arrays, ``text_offset`` counted from ``offset``."""
+    offsets = []
+    for lp in lps:
+        offsets.append(offset)
+        offset += len(lp.token)
+    return {"tokens": [lp.token for lp in lps],
+            "token_logprobs": [lp.logprob for lp in lps],
+            "top_logprobs": [{t.token: t.logprob for t in lp.top} for lp in lps],
+            "text_offset": offsets}
+
+
+def chat_logprobs(lps: list[TokenLogprob]) -> dict[str, Any]:
+    return {"content": [{"token": lp.token, "logprob": lp.logprob,
+                         "bytes": lp.bytes if lp.bytes is not None else list(lp.token.encode()),
+                         "top_logprobs": [{"token": t.token, "logprob": t.logprob,
+                                           "bytes": list(t.token.encode())} for t in lp.top]}
+                        for lp in lps]}
+
+
+class Renderer:
+    """Base: OpenAI ``text_completion``."""
+
+    object_name = "text_completion"
+    chunk_object = "text_completion"
+    id_prefix = "cmpl-"
+    always_stream_usage = False  # Fireworks and SGP document usage in the last chunk
+    sends_done = True
+
+    def __init__(self, req: CanonicalRequest) -> None:
+        self.req = req
+        self.id = self.id_prefix + secrets.token_hex(12)
+        self.created = int(time.time())
+        self._offsets: dict[int, int] = {}
+
+    # -- whole responses
+    def completion(self, comp: Completion) -> dict[str, Any]:
+        return {"id": self.id, "object": self.object_name, "created": self.created,
+                "model": self.req.model, "system_fingerprint": FINGERPRINT,
+                "choices": [self._choice(c) for c in comp.choices],
+                "usage": usage_json(comp.usage)}
+
+    def _choice(self, c: Any) -> dict[str, Any]:
+        return {"text": c.text, "index": c.index, "finish_reason": c.finish_reason,
+                "logprobs": self._logprobs(c.index, c.logprobs)}
+
+    def _logprobs(self, index: int, lps: list[TokenLogprob] | None) -> Any:
+        if lps is None:
+            return None
+        off = self._offsets.get(index, 0)
+        out = legacy_logprobs(lps, off)
+        self._offsets[index] = off + sum(len(lp.token) for lp in lps)
+        return out
+
+    # -- streams
+    def event(self, ch: Chunk) -> bytes:
+        return sse({"id": self.id, "object": self.chunk_object, "created": self.created,
+                    "model": self.req.model, "system_fingerprint": FINGERPRINT,
+                    "choices": [{"text": ch.text, "index": ch.index,
+                                 "logprobs": self._logprobs(ch.index, ch.logprobs),
+                                 "finish_reason": ch.finish_reason}]})
+
+    def wants_stream_usage(self) -> bool:
+        return bool(self.req.include_usage) or self.always_stream_usage
+
+    def usage_event(self, usage: Usage) -> bytes:
+        return sse({"id": self.id, "object": self.chunk_object, "created": self.created,
+                    "model": self.req.model, "system_fingerprint": FINGERPRINT,
+                    "choices": [], "usage": usage_json(usage)})
+
+    def end(self) -> bytes:
+        return DONE if self.sends_done else b""
+
+
+class FireworksRenderer(Renderer):
+    always_stream_usage = True
+
+
+class SGPRenderer(Renderer):
+    """OpenAI-like with chat-style logprobs; usage always in the last stream chunk."""
+
+    always_stream_usage = True
+
+    def _logprobs(self, index: int, lps: list[TokenLogprob] | None) -> Any:
+        return None if lps is None else chat_logprobs(lps)
+
+
+class ChatRenderer(Renderer):
+    object_name = "chat.completion"
+    chunk_object = "chat.completion.chunk"
+    id_prefix = "chatcmpl-"
+
+    def _choice(self, c: Any) -> dict[str, Any]:
+        msg: dict[str, Any] = {"role": "assistant", "content": c.text}
+        if c.tool_calls:
+            msg["tool_calls"] = c.tool_calls
+        return {"index": c.index, "message": msg, "finish_reason": c.finish_reason,
+                "logprobs": None if c.logprobs is None else chat_logprobs(c.logprobs)}
+
+    def event(self, ch: Chunk) -> bytes:
+        delta: dict[str, Any] = {}
+        if ch.role:
+            delta["role"] = ch.role
+        if ch.text or not ch.tool_calls:
+            delta["content"] = ch.text
+        if ch.tool_calls:
+            delta["tool_calls"] = ch.tool_calls
+        return sse({"id": self.id, "object": self.chunk_object, "created": self.created,
+                    "model": self.req.model, "system_fingerprint": FINGERPRINT,
+                    "choices": [{"index": ch.index, "delta": delta,
+                                 "logprobs": None if ch.logprobs is None else chat_logprobs(ch.logprobs),
+                                 "finish_reason": ch.finish_reason}]})
+
+
+class LlamaNativeRenderer(Renderer):
+    """llama.cpp's native ``/completion``: ``{content, stop, ...}``; its stream has no [DONE]."""
+
+    sends_done = False
+
+    def completion(self, comp: Completion) -> dict[str, Any]:
+        c = comp.choices[0]
+        out = self._final(c.finish_reason, c.stop_word, comp.usage)
+        out["content"] = c.text
+        if c.logprobs is not None:
+            out["completion_probabilities"] = _native_probs(c.logprobs)
+        return out
+
+    def _final(self, finish: str | None, stop_word: str | None, usage: Usage) -> dict[str, Any]:
+        stop_type = "word" if stop_word else ("limit" if finish == "length" else "eos")
+        return {"model": self.req.model, "stop": True, "stop_type": stop_type,
+                "stopping_word": stop_word or "", "tokens_predicted": usage.completion_tokens,
+                "tokens_evaluated": usage.prompt_tokens, "tokens_cached": usage.cached_tokens,
+                "truncated": False, "tokens": [],
+                "timings": {"prompt_n": usage.prompt_tokens, "predicted_n": usage.completion_tokens}}
+
+    def event(self, ch: Chunk) -> bytes:
+        out: dict[str, Any] = {"content": ch.text, "stop": False, "index": ch.index}
+        if ch.logprobs is not None:
+            out["completion_probabilities"] = _native_probs(ch.logprobs)
+        return sse(out)
+
+    def final_event(self, finish: str | None, stop_word: str | None, usage: Usage) -> bytes:
+        out = self._final(finish, stop_word, usage)
+        out["content"] = ""
+        return sse(out)
+
+
+def _native_probs(lps: list[TokenLogprob]) -> list[dict[str, Any]]:
+    return [{"content": lp.token, "logprob": lp.logprob,
+             "top_logprobs": [{"token": t.token, "logprob": t.logprob} for t in lp.top]} for lp in lps]
+
+
+RENDERERS: dict[str, type[Renderer]] = {
+    "openai": Renderer, "vllm": Renderer, "llamacpp": Renderer, "mistralrs": Renderer,
+    "fireworks": FireworksRenderer, "sgp": SGPRenderer, "chat": ChatRenderer,
+    "llamacpp_native": LlamaNativeRenderer,
+}
