@@ -8,7 +8,7 @@ request ends, however it ends, with the real usage.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from gateway.canonical import Usage
 from gateway.config import Limits
@@ -54,6 +54,11 @@ class Ticket:
     lease_id: str | None = None
     started: float = 0.0  # time.monotonic() at admission
     settled: bool = False
+    prompt_tokens: int = 0  # as counted before the call
+    reserved_spend: int = 0  # nano-USD held against spend quotas
+    admitted_ms: int = 0  # the store's clock (Redis TIME) at admission; dates the usage record
+    plan: Any = None  # policies.plan.Plan: the counters to settle
+    local: bool = False  # admitted by the in-process fallback while the store was down (fail-open)
 
 
 class Policy(Protocol):

@@ -1,0 +1,143 @@
+"""/admin: keys, teams and usage, guarded by the master key (``Authorization: Bearer <master_key>``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hmac
+from typing import Any
+
+from litestar import Request, Response, Router, delete, get, patch, post, put
+from litestar.connection import ASGIConnection
+from litestar.exceptions import NotAuthorizedException, SerializationException
+from litestar.handlers import BaseRouteHandler
+
+from gateway.errors import GatewayError, InvalidRequest
+from policies.registry import _UNSET, Registry
+from policies.store import StoreDown
+from policies.usage import UsageQuery, parse_day
+
+
+def _error(status: int, type_: str, message: str, param: str | None = None,
+           headers: dict[str, str] | None = None) -> Response[Any]:
+    return Response({"error": {"message": message, "type": type_, "param": param, "code": None}},
+                    status_code=status, headers=headers or {})
+
+
+def _on_gateway_error(_: Request[Any, Any, Any], e: GatewayError) -> Response[Any]:
+    return _error(e.status, e.type, e.message, e.param, e.headers)
+
+
+def _on_store_down(_: Request[Any, Any, Any], e: StoreDown) -> Response[Any]:
+    return _error(503, "service_unavailable", f"the policy store is unavailable: {e}",
+                  headers={"Retry-After": "1"})
+
+
+def _on_unauthorized(_: Request[Any, Any, Any], e: NotAuthorizedException) -> Response[Any]:
+    return _error(401, "authentication_error", str(e.detail))
+
+
+def _on_bad_json(_: Request[Any, Any, Any], e: SerializationException) -> Response[Any]:
+    return _error(400, "invalid_request_error", "the body is not valid JSON")
+
+
+async def _body(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    raw = await request.body()
+    if not raw:
+        return {}
+    body = await request.json()
+    if not isinstance(body, dict):
+        raise InvalidRequest("the body must be a JSON object")
+    return body
+
+
+def admin_router(registry: Registry, usage: UsageQuery, master_key: str | None) -> Router:
+    expected = f"Bearer {master_key}".encode() if master_key else None
+
+    def guard(conn: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+        if expected is None:
+            raise NotAuthorizedException("the admin API is disabled: no master_key is configured")
+        got = conn.headers.get("authorization", "").encode()
+        if not hmac.compare_digest(got, expected):
+            raise NotAuthorizedException("the admin API needs Authorization: Bearer <master_key>")
+
+    @post("/keys", status_code=201)
+    async def create_key(request: Request[Any, Any, Any]) -> dict[str, Any]:
+        b = await _body(request)
+        if not isinstance(b.get("team"), str):
+            raise InvalidRequest("team is required", param="team")
+        raw, info = await registry.create_key(b["team"], key_id=b.get("id"), models=b.get("models"),
+                                              limits=b.get("limits"))
+        return {**info, "key": raw}
+
+    @get("/keys")
+    async def list_keys() -> dict[str, Any]:
+        return {"data": await registry.keys()}
+
+    @get("/keys/{key_id:str}")
+    async def get_key(key_id: str) -> dict[str, Any]:
+        return await registry.key(key_id)
+
+    @patch("/keys/{key_id:str}")
+    async def update_key(key_id: str, request: Request[Any, Any, Any]) -> dict[str, Any]:
+        b = await _body(request)
+        revoked = b.get("revoked")
+        if revoked is not None and not isinstance(revoked, bool):
+            raise InvalidRequest("revoked must be true or false", param="revoked")
+        return await registry.update_key(key_id, limits=b.get("limits"), models=b.get("models", _UNSET),
+                                         revoked=revoked)
+
+    @delete("/keys/{key_id:str}", status_code=200)
+    async def revoke_key(key_id: str) -> dict[str, Any]:
+        return await registry.revoke(key_id)
+
+    @post("/keys/{key_id:str}/revoke", status_code=200)
+    async def revoke_key_post(key_id: str) -> dict[str, Any]:
+        return await registry.revoke(key_id)
+
+    @get("/teams")
+    async def list_teams() -> dict[str, Any]:
+        return {"data": await registry.teams()}
+
+    @get("/teams/{name:str}")
+    async def get_team(name: str) -> dict[str, Any]:
+        return await registry.team(name)
+
+    @put("/teams/{name:str}")
+    async def put_team(name: str, request: Request[Any, Any, Any]) -> dict[str, Any]:
+        b = await _body(request)
+        return await registry.update_team(name, limits=b.get("limits"), models=b.get("models", _UNSET),
+                                          model_limits=b.get("model_limits"))
+
+    @patch("/teams/{name:str}")
+    async def patch_team(name: str, request: Request[Any, Any, Any]) -> dict[str, Any]:
+        return await put_team.fn(name, request)
+
+    @get("/usage")
+    async def get_usage(request: Request[Any, Any, Any]) -> dict[str, Any]:
+        q = request.query_params
+        start = parse_day(q.get("from"), None, "from")
+        end = parse_day(q.get("to"), None, "to")
+        group_by = tuple(g.strip() for g in (q.get("group_by") or "").split(",") if g.strip())
+        return await usage.query(team=q.get("team") or None, key=q.get("key") or None,
+                                 model=q.get("model") or None, start=start, end=end, group_by=group_by)
+
+    @get("/usage/records")
+    async def get_records(request: Request[Any, Any, Any]) -> dict[str, Any]:
+        q = request.query_params
+        if not q.get("team"):
+            raise InvalidRequest("team is required", param="team")
+        try:
+            limit = min(max(int(q.get("limit") or 100), 1), 10_000)
+        except ValueError:
+            raise InvalidRequest("limit must be an integer", param="limit") from None
+        recs = await usage.records(q["team"], limit)
+        return {"data": [dataclasses.asdict(r) for r in recs]}
+
+    return Router(
+        path="/admin", guards=[guard],
+        route_handlers=[create_key, list_keys, get_key, update_key, revoke_key, revoke_key_post,
+                        list_teams, get_team, put_team, patch_team, get_usage, get_records],
+        exception_handlers={GatewayError: _on_gateway_error, StoreDown: _on_store_down,
+                            NotAuthorizedException: _on_unauthorized, SerializationException: _on_bad_json},
+    )
+

@@ -1,0 +1,62 @@
+"""Everything the gateway needs from policies, built from the config in one call.
+
+    policies = build_policies(config)
+    app = Litestar(route_handlers=[..., policies.admin_router()], on_shutdown=[policies.aclose])
+    principal = await policies.keys.lookup(raw_key)            # None -> 401
+    ticket = await policies.policy.admit(principal, model, prompt_tokens=n, max_tokens=m,
+                                         fail_open=deployment.on_store_error == "open")
+    try: ... finally: await policies.policy.settle(ticket, usage, status=s, deployment=d, latency_ms=t)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from litestar import Router
+
+from gateway.config import Config
+from policies.admin import admin_router
+from policies.keys import KeyRing
+from policies.limits import Limiter
+from policies.memory import MemoryStore
+from policies.pricing import Pricing
+from policies.registry import Registry
+from policies.store import Store
+from policies.usage import UsageQuery
+
+
+def open_store(url: str, *, timeout: float = 0.25, ns: str = "sy") -> Store:
+    """memory:// -> in-process; redis://, rediss:// -> Redis; redis+cluster:// -> Redis Cluster."""
+    if url.startswith("memory://"):
+        return MemoryStore(ns=ns)
+    from policies.redis_store import RedisStore  # redis is only imported when used
+
+    return RedisStore.from_url(url, timeout=timeout, ns=ns)
+
+
+@dataclass(slots=True)
+class Policies:
+    config: Config
+    store: Store
+    keys: KeyRing
+    policy: Limiter
+    registry: Registry
+    usage: UsageQuery
+
+    def admin_router(self) -> Router:
+        return admin_router(self.registry, self.usage, self.config.master_key)
+
+    async def aclose(self) -> None:
+        await self.policy.aclose()
+        await self.store.aclose()
+
+
+def build_policies(config: Config, *, ns: str = "sy", key_cache_ttl: float = 1.0,
+                   lease_ttl_ms: int = 60_000) -> Policies:
+    """Nothing connects here: the Redis client connects lazily on first use."""
+    store = open_store(config.store.url, timeout=config.store.timeout, ns=ns)
+    keys = KeyRing.from_config(config, store=store, ttl=key_cache_ttl)
+    registry = Registry(config, store, keys)
+    policy = Limiter(store, Pricing(config), lease_ttl_ms=lease_ttl_ms)
+    return Policies(config=config, store=store, keys=keys, policy=policy, registry=registry,
+                    usage=UsageQuery(store, registry))
