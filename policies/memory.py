@@ -126,8 +126,15 @@ class MemoryStore:
         for s in plan.scopes:
             _, tpm, conc, tpd, tpmo, spd, spmo = s.vector
             _, tk, cc, q = s.keys
-            if rates and tpm != NONE and token_delta and tk in self._tat:
-                self._tat[tk] += token_delta * 60_000.0 / tpm
+            if rates and tpm != NONE and token_delta:
+                # As settle.lua: a charge may put a full bucket into debt; a refund stops at full.
+                now = self.clock()
+                cur = self._tat.get(tk)
+                per = 60_000.0 / tpm
+                if token_delta > 0:
+                    self._tat[tk] = max(cur if cur is not None else now, now) + token_delta * per
+                elif cur is not None:
+                    self._tat[tk] = max(cur + token_delta * per, now)
             if conc != NONE and lease_id is not None:
                 self._leases[cc].pop(lease_id, None)
             if any(v != NONE for v in (tpd, tpmo, spd, spmo)):

@@ -1,0 +1,150 @@
+"""redis:// and redis+cluster:// -- the store every replica shares.
+
+Admission and settlement are one EVALSHA each (falling back to EVAL when the server lost the
+script); the scripts read Redis TIME, so replicas' clocks do not matter. Every key a script
+touches carries the team's hash tag, so it runs in one Redis Cluster slot. Any Redis error or a
+call slower than ``timeout`` becomes ``StoreDown``: no retries, no hangs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+from collections import defaultdict
+from importlib import resources
+from typing import Any
+from urllib.parse import urlsplit
+
+from redis.asyncio import Redis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import NoScriptError, RedisError
+
+from policies.plan import KINDS, Plan, tag
+from policies.store import DAY_MS, Admission, StoreDown, UsageRecord, agg_increments
+
+_KINDS = {k.encode(): k for k in (*KINDS, "too_large")}
+
+
+def _script(name: str) -> tuple[str, str]:
+    text = resources.files("policies").joinpath(f"scripts/{name}.lua").read_text()
+    return text, hashlib.sha1(text.encode()).hexdigest()
+
+
+class RedisStore:
+    def __init__(self, client: Redis | RedisCluster, *, timeout: float = 0.25, ns: str = "sy",
+                 max_records: int = 100_000) -> None:
+        self.client = client
+        self.timeout = timeout
+        self.ns = ns
+        self.max_records = max_records
+        self.skew_ms = 0  # added to Redis TIME at admission; tests use it to move to another day
+        self._admit = _script("admit")
+        self._settle = _script("settle")
+        self._renew = _script("renew")
+
+    @classmethod
+    def from_url(cls, url: str, *, timeout: float = 0.25, ns: str = "sy") -> RedisStore:
+        opts: dict[str, Any] = dict(socket_timeout=timeout, socket_connect_timeout=timeout,
+                                    retry=Retry(NoBackoff(), 0))
+        if url.startswith("redis+cluster://"):
+            u = urlsplit(url)
+            nodes = [ClusterNode(h, int(p)) for h, _, p in (n.rpartition(":") for n in u.netloc.split(","))]
+            client: Redis | RedisCluster = RedisCluster(startup_nodes=nodes, cluster_error_retry_attempts=0,
+                                                        password=u.password, **opts)
+        else:
+            client = Redis.from_url(url, **opts)
+        return cls(client, timeout=timeout, ns=ns)
+
+    async def _call(self, *args: Any) -> Any:
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await self.client.execute_command(*args)
+        except (RedisError, TimeoutError, OSError) as e:
+            raise StoreDown(f"{type(e).__name__}: {e}") from e
+
+    async def _run(self, script: tuple[str, str], keys: list[str] | tuple[str, ...], args: list[Any]) -> Any:
+        text, sha = script
+        try:
+            async with asyncio.timeout(self.timeout):
+                try:
+                    return await self.client.execute_command("EVALSHA", sha, len(keys), *keys, *args)
+                except NoScriptError:
+                    return await self.client.execute_command("EVAL", text, len(keys), *keys, *args)
+        except (RedisError, TimeoutError, OSError) as e:
+            raise StoreDown(f"{type(e).__name__}: {e}") from e
+
+    async def admit(self, plan: Plan, *, tokens: int, spend: int, lease_id: str | None,
+                    lease_ttl_ms: int) -> Admission:
+        r = await self._run(self._admit, plan.keys,
+                            [tokens, spend, lease_id or "", lease_ttl_ms, self.skew_ms, *plan.vector])
+        if r[0] == 1:
+            return Admission(True, r[1], req=(r[2], r[3], r[4]) if r[2] >= 0 else None,
+                             tok=(r[5], r[6], r[7]) if r[5] >= 0 else None)
+        return Admission(False, r[1], scope=r[2] - 1, kind=_KINDS[r[3]], retry_ms=r[4], limit=r[5])
+
+    async def settle(self, plan: Plan, *, admitted_ms: int, token_delta: int, spend_delta: int,
+                     lease_id: str | None, record: UsageRecord, rates: bool = True) -> None:
+        aggs = agg_increments(record)
+        args: list[Any] = [token_delta, spend_delta, lease_id or "", admitted_ms, 1 if rates else 0,
+                           self.max_records, len(aggs), *plan.vector]
+        for field, inc in aggs:
+            args += (field, inc)
+        for k, v in record.as_fields().items():
+            args += (k, v)
+        await self._run(self._settle, [*plan.keys, plan.agg_key(record.ts_ms // DAY_MS), plan.log], args)
+
+    async def renew(self, leases: list[tuple[Plan, str]], ttl_ms: int) -> None:
+        by_team: dict[str, tuple[list[str], list[Any]]] = defaultdict(lambda: ([], [ttl_ms]))
+        for plan, lid in leases:
+            keys, args = by_team[plan.team]
+            for s in plan.scopes:
+                if s.vector[2] >= 0:
+                    keys.append(s.keys[2])
+                    args.append(lid)
+        for keys, args in by_team.values():
+            await self._run(self._renew, keys, args)
+
+    async def get_docs(self, names: list[str]) -> list[dict[str, Any] | None]:
+        try:
+            async with asyncio.timeout(self.timeout):
+                if isinstance(self.client, RedisCluster):
+                    raw = await self.client.mget_nonatomic(names)
+                else:
+                    raw = await self.client.mget(names)
+        except (RedisError, TimeoutError, OSError) as e:
+            raise StoreDown(f"{type(e).__name__}: {e}") from e
+        return [json.loads(v) if v is not None else None for v in raw]
+
+    async def put_doc(self, name: str, doc: dict[str, Any]) -> None:
+        await self._call("SET", name, json.dumps(doc))
+
+    async def add_member(self, set_name: str, member: str) -> None:
+        await self._call("SADD", set_name, member)
+
+    async def members(self, set_name: str) -> set[str]:
+        return {m.decode() for m in await self._call("SMEMBERS", set_name)}
+
+    async def aggregates(self, team: str, days: list[int]) -> dict[int, dict[str, int]]:
+        prefix = f"{self.ns}:{tag(team)}:agg"
+        out: dict[int, dict[str, int]] = {}
+        for day in days:  # one slot per team; a loop of HGETALLs is fine for an admin query
+            raw = await self._call("HGETALL", f"{prefix}:{day}")
+            if raw:
+                out[day] = {k.decode(): int(v) for k, v in raw.items()}
+        return out
+
+    async def records(self, team: str, limit: int) -> list[UsageRecord]:
+        log = f"{self.ns}:{tag(team)}:log"
+        raw = await self._call("XREVRANGE", log, "+", "-", "COUNT", limit)
+        return [UsageRecord.from_fields({k.decode(): v for k, v in fields.items()}) for _, fields in raw]
+
+    async def ping(self) -> None:
+        await self._call("PING")
+
+    async def aclose(self) -> None:
+        with contextlib.suppress(RedisError, OSError):
+            await self.client.aclose()

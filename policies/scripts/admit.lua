@@ -1,0 +1,106 @@
+-- Admit one request against every limit of every scope, all or nothing.
+-- KEYS: 4 per scope: request GCRA, token GCRA, lease ZSET, quota HASH (all one hash tag).
+-- ARGV: tokens, spend (nano-USD), lease id ('' = none), lease ttl ms, clock skew ms (tests),
+--       then 7 limits per scope (-1 = none): rpm tpm concurrency tokens/day tokens/month
+--       spend/day spend/month.
+-- Returns {1, now, req_limit, req_remaining, req_reset, tok_limit, tok_remaining, tok_reset}
+--      or {0, now, scope (1-based), kind, retry_ms, limit}.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[5])
+local tokens, spend = tonumber(ARGV[1]), tonumber(ARGV[2])
+local lease, ttl = ARGV[3], tonumber(ARGV[4])
+local WINDOW, DAY = 60000, 86400000
+local day = math.floor(now / DAY)
+
+local function month_of(d)  -- civil-from-days: year * 12 + month - 1
+  local z = d + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local m = (mp < 10) and (mp + 3) or (mp - 9)
+  local y = yoe + era * 400 + ((m <= 2) and 1 or 0)
+  return y * 12 + m - 1
+end
+
+local function next_month_ms(mi)  -- days-from-civil of the 1st of the month after mi
+  local y, m = math.floor((mi + 1) / 12), (mi + 1) % 12 + 1
+  if m <= 2 then y = y - 1 end
+  local era = math.floor(y / 400)
+  local yoe = y - era * 400
+  local mp = (m > 2) and (m - 3) or (m + 9)
+  local doe = yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + math.floor((153 * mp + 2) / 5)
+  return (era * 146097 + doe - 719468) * DAY
+end
+
+local month = month_of(day)
+local req_l, req_r, req_t = -1, -1, 0
+local tok_l, tok_r, tok_t = -1, -1, 0
+local writes = {}
+local nscopes = #KEYS / 4
+
+for i = 1, nscopes do
+  local k, a = (i - 1) * 4, 5 + (i - 1) * 7
+  local rpm, tpm, conc = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  local tpd, tpmo = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
+  local spd, spmo = tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7])
+  if rpm >= 0 then
+    local per = WINDOW / rpm
+    local tat = tonumber(redis.call('GET', KEYS[k + 1]) or now)
+    if tat < now then tat = now end
+    local new = tat + per
+    if new - now > WINDOW then return {0, now, i, 'rpm', math.ceil(new - now - WINDOW), rpm} end
+    local rem = math.floor((WINDOW - (new - now)) / per + 1e-9)
+    if req_r < 0 or rem < req_r then req_l, req_r, req_t = rpm, rem, math.ceil(new - now) end
+    writes[#writes + 1] = {'gcra', KEYS[k + 1], new}
+  end
+  if tpm >= 0 then
+    if tokens > tpm then return {0, now, i, 'too_large', WINDOW, tpm} end
+    local per = WINDOW / tpm
+    local tat = tonumber(redis.call('GET', KEYS[k + 2]) or now)
+    if tat < now then tat = now end
+    local new = tat + tokens * per
+    if new - now > WINDOW then return {0, now, i, 'tpm', math.ceil(new - now - WINDOW), tpm} end
+    local rem = math.floor((WINDOW - (new - now)) / per + 1e-9)
+    if tok_r < 0 or rem < tok_r then tok_l, tok_r, tok_t = tpm, rem, math.ceil(new - now) end
+    writes[#writes + 1] = {'gcra', KEYS[k + 2], new}
+  end
+  if conc >= 0 and lease ~= '' then
+    redis.call('ZREMRANGEBYSCORE', KEYS[k + 3], '-inf', now)
+    if redis.call('ZCARD', KEYS[k + 3]) >= conc then return {0, now, i, 'concurrency', 1000, conc} end
+    writes[#writes + 1] = {'lease', KEYS[k + 3]}
+  end
+  if tpd >= 0 or tpmo >= 0 or spd >= 0 or spmo >= 0 then
+    local h = redis.call('HMGET', KEYS[k + 4], 'd', 'td', 'sd', 'm', 'tm', 'sm')
+    local sameday, samemonth = tonumber(h[1]) == day, tonumber(h[4]) == month
+    local td = sameday and tonumber(h[2] or 0) or 0
+    local sd = sameday and tonumber(h[3] or 0) or 0
+    local tm = samemonth and tonumber(h[5] or 0) or 0
+    local sm = samemonth and tonumber(h[6] or 0) or 0
+    local eod, eom = (day + 1) * DAY - now, next_month_ms(month) - now
+    if tpd >= 0 and td + tokens > tpd then return {0, now, i, 'tokens_per_day', eod, tpd} end
+    if tpmo >= 0 and tm + tokens > tpmo then return {0, now, i, 'tokens_per_month', eom, tpmo} end
+    if spd >= 0 and sd + spend > spd then return {0, now, i, 'spend_per_day', eod, spd} end
+    if spmo >= 0 and sm + spend > spmo then return {0, now, i, 'spend_per_month', eom, spmo} end
+    writes[#writes + 1] = {'quota', KEYS[k + 4], sameday, samemonth}
+  end
+end
+
+for _, w in ipairs(writes) do
+  if w[1] == 'gcra' then
+    redis.call('SET', w[2], string.format('%.3f', w[3]), 'PX', math.ceil(w[3] - now) + 1000)
+  elseif w[1] == 'lease' then
+    redis.call('ZADD', w[2], now + ttl, lease)
+    redis.call('PEXPIRE', w[2], ttl * 2)
+  else
+    if not w[3] then redis.call('HSET', w[2], 'd', day, 'td', 0, 'sd', 0) end
+    if not w[4] then redis.call('HSET', w[2], 'm', month, 'tm', 0, 'sm', 0) end
+    redis.call('HINCRBY', w[2], 'td', tokens)
+    redis.call('HINCRBY', w[2], 'sd', spend)
+    redis.call('HINCRBY', w[2], 'tm', tokens)
+    redis.call('HINCRBY', w[2], 'sm', spend)
+    redis.call('PEXPIRE', w[2], 35 * DAY)
+  end
+end
+return {1, now, req_l, req_r, req_t, tok_l, tok_r, tok_t}

@@ -1,0 +1,83 @@
+-- Settle one request: move its reservation to the real usage, free its lease, record it.
+-- KEYS: 4 per scope (as admit.lua), then the team's day aggregate HASH, then its record STREAM.
+-- ARGV: token delta, spend delta (nano-USD), lease id ('' = none), admitted ms (dates the
+--       quota periods), rates (1 = also move the tpm bucket), max records, n aggregate fields,
+--       7 limits per scope, n (field, increment) pairs, then the record's field/value pairs.
+local td, sd = tonumber(ARGV[1]), tonumber(ARGV[2])
+local lease, admitted, rates = ARGV[3], tonumber(ARGV[4]), ARGV[5] == '1'
+local maxrec, nagg = tonumber(ARGV[6]), tonumber(ARGV[7])
+local WINDOW, DAY = 60000, 86400000
+local nscopes = (#KEYS - 2) / 4
+local day = math.floor(admitted / DAY)
+
+local function month_of(d)
+  local z = d + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local m = (mp < 10) and (mp + 3) or (mp - 9)
+  local y = yoe + era * 400 + ((m <= 2) and 1 or 0)
+  return y * 12 + m - 1
+end
+
+local month = month_of(day)
+local now = nil
+
+for i = 1, nscopes do
+  local k, a = (i - 1) * 4, 7 + (i - 1) * 7
+  local tpm, conc = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  local quotas = tonumber(ARGV[a + 4]) >= 0 or tonumber(ARGV[a + 5]) >= 0
+      or tonumber(ARGV[a + 6]) >= 0 or tonumber(ARGV[a + 7]) >= 0
+  if rates and tpm >= 0 and td ~= 0 then
+    if not now then
+      local t = redis.call('TIME')
+      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    end
+    local per = WINDOW / tpm
+    local cur = redis.call('GET', KEYS[k + 2])
+    local tat = nil
+    if td > 0 then  -- a charge: the bucket may be full (no key) or in debt
+      tat = math.max(tonumber(cur or now), now) + td * per
+    elseif cur then  -- a refund, down to a full bucket
+      tat = tonumber(cur) + td * per
+    end
+    if tat and tat > now then
+      redis.call('SET', KEYS[k + 2], string.format('%.3f', tat), 'PX', math.ceil(tat - now) + 1000)
+    elseif cur then
+      redis.call('DEL', KEYS[k + 2])
+    end
+  end
+  if conc >= 0 and lease ~= '' then
+    redis.call('ZREM', KEYS[k + 3], lease)
+  end
+  if quotas and (td ~= 0 or sd ~= 0) then
+    -- The admission's period only: a newer one already reset, an older one is gone.
+    local q = KEYS[k + 4]
+    local h = redis.call('HMGET', q, 'd', 'm')
+    local d, m = tonumber(h[1]), tonumber(h[2])
+    if not d or d < day then redis.call('HSET', q, 'd', day, 'td', 0, 'sd', 0); d = day end
+    if d == day then
+      redis.call('HINCRBY', q, 'td', td)
+      redis.call('HINCRBY', q, 'sd', sd)
+    end
+    if not m or m < month then redis.call('HSET', q, 'm', month, 'tm', 0, 'sm', 0); m = month end
+    if m == month then
+      redis.call('HINCRBY', q, 'tm', td)
+      redis.call('HINCRBY', q, 'sm', sd)
+    end
+    redis.call('PEXPIRE', q, 35 * DAY)
+  end
+end
+
+local agg, log = KEYS[#KEYS - 1], KEYS[#KEYS]
+local p = 8 + nscopes * 7
+for j = 0, nagg - 1 do
+  redis.call('HINCRBY', agg, ARGV[p + 2 * j], ARGV[p + 2 * j + 1])
+end
+redis.call('PEXPIRE', agg, 400 * DAY)
+local rec = {}
+for j = p + 2 * nagg, #ARGV do rec[#rec + 1] = ARGV[j] end
+redis.call('XADD', log, 'MAXLEN', '~', maxrec, '*', unpack(rec))
+return 1
