@@ -104,6 +104,10 @@ class Renderer:
     def end(self) -> bytes:
         return DONE if self.sends_done else b""
 
+    def closing(self, usage: Usage, last: Chunk | None) -> bytes:
+        """The stream's last bytes: the usage event when asked (or documented), then [DONE]."""
+        return (self.usage_event(usage) if self.wants_stream_usage() else b"") + self.end()
+
 
 class FireworksRenderer(Renderer):
     always_stream_usage = True
@@ -172,8 +176,8 @@ class LlamaNativeRenderer(Renderer):
             out["completion_probabilities"] = _native_probs(ch.logprobs)
         return sse(out)
 
-    def final_event(self, finish: str | None, stop_word: str | None, usage: Usage) -> bytes:
-        out = self._final(finish, stop_word, usage)
+    def closing(self, usage: Usage, last: Chunk | None) -> bytes:
+        out = self._final(last.finish_reason if last else None, last.stop_word if last else None, usage)
         out["content"] = ""
         return sse(out)
 

@@ -1,0 +1,128 @@
+"""The HTTP surface. Handlers are thin on purpose: raw bytes in, bytes or a stream out; every
+decision lives in ``gateway.pipeline.Gateway``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from litestar import Litestar, Request, Response, get, post
+from litestar.exceptions import HTTPException
+from litestar.openapi import OpenAPIConfig
+from litestar.response import Stream
+
+from gateway.config import Config
+from gateway.dialects.chat import CHAT
+from gateway.dialects.errors import error_bytes
+from gateway.dialects.fireworks import FIREWORKS
+from gateway.dialects.llamacpp import LLAMACPP_NATIVE
+from gateway.dialects.sgp import SGP
+from gateway.errors import GatewayError, PayloadTooLarge
+from gateway.pipeline import Endpoint, Gateway, Reply
+from gateway.router import Router
+from policies.factory import Policies, build_policies
+
+COMPLETIONS = Endpoint("completion", None)
+FIREWORKS_COMPLETIONS = Endpoint("completion", FIREWORKS)
+SGP_COMPLETIONS = Endpoint("completion", SGP)
+LLAMACPP_COMPLETION = Endpoint("completion", LLAMACPP_NATIVE, renderer="llamacpp_native",
+                               model_optional=True)
+CHAT_COMPLETIONS = Endpoint("chat", CHAT)
+
+
+def _respond(reply: Reply) -> Response[Any]:
+    if isinstance(reply.body, bytes):
+        return Response(reply.body, status_code=reply.status, headers=reply.headers,
+                        media_type=reply.media_type)
+    return Stream(reply.body, status_code=reply.status, headers=reply.headers,
+                  media_type=reply.media_type)
+
+
+def create_app(config: Config, *, router: Router | None = None,
+               policies: Policies | None = None) -> Litestar:
+    router = router or Router(config)
+    policies = policies or build_policies(config)
+    gw = Gateway(config, router, policies)
+
+    async def run(ep: Endpoint, request: Request[Any, Any, Any]) -> Response[Any]:
+        return _respond(await gw.handle(ep, request.headers, await request.body()))
+
+    @post("/v1/completions", status_code=200)
+    async def completions(request: Request[Any, Any, Any]) -> Response[Any]:
+        """OpenAI legacy completions; the llama.cpp, mistral.rs, vLLM and SGP dialects are told
+        apart by their fields (or the x-switchyard-dialect header)."""
+        return await run(COMPLETIONS, request)
+
+    @post("/inference/v1/completions", status_code=200)
+    async def fireworks_completions(request: Request[Any, Any, Any]) -> Response[Any]:
+        """Fireworks AI's path."""
+        return await run(FIREWORKS_COMPLETIONS, request)
+
+    @post("/v4/beta/completions", status_code=200)
+    async def sgp_completions(request: Request[Any, Any, Any]) -> Response[Any]:
+        """Scale GenAI Platform's completions."""
+        return await run(SGP_COMPLETIONS, request)
+
+    @post("/completion", status_code=200)
+    async def llamacpp_completion(request: Request[Any, Any, Any]) -> Response[Any]:
+        """llama.cpp's native completion (``n_predict``; answers ``{content, stop, ...}``)."""
+        return await run(LLAMACPP_COMPLETION, request)
+
+    @post(["/v1/chat/completions", "/inference/v1/chat/completions"], status_code=200)
+    async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
+        return await run(CHAT_COMPLETIONS, request)
+
+    @get("/v1/models")
+    async def models(request: Request[Any, Any, Any]) -> Response[Any]:
+        """The models the caller's key may use."""
+        try:
+            principal = await gw.authenticate(request.headers)
+        except GatewayError as e:
+            return _respond(gw.error("openai", e))
+        data = [{"id": name, "object": "model", "created": 0, "owned_by": name.split("/")[0]}
+                for m in config.models
+                for name in (m.name, *m.aliases)
+                if principal.may_use(m.name) and not name.endswith("/*")]
+        return Response(msgspec.json.encode({"object": "list", "data": data}),
+                        media_type="application/json")
+
+    @get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @get("/ready")
+    async def ready() -> Response[Any]:
+        loading = [t.name for t in router.targets if not t.backend.ready]
+        if loading:
+            return Response({"status": "loading", "message": "model is loading: " + ", ".join(loading)},
+                            status_code=503)
+        return Response({"status": "ready"})
+
+    def too_large(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
+        if exc.status_code != 413:
+            return Response({"error": {"message": exc.detail, "type": "invalid_request_error",
+                                       "param": None, "code": None}}, status_code=exc.status_code)
+        limit = config.server.max_body_bytes
+        status, body = error_bytes("openai", PayloadTooLarge(
+            f"request body exceeds the limit of {limit} bytes", param="body"))
+        return Response(body, status_code=status, media_type="application/json")
+
+    async def startup() -> None:
+        await router.start()
+
+    async def shutdown() -> None:
+        await gw.drain()
+        await router.aclose()
+        await policies.aclose()
+
+    app = Litestar(
+        route_handlers=[completions, fireworks_completions, sgp_completions, llamacpp_completion,
+                        chat_completions, models, health, ready, policies.admin_router()],
+        on_startup=[startup], on_shutdown=[shutdown],
+        exception_handlers={HTTPException: too_large},
+        openapi_config=OpenAPIConfig(title="Switchyard", version="0.1.0", path="/schema"),
+        request_max_body_size=config.server.max_body_bytes,
+        debug=False,
+    )
+    app.state.gateway = gw
+    return app

@@ -1,0 +1,43 @@
+"""Errors in the caller's dialect."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from gateway.dialects.registry import DIALECTS
+from gateway.dialects.spec import ErrorShape
+from gateway.errors import GatewayError, InvalidRequest
+
+_CHAT_SHAPE = ErrorShape()
+
+
+def shape_of(dialect: str) -> ErrorShape:
+    d = DIALECTS.get(dialect.removesuffix("_native"))
+    return d.errors if d is not None else _CHAT_SHAPE
+
+
+def error_json(dialect: str, err: GatewayError) -> tuple[int, dict[str, Any]]:
+    """(status, body) for ``err`` as a server of ``dialect`` would send it."""
+    shape = shape_of(dialect)
+    status = err.status
+    if isinstance(err, InvalidRequest) and status == 400:
+        status = shape.validation_status
+        if shape.detail:
+            loc = ["body", *(err.param.split(".") if err.param else [])]
+            return status, {"detail": [{"loc": loc, "msg": err.message, "type": "value_error"}]}
+    code: Any = status if shape.code_is_status else _code(err)
+    return status, {"error": {"message": err.message, "type": err.type, "param": err.param,
+                              "code": code}}
+
+
+def error_bytes(dialect: str, err: GatewayError) -> tuple[int, bytes]:
+    status, body = error_json(dialect, err)
+    return status, msgspec.json.encode(body)
+
+
+def _code(err: GatewayError) -> str | None:
+    return {401: "invalid_api_key", 403: "model_not_allowed", 404: "model_not_found",
+            413: "request_too_large", 429: "rate_limit_exceeded",
+            503: "unavailable"}.get(err.status)

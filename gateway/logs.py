@@ -1,0 +1,15 @@
+"""Structured logs. Keys never reach them: only key ids are ever passed to a logger."""
+
+from __future__ import annotations
+
+import logging
+
+import structlog
+
+
+def configure_logging(level: int = logging.INFO) -> None:
+    structlog.configure(
+        processors=[structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso"),
+                    structlog.processors.JSONRenderer()],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+    )
