@@ -1,0 +1,130 @@
+"""A real HTTP server on loopback that plays an OpenAI-shaped upstream (any dialect's answers
+share that shape), and misbehaves on request: errors, stalls, cut streams, refusals.
+
+    async with FakeUpstream() as up:          # up.url == "http://127.0.0.1:PORT/v1"
+        up.script.append(Behaviour(status=429, retry_after=1))   # the next request gets this
+        ...
+        up.requests[-1].body                  # what the gateway sent, parsed
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+
+@dataclass
+class Behaviour:
+    status: int = 200
+    error: str = "upstream says no"
+    retry_after: float | None = None
+    stall: float = 0.0  # seconds before answering (a stalled upstream)
+    cut_after: int | None = None  # streams: drop the connection after this many events
+    text: str | None = None  # completion text; default: words "w0 w1 ..." up to max_tokens
+    usage: bool = True  # report usage (non-stream always; stream when asked or always_usage)
+    chunk_delay: float = 0.0
+
+
+@dataclass
+class Seen:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+@dataclass
+class FakeUpstream:
+    default: Behaviour = field(default_factory=Behaviour)
+    script: list[Behaviour] = field(default_factory=list)  # consumed one per request
+    requests: list[Seen] = field(default_factory=list)
+    always_usage: bool = False  # Fireworks/SGP style: usage in the last chunk unasked
+    port: int = 0
+    cut: int = 0  # streams cut off so far
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def root(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def __aenter__(self) -> FakeUpstream:
+        app = web.Application()
+        app.router.add_post("/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, handle_signals=False)
+        await self._runner.setup()
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", self.port))
+        self.port = sock.getsockname()[1]
+        self._site = web.SockSite(self._runner, sock)
+        await self._site.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._runner.cleanup()
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.requests.append(Seen(request.path, dict(request.headers), body))
+        b = self.script.pop(0) if self.script else self.default
+        if b.stall:
+            await asyncio.sleep(b.stall)
+        if b.status >= 400:
+            headers = {"retry-after": str(b.retry_after)} if b.retry_after is not None else {}
+            return web.json_response({"error": {"message": b.error, "type": "upstream"}},
+                                     status=b.status, headers=headers)
+        chat = request.path.endswith("chat/completions")
+        n_tokens = body.get("max_tokens") or body.get("max_new_tokens") or 16
+        if n_tokens < 0:
+            n_tokens = 16
+        words = (b.text.split(" ") if b.text is not None else [f"w{i}" for i in range(n_tokens)])
+        pieces = [w if i == 0 else " " + w for i, w in enumerate(words)]
+        prompt_tokens = len(json.dumps(body.get("prompt") or body.get("messages")).split())
+        n = body.get("n") or 1
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": len(pieces) * n,
+                 "total_tokens": prompt_tokens + len(pieces) * n}
+        finish = "length" if b.text is None else "stop"
+        if not body.get("stream"):
+            if chat:
+                choices = [{"index": i, "message": {"role": "assistant", "content": "".join(pieces)},
+                            "finish_reason": finish} for i in range(n)]
+            else:
+                choices = [{"index": i, "text": "".join(pieces), "finish_reason": finish,
+                            "logprobs": None} for i in range(n)]
+            out: dict[str, Any] = {"id": "cmpl-up", "object": "text_completion", "created": 1,
+                                   "model": body.get("model"), "choices": choices}
+            if b.usage:
+                out["usage"] = usage
+            return web.json_response(out)
+        resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await resp.prepare(request)
+        sent = 0
+        for i in range(n):
+            for j, p in enumerate(pieces):
+                if b.cut_after is not None and sent >= b.cut_after:
+                    self.cut += 1
+                    request.transport.close()  # type: ignore[union-attr]
+                    return resp
+                last = j == len(pieces) - 1
+                choice = ({"index": i, "delta": {"content": p, **({"role": "assistant"} if j == 0 else {})},
+                           "finish_reason": finish if last else None} if chat
+                          else {"index": i, "text": p, "finish_reason": finish if last else None,
+                                "logprobs": None})
+                await resp.write(b"data: " + json.dumps({"id": "cmpl-up", "model": body.get("model"),
+                                                         "choices": [choice]}).encode() + b"\n\n")
+                sent += 1
+                if b.chunk_delay:
+                    await asyncio.sleep(b.chunk_delay)
+        wants_usage = (body.get("stream_options") or {}).get("include_usage") or self.always_usage
+        if b.usage and wants_usage:
+            await resp.write(b"data: " + json.dumps({"id": "cmpl-up", "choices": [], "usage": usage}).encode()
+                             + b"\n\n")
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp

@@ -1,0 +1,69 @@
+"""Fixtures for the gateway's HTTP tests: a real gateway (uvicorn on loopback, in the test's
+event loop) in front of real fake upstreams (``tests.fakes.upstream``)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from gateway.app import create_app
+from gateway.config import Config, parse_config
+from tests.conftest import free_port
+from tests.fakes.upstream import FakeUpstream
+
+KEY = "sk-test-key"
+MASTER = "sk-master"
+
+
+def base_config(models: list[dict[str, Any]], **extra: Any) -> Config:
+    raw: dict[str, Any] = {
+        "master_key": MASTER,
+        "models": models,
+        "teams": [{"name": "t"}],
+        "keys": [{"id": "k1", "team": "t", "key": KEY}],
+    }
+    raw.update(extra)
+    return parse_config(raw)
+
+
+def upstream_model(name: str, url: str, dialect: str = "openai", **dep: Any) -> dict[str, Any]:
+    return {"name": name, "deployments": [{"name": "d1", "backend": "upstream", "dialect": dialect,
+                                           "base_url": url, **dep}]}
+
+
+@asynccontextmanager
+async def serve(config: Config, **app_kw: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """Start the gateway on a free port; yield a client pointed at it (with the test key)."""
+    app = create_app(config, **app_kw)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                           lifespan="on", loop="asyncio"))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30,
+                                     headers={"authorization": f"Bearer {KEY}"}) as client:
+            client.app = app  # type: ignore[attr-defined]
+            yield client
+    finally:
+        server.should_exit = True
+        await task
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[FakeUpstream]:
+    async with FakeUpstream() as up:
+        yield up
+
+
+@pytest.fixture
+def gateway_for() -> Callable[..., Any]:
+    """``async with gateway_for(config) as client: ...``"""
+    return serve
