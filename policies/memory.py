@@ -41,6 +41,7 @@ class MemoryStore:
                  max_records: int = 100_000) -> None:
         self.ns = ns
         self.clock = clock
+        self.skew_ms = 0  # as RedisStore.skew_ms: tests move the clock with it
         self._tat: dict[str, float] = {}
         self._leases: dict[str, dict[str, int]] = defaultdict(dict)
         self._quota: dict[str, dict[str, int]] = defaultdict(dict)
@@ -49,9 +50,12 @@ class MemoryStore:
         self._docs: dict[str, dict[str, Any]] = {}
         self._sets: dict[str, set[str]] = defaultdict(set)
 
+    def _now(self) -> int:
+        return self.clock() + self.skew_ms
+
     async def admit(self, plan: Plan, *, tokens: int, spend: int, lease_id: str | None,
                     lease_ttl_ms: int) -> Admission:
-        now = self.clock()
+        now = self._now()
         day, month = now // DAY_MS, month_of(now)
         req: tuple[int, int, int] | None = None
         tok: tuple[int, int, int] | None = None
@@ -128,7 +132,7 @@ class MemoryStore:
             _, tk, cc, q = s.keys
             if rates and tpm != NONE and token_delta:
                 # As settle.lua: a charge may put a full bucket into debt; a refund stops at full.
-                now = self.clock()
+                now = self._now()
                 cur = self._tat.get(tk)
                 per = 60_000.0 / tpm
                 if token_delta > 0:
@@ -145,7 +149,7 @@ class MemoryStore:
         self._logs[plan.team].append(record)
 
     async def renew(self, leases: list[tuple[Plan, str]], ttl_ms: int) -> None:
-        exp = self.clock() + ttl_ms
+        exp = self._now() + ttl_ms
         for plan, lid in leases:
             for s in plan.scopes:
                 held = self._leases.get(s.keys[2])

@@ -26,6 +26,9 @@ from redis.exceptions import NoScriptError, RedisError
 from policies.plan import KINDS, Plan, tag
 from policies.store import DAY_MS, Admission, StoreDown, UsageRecord, agg_increments
 
+# Anything from the client is "the store is down" to the policy: never a 500. (redis-py's cluster
+# client can also raise AttributeError on a connection it dropped mid-flight.)
+_ERRORS = (RedisError, TimeoutError, OSError, AttributeError)
 _KINDS = {k.encode(): k for k in (*KINDS, "too_large")}
 
 
@@ -41,10 +44,12 @@ class RedisStore:
         self.timeout = timeout
         self.ns = ns
         self.max_records = max_records
-        self.skew_ms = 0  # added to Redis TIME at admission; tests use it to move to another day
+        self.skew_ms = 0  # added to Redis TIME in the scripts; tests move the clock with it
         self._admit = _script("admit")
         self._settle = _script("settle")
         self._renew = _script("renew")
+        self._loaded = False
+        self._loading = asyncio.Lock()
 
     @classmethod
     def from_url(cls, url: str, *, timeout: float = 0.25, ns: str = "sy") -> RedisStore:
@@ -53,8 +58,7 @@ class RedisStore:
         if url.startswith("redis+cluster://"):
             u = urlsplit(url)
             nodes = [ClusterNode(h, int(p)) for h, _, p in (n.rpartition(":") for n in u.netloc.split(","))]
-            client: Redis | RedisCluster = RedisCluster(startup_nodes=nodes, cluster_error_retry_attempts=0,
-                                                        password=u.password, **opts)
+            client: Redis | RedisCluster = RedisCluster(startup_nodes=nodes, password=u.password, **opts)
         else:
             client = Redis.from_url(url, **opts)
         return cls(client, timeout=timeout, ns=ns)
@@ -63,18 +67,30 @@ class RedisStore:
         try:
             async with asyncio.timeout(self.timeout):
                 return await self.client.execute_command(*args)
-        except (RedisError, TimeoutError, OSError) as e:
+        except _ERRORS as e:
             raise StoreDown(f"{type(e).__name__}: {e}") from e
 
+    async def _load_scripts(self) -> None:
+        # SCRIPT LOAD up front (on every primary of a cluster): a burst of concurrent NOSCRIPT
+        # replies makes redis-py's async cluster client drop connections.
+        async with self._loading:
+            if not self._loaded:
+                for text, _ in (self._admit, self._settle, self._renew):
+                    await self.client.script_load(text)
+                self._loaded = True
+
     async def _run(self, script: tuple[str, str], keys: list[str] | tuple[str, ...], args: list[Any]) -> Any:
-        text, sha = script
         try:
             async with asyncio.timeout(self.timeout):
+                if not self._loaded:
+                    await self._load_scripts()
                 try:
-                    return await self.client.execute_command("EVALSHA", sha, len(keys), *keys, *args)
-                except NoScriptError:
-                    return await self.client.execute_command("EVAL", text, len(keys), *keys, *args)
-        except (RedisError, TimeoutError, OSError) as e:
+                    return await self.client.execute_command("EVALSHA", script[1], len(keys), *keys, *args)
+                except NoScriptError:  # a restarted or new node: load again, once
+                    self._loaded = False
+                    await self._load_scripts()
+                    return await self.client.execute_command("EVALSHA", script[1], len(keys), *keys, *args)
+        except _ERRORS as e:
             raise StoreDown(f"{type(e).__name__}: {e}") from e
 
     async def admit(self, plan: Plan, *, tokens: int, spend: int, lease_id: str | None,
@@ -90,7 +106,7 @@ class RedisStore:
                      lease_id: str | None, record: UsageRecord, rates: bool = True) -> None:
         aggs = agg_increments(record)
         args: list[Any] = [token_delta, spend_delta, lease_id or "", admitted_ms, 1 if rates else 0,
-                           self.max_records, len(aggs), *plan.vector]
+                           self.max_records, len(aggs), self.skew_ms, *plan.vector]
         for field, inc in aggs:
             args += (field, inc)
         for k, v in record.as_fields().items():
@@ -98,7 +114,7 @@ class RedisStore:
         await self._run(self._settle, [*plan.keys, plan.agg_key(record.ts_ms // DAY_MS), plan.log], args)
 
     async def renew(self, leases: list[tuple[Plan, str]], ttl_ms: int) -> None:
-        by_team: dict[str, tuple[list[str], list[Any]]] = defaultdict(lambda: ([], [ttl_ms]))
+        by_team: dict[str, tuple[list[str], list[Any]]] = defaultdict(lambda: ([], [ttl_ms + self.skew_ms]))
         for plan, lid in leases:
             keys, args = by_team[plan.team]
             for s in plan.scopes:
@@ -115,7 +131,7 @@ class RedisStore:
                     raw = await self.client.mget_nonatomic(names)
                 else:
                     raw = await self.client.mget(names)
-        except (RedisError, TimeoutError, OSError) as e:
+        except _ERRORS as e:
             raise StoreDown(f"{type(e).__name__}: {e}") from e
         return [json.loads(v) if v is not None else None for v in raw]
 

@@ -3,6 +3,8 @@
 local t = redis.call('TIME')
 local exp = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1])
 for i = 1, #KEYS do
-  redis.call('ZADD', KEYS[i], 'XX', exp, ARGV[i + 1])
+  if redis.call('ZADD', KEYS[i], 'XX', 'CH', exp, ARGV[i + 1]) == 1 then
+    redis.call('PEXPIRE', KEYS[i], tonumber(ARGV[1]) * 2)  -- the set outlives its leases
+  end
 end
 return #KEYS

@@ -2,10 +2,10 @@
 -- KEYS: 4 per scope (as admit.lua), then the team's day aggregate HASH, then its record STREAM.
 -- ARGV: token delta, spend delta (nano-USD), lease id ('' = none), admitted ms (dates the
 --       quota periods), rates (1 = also move the tpm bucket), max records, n aggregate fields,
---       7 limits per scope, n (field, increment) pairs, then the record's field/value pairs.
+--       clock skew ms (tests), 7 limits per scope, n (field, increment) pairs, then the record's field/value pairs.
 local td, sd = tonumber(ARGV[1]), tonumber(ARGV[2])
 local lease, admitted, rates = ARGV[3], tonumber(ARGV[4]), ARGV[5] == '1'
-local maxrec, nagg = tonumber(ARGV[6]), tonumber(ARGV[7])
+local maxrec, nagg, skew = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local WINDOW, DAY = 60000, 86400000
 local nscopes = (#KEYS - 2) / 4
 local day = math.floor(admitted / DAY)
@@ -26,14 +26,14 @@ local month = month_of(day)
 local now = nil
 
 for i = 1, nscopes do
-  local k, a = (i - 1) * 4, 7 + (i - 1) * 7
+  local k, a = (i - 1) * 4, 8 + (i - 1) * 7
   local tpm, conc = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   local quotas = tonumber(ARGV[a + 4]) >= 0 or tonumber(ARGV[a + 5]) >= 0
       or tonumber(ARGV[a + 6]) >= 0 or tonumber(ARGV[a + 7]) >= 0
   if rates and tpm >= 0 and td ~= 0 then
     if not now then
       local t = redis.call('TIME')
-      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + skew
     end
     local per = WINDOW / tpm
     local cur = redis.call('GET', KEYS[k + 2])
@@ -72,7 +72,7 @@ for i = 1, nscopes do
 end
 
 local agg, log = KEYS[#KEYS - 1], KEYS[#KEYS]
-local p = 8 + nscopes * 7
+local p = 9 + nscopes * 7
 for j = 0, nagg - 1 do
   redis.call('HINCRBY', agg, ARGV[p + 2 * j], ARGV[p + 2 * j + 1])
 end
