@@ -27,17 +27,20 @@ _MARKS: dict[str, str] = {
                      "images"), "fireworks"),
     **dict.fromkeys(("max_new_tokens", "stop_sequences", "return_token_log_probs",
                      "inference_timeout", "inference_extra_params", "inference_extra_headers"), "sgp"),
-    **dict.fromkeys(("guided_json", "guided_regex", "guided_choice", "guided_grammar",
-                     "include_stop_str_in_output", "min_p", "top_k", "repetition_penalty",
-                     "ignore_eos"), "vllm"),
+    **dict.fromkeys(("guided_json", "guided_regex", "guided_choice", "guided_grammar"), "vllm"),
 }
+# vLLM's extras that other products share too (llama.cpp and mistral.rs take top_k and min_p,
+# Fireworks ignore_eos, ...): they tell vLLM only when no product-specific field is present.
+_WEAK_MARKS: dict[str, str] = dict.fromkeys(
+    ("include_stop_str_in_output", "min_p", "top_k", "repetition_penalty", "ignore_eos"), "vllm")
 
 
 def sniff_completion_dialect(body: Any, headers: Mapping[str, str]) -> Dialect:
     """The dialect of a ``/v1/completions`` body: named by the header, else told by its fields.
 
     The first distinctive field wins; ``grammar`` tells llama.cpp (a GBNF string) from
-    mistral.rs (an object). A body with no distinctive field is OpenAI's.
+    mistral.rs (an object). Fields several products share (``top_k``, ``min_p`` ...) count only
+    when nothing more distinctive is there. A body with no distinctive field is OpenAI's.
     """
     named = headers.get(DIALECT_HEADER)
     if named:
@@ -49,6 +52,10 @@ def sniff_completion_dialect(body: Any, headers: Mapping[str, str]) -> Dialect:
                 return DIALECTS[mark]
             if name == "grammar":
                 return MISTRALRS if isinstance(body[name], dict) else LLAMACPP
+        for name in body:
+            mark = _WEAK_MARKS.get(name)
+            if mark:
+                return DIALECTS[mark]
     return OPENAI
 
 
