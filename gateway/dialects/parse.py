@@ -107,7 +107,7 @@ def _logprobs(parts: Group) -> tuple[str, Any]:
     get = {k: v for k, (v, _) in parts.items()}
     enabled = get.get("enabled") or get.get("tokens")
     top = get.get("top")
-    if top is not None and not enabled and "enabled" in get:
+    if top is not None and not enabled:  # documented: "logprobs must be set to true"
         raise InvalidRequest("top_logprobs requires logprobs to be true", param="top_logprobs")
     if enabled or top is not None:
         return "logprobs", top or 0

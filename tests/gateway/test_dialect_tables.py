@@ -18,6 +18,7 @@ from gateway.dialects.sgp import SGP
 from gateway.dialects.spec import Dialect
 from gateway.errors import InvalidRequest
 
+OBJ = {"type": "object"}
 ALL = {"openai": OPENAI, "vllm": VLLM, "llamacpp": LLAMACPP, "mistralrs": MISTRALRS,
        "fireworks": FIREWORKS, "sgp": SGP}
 
@@ -99,20 +100,20 @@ MAPPINGS: list[tuple[Dialect, dict[str, Any], str, Any]] = [
     (MISTRALRS, {"dry_multiplier": 0}, "dry", None),  # 0 disables DRY
     (LLAMACPP, {"dry_multiplier": 0.8, "dry_base": 1.5}, "dry", Dry(multiplier=0.8, base=1.5)),
     # constraints: every spelling -> one Constraint
-    (VLLM, {"guided_json": {"type": "object"}}, "constraint", Constraint("json_schema", {"type": "object"})),
-    (VLLM, {"guided_json": '{"type": "object"}'}, "constraint", Constraint("json_schema", {"type": "object"})),
+    (VLLM, {"guided_json": {"type": "object"}}, "constraint", Constraint("json_schema", OBJ)),
+    (VLLM, {"guided_json": '{"type": "object"}'}, "constraint", Constraint("json_schema", OBJ)),
     (VLLM, {"guided_regex": "[a-z]+"}, "constraint", Constraint("regex", "[a-z]+")),
     (VLLM, {"guided_choice": ["yes", "no"]}, "constraint", Constraint("choice", ["yes", "no"])),
     (VLLM, {"guided_grammar": "root ::= \"a\""}, "constraint", Constraint("grammar", "root ::= \"a\"")),
-    (SGP, {"guided_json": {"type": "object"}}, "constraint", Constraint("json_schema", {"type": "object"})),
+    (SGP, {"guided_json": {"type": "object"}}, "constraint", Constraint("json_schema", OBJ)),
     (SGP, {"guided_regex": "a+"}, "constraint", Constraint("regex", "a+")),
     (SGP, {"guided_choice": ["a"]}, "constraint", Constraint("choice", ["a"])),
     (SGP, {"guided_grammar": "root ::= \"a\""}, "constraint", Constraint("grammar", "root ::= \"a\"")),
     (LLAMACPP, {"grammar": "root ::= [0-9]+"}, "constraint", Constraint("grammar", "root ::= [0-9]+")),
-    (LLAMACPP, {"json_schema": {"type": "object"}}, "constraint", Constraint("json_schema", {"type": "object"})),
+    (LLAMACPP, {"json_schema": {"type": "object"}}, "constraint", Constraint("json_schema", OBJ)),
     (MISTRALRS, {"grammar": {"type": "regex", "value": "a|b"}}, "constraint", Constraint("regex", "a|b")),
     (MISTRALRS, {"grammar": {"type": "json_schema", "value": {"type": "object"}}}, "constraint",
-     Constraint("json_schema", {"type": "object"})),
+     Constraint("json_schema", OBJ)),
     (MISTRALRS, {"grammar": {"type": "lark", "value": "start: \"a\""}}, "constraint",
      Constraint("lark", "start: \"a\"")),
     (MISTRALRS, {"grammar": {"type": "llguidance", "value": "start: \"a\""}}, "constraint",
@@ -120,9 +121,9 @@ MAPPINGS: list[tuple[Dialect, dict[str, Any], str, Any]] = [
     (MISTRALRS, {"grammar": "root ::= \"a\""}, "constraint", Constraint("grammar", "root ::= \"a\"")),
     (FIREWORKS, {"response_format": {"type": "json_object"}}, "constraint", Constraint("json_object")),
     (FIREWORKS, {"response_format": {"type": "json_object", "schema": {"type": "object"}}}, "constraint",
-     Constraint("json_schema", {"type": "object"})),
-    (CHAT, {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}},
-     "constraint", Constraint("json_schema", {"type": "object"})),
+     Constraint("json_schema", OBJ)),
+    (CHAT, {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": OBJ}}},
+     "constraint", Constraint("json_schema", OBJ)),
     (CHAT, {"response_format": {"type": "text"}}, "constraint", None),
     (VLLM, {"response_format": {"type": "json_object"}}, "constraint", Constraint("json_object")),
     # overflow policy
@@ -194,7 +195,8 @@ def _ids(m: tuple[Dialect, dict[str, Any], str, Any]) -> str:
 
 @pytest.mark.parametrize(("dialect", "fields", "target", "expected"), MAPPINGS,
                          ids=[_ids(m) for m in MAPPINGS])
-def test_field_maps_to_canonical(dialect: Dialect, fields: dict[str, Any], target: str, expected: Any) -> None:
+def test_field_maps_to_canonical(dialect: Dialect, fields: dict[str, Any], target: str,
+                                 expected: Any) -> None:
     kind = "chat" if dialect is CHAT else "completion"
     req = parse(dialect, kind, **fields)
     assert getattr(req, target) == expected
