@@ -10,6 +10,7 @@ from litestar import Request, Response, Router, delete, get, patch, post, put
 from litestar.connection import ASGIConnection
 from litestar.exceptions import NotAuthorizedException, SerializationException
 from litestar.handlers import BaseRouteHandler
+from litestar.params import FromPath
 
 from gateway.errors import GatewayError, InvalidRequest
 from policies.registry import _UNSET, Registry
@@ -74,11 +75,11 @@ def admin_router(registry: Registry, usage: UsageQuery, master_key: str | None) 
         return {"data": await registry.keys()}
 
     @get("/keys/{key_id:str}")
-    async def get_key(key_id: str) -> dict[str, Any]:
+    async def get_key(key_id: FromPath[str]) -> dict[str, Any]:
         return await registry.key(key_id)
 
     @patch("/keys/{key_id:str}")
-    async def update_key(key_id: str, request: Request[Any, Any, Any]) -> dict[str, Any]:
+    async def update_key(key_id: FromPath[str], request: Request[Any, Any, Any]) -> dict[str, Any]:
         b = await _body(request)
         revoked = b.get("revoked")
         if revoked is not None and not isinstance(revoked, bool):
@@ -87,11 +88,11 @@ def admin_router(registry: Registry, usage: UsageQuery, master_key: str | None) 
                                          revoked=revoked)
 
     @delete("/keys/{key_id:str}", status_code=200)
-    async def revoke_key(key_id: str) -> dict[str, Any]:
+    async def revoke_key(key_id: FromPath[str]) -> dict[str, Any]:
         return await registry.revoke(key_id)
 
     @post("/keys/{key_id:str}/revoke", status_code=200)
-    async def revoke_key_post(key_id: str) -> dict[str, Any]:
+    async def revoke_key_post(key_id: FromPath[str]) -> dict[str, Any]:
         return await registry.revoke(key_id)
 
     @get("/teams")
@@ -99,17 +100,17 @@ def admin_router(registry: Registry, usage: UsageQuery, master_key: str | None) 
         return {"data": await registry.teams()}
 
     @get("/teams/{name:str}")
-    async def get_team(name: str) -> dict[str, Any]:
+    async def get_team(name: FromPath[str]) -> dict[str, Any]:
         return await registry.team(name)
 
     @put("/teams/{name:str}")
-    async def put_team(name: str, request: Request[Any, Any, Any]) -> dict[str, Any]:
+    async def put_team(name: FromPath[str], request: Request[Any, Any, Any]) -> dict[str, Any]:
         b = await _body(request)
         return await registry.update_team(name, limits=b.get("limits"), models=b.get("models", _UNSET),
                                           model_limits=b.get("model_limits"))
 
     @patch("/teams/{name:str}")
-    async def patch_team(name: str, request: Request[Any, Any, Any]) -> dict[str, Any]:
+    async def patch_team(name: FromPath[str], request: Request[Any, Any, Any]) -> dict[str, Any]:
         return await put_team.fn(name, request)
 
     @get("/usage")

@@ -1,0 +1,114 @@
+"""Redis unavailable: fail-closed is a 503, fail-open serves and reconciles; never a 500 or a hang."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import AsyncIterator
+
+import pytest
+
+from gateway.canonical import Usage
+from gateway.config import Limits
+from gateway.errors import RateLimited, Unavailable
+from policies.base import Principal
+from policies.keys import KeyRing
+from policies.limits import Limiter
+from policies.pricing import Pricing
+from policies.redis_store import RedisStore
+from policies.store import DAY_MS
+from tests.conftest import free_port, start_redis, stop
+from tests.policies.conftest import make_config
+
+P = Principal(key_id="alice", team="ml", key_limits=Limits(rpm=3, tokens_per_day=10_000))
+
+
+@pytest.fixture
+async def silent_port() -> AsyncIterator[int]:
+    """A server that accepts connections and never answers: a hung Redis."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def accept(_: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        held.append(w)
+
+    server = await asyncio.start_server(accept, "127.0.0.1", 0)
+    yield server.sockets[0].getsockname()[1]
+    for w in held:
+        w.close()
+    server.close()
+
+
+def limiter_at(url: str, timeout: float = 0.25) -> Limiter:
+    return Limiter(RedisStore.from_url(url, timeout=timeout, ns="down"), Pricing(make_config()), down_for=0.2)
+
+
+async def test_fail_closed_is_503_when_nothing_listens():
+    lim = limiter_at(f"redis://127.0.0.1:{free_port()}/0")
+    with pytest.raises(Unavailable) as e:
+        await lim.admit(P, "local/smol", prompt_tokens=1, max_tokens=1)
+    assert e.value.status == 503 and e.value.headers["Retry-After"] == "1"
+    with pytest.raises(Unavailable):  # and again while it is marked down, without trying
+        await lim.admit(P, "local/smol", prompt_tokens=1, max_tokens=1)
+    await lim.aclose()
+
+
+async def test_a_hung_redis_times_out_into_503(silent_port):
+    lim = limiter_at(f"redis://127.0.0.1:{silent_port}/0", timeout=0.2)
+    with pytest.raises(Unavailable):
+        await lim.admit(P, "local/smol", prompt_tokens=1, max_tokens=1)
+    await lim.aclose()
+
+
+async def test_fail_open_serves_and_still_limits_locally():
+    lim = limiter_at(f"redis://127.0.0.1:{free_port()}/0")
+    tickets = [await lim.admit(P, "local/smol", prompt_tokens=1, max_tokens=1, fail_open=True)
+               for _ in range(3)]
+    assert all(t.local for t in tickets)
+    with pytest.raises(RateLimited):
+        await lim.admit(P, "local/smol", prompt_tokens=1, max_tokens=1, fail_open=True)
+    for t in tickets:
+        await lim.settle(t, Usage(1, 1), status=200, deployment="eng", latency_ms=1)  # must not raise
+    assert lim.backlog == 3
+    await lim.aclose()
+
+
+async def test_key_lookup_survives_a_down_store():
+    cfg = make_config()
+    ring = KeyRing.from_config(cfg, store=RedisStore.from_url(f"redis://127.0.0.1:{free_port()}/0", ns="d"))
+    found = await ring.lookup("sk-alice")
+    assert found is not None and found.key_id == "alice"
+    assert await ring.lookup("sk-nobody") is None
+
+
+async def test_fail_open_usage_is_reconciled_into_redis_when_it_returns():
+    port = free_port()
+    with tempfile.TemporaryDirectory() as d:
+        proc = start_redis(port, cwd=d)
+        lim = limiter_at(f"redis://127.0.0.1:{port}/0", timeout=0.5)
+        try:
+            t = await lim.admit(P, "openai/gpt-4o", prompt_tokens=100, max_tokens=100, fail_open=True)
+            assert not t.local
+            await lim.settle(t, Usage(100, 50), status=200, deployment="oai", latency_ms=1)
+            stop(proc)
+            t = await lim.admit(P, "openai/gpt-4o", prompt_tokens=200, max_tokens=100, fail_open=True)
+            assert t.local
+            await lim.settle(t, Usage(200, 70), status=200, deployment="oai", latency_ms=1)
+            assert lim.backlog == 1
+            proc = start_redis(port, cwd=d)  # back, empty (no persistence): only the replay is there
+            for _ in range(200):
+                if lim.backlog == 0:
+                    break
+                await asyncio.sleep(0.05)
+            assert lim.backlog == 0
+            day = t.admitted_ms // DAY_MS
+            agg = (await lim.store.aggregates("ml", [day]))[day]
+            assert agg["alice\x1fopenai/gpt-4o\x1fprompt_tokens"] == 200
+            assert agg["alice\x1fopenai/gpt-4o\x1fcompletion_tokens"] == 70
+            (quota,) = [await lim.store.client.hgetall(s.keys[3]) for s in t.plan.scopes]
+            assert int(quota[b"td"]) == 270  # the daily quota counts what was served while down
+            # and the shared limits work again
+            t = await lim.admit(P, "openai/gpt-4o", prompt_tokens=1, max_tokens=1, fail_open=True)
+            assert not t.local
+        finally:
+            await lim.aclose()
+            stop(proc)
