@@ -39,7 +39,8 @@ FIREWORKS = Dialect(
             Param("context_length_exceeded_behavior", "overflow", STR, choices=("truncate", "error"),
                   parse=_OVERFLOW.__getitem__),
             Param("response_format", "constraint.rf", OBJECT, parse=k.response_format)),
-    emits={**c.OPENAI_EMITS,
+    # Fireworks documents neither best_of nor suffix.
+    emits={**{f: e for f, e in c.OPENAI_EMITS.items() if f not in ("best_of", "suffix")},
            **c.plain("top_k", "repetition_penalty", "ignore_eos", "images"),
            "mirostat": _mirostat, "overflow": _overflow, "constraint": k.emit_response_format},
     errors=ErrorShape(validation_status=400),

@@ -13,6 +13,18 @@ def _mirostat(m: Any) -> dict[str, Any]:
     return {"mirostat": m.mode, "mirostat_tau": m.tau, "mirostat_eta": m.eta}
 
 
+def _image_data(images: list[Any]) -> dict[str, Any]:
+    """llama.cpp's ``image_data: [{data: base64, id}]``; data URLs (Fireworks) lose their header."""
+    out = []
+    for i, img in enumerate(images):
+        if isinstance(img, str):
+            out.append({"data": img.split(",", 1)[1] if img.startswith("data:") and "," in img else img,
+                        "id": i})
+        else:
+            out.append(img)
+    return {"image_data": out}
+
+
 def _dry(d: Any) -> dict[str, Any]:
     return {"dry_multiplier": d.multiplier, "dry_base": d.base,
             "dry_allowed_length": d.allowed_length, "dry_sequence_breakers": d.sequence_breakers}
@@ -51,7 +63,7 @@ LLAMACPP = Dialect(
            "max_tokens": key("max_tokens"),
            "repetition_penalty": key("repeat_penalty"),
            "logit_bias": lambda v: {"logit_bias": [[t, b] for t, b in v.items()]},
-           "mirostat": _mirostat, "dry": _dry, "constraint": k.emit_llamacpp,
+           "mirostat": _mirostat, "dry": _dry, "constraint": k.emit_llamacpp, "images": _image_data,
            "include_usage": lambda v: {"stream_options": {"include_usage": v}}},
     errors=ErrorShape(validation_status=400, code_is_status=True),
 )

@@ -35,16 +35,29 @@ class Emulation:
     echo: str | None = None  # prepend this prompt text
 
 
+# Which of a dialect's constraint fields a constraint kind most likely came from.
+_CONSTRAINT_HINTS = {"regex": ("regex",), "choice": ("choice",), "grammar": ("grammar",),
+                     "lark": ("grammar",), "json_schema": ("json", "response_format"),
+                     "json_object": ("response_format", "json")}
+# Upstreams whose own answer to an overflowing request is the error: overflow "error" needs
+# nothing sent.
+_OVERFLOW_ERRS = frozenset({"openai", "vllm"})
+
+
 def caller_param(req: CanonicalRequest, field: str) -> str:
     """The name the caller used for a canonical field (for error messages)."""
     dialect = DIALECTS.get(req.dialect)
     if dialect is None:
         return field
     group = _GROUP_OF.get(field)
-    for p in dialect.params:
-        if p.to == field or (group and p.to.startswith(group + ".")):
-            return p.name
-    return field
+    names = [p.name for p in dialect.params
+             if p.to == field or (group and p.to.startswith(group + "."))]
+    if field == "constraint" and req.constraint is not None:
+        for hint in _CONSTRAINT_HINTS.get(req.constraint.kind, ()):
+            for name in names:
+                if hint in name:
+                    return name
+    return names[0] if names else field
 
 
 def render_request(dialect: Dialect, req: CanonicalRequest, upstream_model: str) -> tuple[dict[str, Any],
@@ -62,6 +75,8 @@ def render_request(dialect: Dialect, req: CanonicalRequest, upstream_model: str)
             continue
         emit = emits.get(field)
         if emit is None:
+            if _no_op(req, field, value, dialect):
+                continue
             _refuse(req, field, dialect)
         try:
             body.update(emit(value))
@@ -125,6 +140,15 @@ def _stops(dialect: Dialect, req: CanonicalRequest, body: dict[str, Any], emits:
     else:
         emulation.stop = list(req.stop)
         emulation.include_stop = want
+
+
+def _no_op(req: CanonicalRequest, field: str, value: Any, dialect: Dialect) -> bool:
+    """A value that asks for what the upstream does anyway: nothing to send, nothing to refuse."""
+    if field == "best_of":
+        return value <= (req.n or 1)
+    if field == "overflow":
+        return value == "error" and dialect.name in _OVERFLOW_ERRS
+    return False
 
 
 def _refuse(req: CanonicalRequest, field: str, dialect: Dialect) -> None:

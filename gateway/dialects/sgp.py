@@ -46,7 +46,8 @@ SGP = Dialect(
             Param("inference_extra_params", "extra_params", OBJECT),
             Param("inference_extra_headers", "extra_headers", OBJECT),
             Param("repetition_penalty", "repetition_penalty", NUMBER, gt=0, le=2),),
-    emits={**c.OPENAI_EMITS,
+    # SGP documents no echo: the gateway emulates it (the "echo" emitter is left out).
+    emits={**{f: e for f, e in c.OPENAI_EMITS.items() if f != "echo"},
            **c.plain("top_k", "include_stop_str_in_output", "tools", "tool_choice",
                      "repetition_penalty"),
            "max_tokens": lambda v: {} if v < 0 else {"max_new_tokens": v},
