@@ -1,0 +1,89 @@
+"""Per-deployment health: a circuit breaker, the requests in flight, and a latency estimate.
+
+The breaker is closed (traffic flows) until ``threshold`` consecutive failures open it for
+``cooldown`` seconds. After the cooldown it is half-open: exactly one request probes; success
+closes it, failure reopens it for another cooldown. An upstream's Retry-After holds it open for
+that long even before the threshold (the upstream told us when to come back).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+CLOSED: Final = 0
+OPEN: Final = 1
+HALF_OPEN: Final = 2
+
+# Weight of the newest time-to-first-chunk sample in the moving average.
+EWMA_ALPHA: Final = 0.3
+
+
+class Breaker:
+    __slots__ = ("cooldown", "failures", "probing", "state", "threshold", "until")
+
+    def __init__(self, threshold: int, cooldown: float) -> None:
+        self.threshold = threshold
+        self.cooldown = cooldown
+        self.failures = 0
+        self.state = CLOSED
+        self.until = 0.0  # OPEN: no traffic before this instant
+        self.probing = False  # HALF_OPEN: the one probe is out
+
+    def allows(self, now: float) -> bool:
+        """May a request be sent now? (No side effects; see ``acquire``.)"""
+        if self.state == CLOSED:
+            return True
+        if self.state == OPEN:
+            return now >= self.until
+        return not self.probing
+
+    def acquire(self, now: float) -> None:
+        """A request was sent: past the cooldown it becomes the half-open probe."""
+        if self.state == OPEN and now >= self.until:
+            self.state = HALF_OPEN
+        if self.state == HALF_OPEN:
+            self.probing = True
+
+    def success(self) -> None:
+        self.failures = 0
+        self.state = CLOSED
+        self.probing = False
+
+    def failure(self, now: float, hold: float | None = None) -> None:
+        """A request failed for the deployment's sake; ``hold``: its Retry-After, seconds."""
+        self.failures += 1
+        if self.state == HALF_OPEN or self.failures >= self.threshold:
+            self._open(now + self.cooldown)
+        if hold is not None and hold > 0:
+            self._open(max(now + hold, self.until if self.state == OPEN else 0.0))
+        self.probing = False
+
+    def release(self) -> None:
+        """The probe ended without a verdict (the caller left, or the fault was the caller's):
+        let the next request probe."""
+        self.probing = False
+
+    def retry_in(self, now: float) -> float:
+        """Seconds until a request may be sent again (0 when one may be sent now)."""
+        if self.state == OPEN:
+            return max(0.0, self.until - now)
+        return 0.0
+
+    def _open(self, until: float) -> None:
+        self.state = OPEN
+        self.until = until
+
+
+class Health:
+    """What the router knows about one deployment. One per deployment, shared by every request."""
+
+    __slots__ = ("breaker", "ewma", "inflight")
+
+    def __init__(self, threshold: int, cooldown: float) -> None:
+        self.breaker = Breaker(threshold, cooldown)
+        self.inflight = 0
+        self.ewma: float | None = None  # seconds to the first chunk; None until measured
+
+    def observe(self, seconds: float) -> None:
+        e = self.ewma
+        self.ewma = seconds if e is None else e + EWMA_ALPHA * (seconds - e)

@@ -1,0 +1,158 @@
+"""Model names -> routes.
+
+``vendor/model_name`` names a model group, ``vendor/model_name/deployment`` pins one of its
+deployments, aliases name groups too, ``vendor/*`` routes every model of a vendor to one group
+(passing the model name through to the upstream), and ``default`` is the only model when exactly
+one is configured (mistral.rs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from backends.base import Backend
+from gateway.config import Config, ConfigError, DeploymentConfig, ModelConfig, RouterConfig
+from gateway.errors import NotFound
+from gateway.routing.health import Health
+
+
+@dataclass(slots=True)
+class Caps:
+    """What a deployment's upstream can carry, so the router knows what to fan out."""
+
+    n: bool = True
+    chat_n: bool = True
+    best_of: bool = True
+    prompts: bool = True  # several prompts in one call
+
+
+def caps_of(dep: DeploymentConfig) -> Caps:
+    if dep.backend == "engine":
+        return Caps()
+    from gateway.dialects.chat import chat_emits
+    from gateway.dialects.registry import DIALECTS
+
+    d = DIALECTS[dep.dialect]
+    return Caps(n="n" in d.emits, chat_n="n" in chat_emits(d), best_of="best_of" in d.emits,
+                prompts=d.name != "sgp")  # SGP takes exactly one string prompt
+
+
+@dataclass(slots=True, eq=False)
+class Target:
+    """One deployment of a model group, with the backend that serves it and its health."""
+
+    model: ModelConfig
+    deployment: DeploymentConfig
+    backend: Backend
+    health: Health
+    caps: Caps = field(default_factory=Caps)
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        self.name = f"{self.model.name}/{self.deployment.name}"
+
+
+@dataclass(slots=True)
+class Route:
+    """Where a model name leads: the group (for limits and usage) and its candidate targets."""
+
+    group: str  # the group's configured name; a wildcard route resolves to the caller's name
+    model: ModelConfig
+    targets: list[Target]
+    upstream_model: str | None = None  # wildcard routes: the name the upstream is asked for
+    pinned: bool = False  # the caller named one deployment: no other deployment, no fallback
+
+    @property
+    def fail_open(self) -> bool:
+        return any(t.deployment.on_store_error == "open" for t in self.targets)
+
+
+@dataclass(slots=True)
+class RunInfo:
+    """Filled in while a request runs: which deployment served it, after how many attempts."""
+
+    deployment: str | None = None
+    attempts: int = 0
+    tried: list[str] = field(default_factory=list)
+    fallback: str | None = None  # the group that served, when it is not the one asked for
+    prompt_tokens: int | None = None  # given by the pipeline (context-window check)
+
+    def headers(self) -> dict[str, str]:
+        if self.deployment is None:
+            return {}
+        out = {"x-switchyard-deployment": self.deployment, "x-switchyard-attempts": str(self.attempts)}
+        if self.fallback is not None:
+            out["x-switchyard-fallback"] = self.fallback
+        return out
+
+
+def build_backend(model: ModelConfig, dep: DeploymentConfig) -> Backend:
+    if dep.backend == "engine":
+        try:
+            from backends.engine import EngineBackend
+        except ImportError as e:  # pragma: no cover - depends on the install
+            raise RuntimeError(f"model {model.name}: the engine needs the 'engine' extra ({e})") from e
+        return EngineBackend(dep)
+    from backends.upstream import UpstreamBackend
+
+    return UpstreamBackend(dep, model.name)
+
+
+class Resolver:
+    def __init__(self, config: Config, rc: RouterConfig, backends: dict[str, Backend] | None = None) -> None:
+        """``backends`` maps ``group/deployment`` to a ready-made backend (tests); the rest are
+        built from the config."""
+        self.config = config
+        self.groups: dict[str, ModelConfig] = {}
+        self.wildcards: dict[str, ModelConfig] = {}
+        self.targets: dict[str, list[Target]] = {}
+        self._routes: dict[str, Route] = {}
+        given = backends or {}
+        for m in config.models:
+            self.targets[m.name] = [
+                Target(m, d, given.get(f"{m.name}/{d.name}") or build_backend(m, d),
+                       Health(rc.cooldown_failures, rc.cooldown_seconds), caps_of(d))
+                for d in m.deployments]
+            vendor, name = m.name.split("/", 1)
+            if name == "*":
+                self.wildcards[vendor] = m
+            else:
+                for alias in (m.name, *m.aliases):
+                    self.groups[alias] = m
+        self._check_references()
+
+    def _check_references(self) -> None:
+        for m in self.config.models:
+            for ref in (*m.fallbacks, *([m.context_fallback] if m.context_fallback else [])):
+                if ref not in self.groups:
+                    raise ConfigError(f"models.{m.name}: fallback {ref!r} is not a configured model")
+
+    def resolve(self, name: str) -> Route:
+        route = self._routes.get(name)
+        if route is not None:  # routes of configured names are built once: the hot path allocates nothing
+            return route
+        route = self._resolve(name)
+        if route.upstream_model is None:
+            self._routes[name] = route
+        return route
+
+    def _resolve(self, name: str) -> Route:
+        m = self.groups.get(name)
+        if m is not None:
+            return Route(m.name, m, self.targets[m.name])
+        # vendor/model_name/deployment pins one deployment of a group
+        group, _, dep = name.rpartition("/")
+        m = self.groups.get(group)
+        if m is not None and "/" in group:
+            pinned = [t for t in self.targets[m.name] if t.deployment.name == dep]
+            if pinned:
+                return Route(m.name, m, pinned, pinned=True)
+            raise NotFound(f"model {group} has no deployment {dep!r}", param="model")
+        if name == "default" and len(self.config.models) == 1:  # mistral.rs: the only model
+            only = self.config.models[0]
+            return Route(only.name, only, self.targets[only.name])
+        vendor, _, rest = name.partition("/")
+        w = self.wildcards.get(vendor)
+        if w is not None and rest:
+            return Route(name, w, self.targets[w.name], upstream_model=rest)
+        raise NotFound(f"The model `{name}` does not exist", param="model")

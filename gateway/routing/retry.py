@@ -1,0 +1,37 @@
+"""When to try again, and how long to wait first."""
+
+from __future__ import annotations
+
+import math
+import random
+
+from gateway.config import RouterConfig
+from gateway.errors import GatewayError
+
+# Statuses worth another attempt: request timeout, conflict, too early, rate limited. Every other
+# 4xx is the caller's fault and passes through untouched.
+_RETRY_4XX = frozenset({408, 409, 425, 429})
+
+
+def retryable(e: GatewayError) -> bool:
+    """Connect errors (502), timeouts (504), 429 and every 5xx may succeed elsewhere or later."""
+    return e.status >= 500 or e.status in _RETRY_4XX
+
+
+def backoff(cfg: RouterConfig, attempt: int, rng: random.Random) -> float:
+    """Seconds before re-trying a deployment: ``backoff_base * 2**(attempt-1)``, capped at
+    ``backoff_max``, jittered into its upper half so replicas do not retry in lockstep."""
+    d = min(cfg.backoff_max, cfg.backoff_base * (1 << min(attempt - 1, 30)))
+    return d * (0.5 + 0.5 * rng.random())
+
+
+def deadline_exceeded(timeout: float | None, attempts: int) -> GatewayError:
+    return GatewayError(f"the request's deadline of {timeout:g} s ran out after {attempts} attempt(s)",
+                        status=504, type="timeout_error")
+
+
+def retry_after_header(e: GatewayError, seconds: float | None) -> GatewayError:
+    """Pass an upstream's Retry-After on to the caller when we give up on a 429 or 503."""
+    if seconds is not None and seconds > 0 and e.status in (429, 503):
+        e.headers.setdefault("retry-after", str(max(1, math.ceil(seconds))))
+    return e
