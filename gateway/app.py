@@ -42,6 +42,7 @@ def create_app(config: Config, *, router: Router | None = None,
                policies: Policies | None = None) -> Litestar:
     router = router or Router(config)
     policies = policies or build_policies(config)
+    router.use_store(policies.store)  # the usage strategy counts where the limits are counted
     gw = Gateway(config, router, policies)
 
     async def run(ep: Endpoint, request: Request[Any, Any, Any]) -> Response[Any]:

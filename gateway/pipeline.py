@@ -108,7 +108,7 @@ class Gateway:
         if dropped:
             out_headers["x-switchyard-warning"] = "unknown parameter(s) dropped: " + ", ".join(dropped)
         renderer = RENDERERS[shape](req)
-        info = RunInfo()
+        info = RunInfo(prompt_tokens=prompt_tokens)
         tally = Tally(prompt_tokens)
         chunks = self.router.stream(req, route, info)
         if req.stream:
@@ -173,6 +173,7 @@ class Gateway:
             await self._settle(ticket, tally, status, info)
             reply = self.error(shape, e)
             reply.headers.update(headers)
+            reply.headers.update(_served(info))  # which deployments were tried, how often
             return reply
         finally:
             await chunks.aclose()
@@ -193,6 +194,7 @@ class Gateway:
             await self._settle(ticket, tally, e.status, info)
             reply = self.error(shape, e)
             reply.headers.update(headers)
+            reply.headers.update(_served(info))  # which deployments were tried, how often
             return reply
         headers.update(_served(info))
         headers["cache-control"] = "no-cache"
@@ -246,6 +248,4 @@ class Gateway:
 
 
 def _served(info: RunInfo) -> dict[str, str]:
-    if info.deployment is None:
-        return {}
-    return {"x-switchyard-deployment": info.deployment, "x-switchyard-attempts": str(info.attempts)}
+    return info.headers()  # x-switchyard-deployment, -attempts, and -fallback when one served
