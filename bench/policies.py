@@ -1,0 +1,126 @@
+"""Added latency of the policy layer per request: admit, settle, admit+settle; p50 / p99.
+
+    .venv/bin/python bench/policies.py [--n 5000] [--redis-url redis://...]
+
+Starts its own redis-server on a free loopback port unless --redis-url / $REDIS_URL is given.
+The baseline is a bare PING through the same redis-py client, measured in the same process, so the
+ratios say what the scripts cost beyond one round trip. Every scope carries every kind of limit
+(rpm, tpm, concurrency, day/month token and spend quotas): the worst case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from gateway.canonical import Usage  # noqa: E402
+from gateway.config import Limits, parse_config  # noqa: E402
+from policies.base import Principal  # noqa: E402
+from policies.limits import Limiter  # noqa: E402
+from policies.memory import MemoryStore  # noqa: E402
+from policies.pricing import Pricing  # noqa: E402
+from policies.redis_store import RedisStore  # noqa: E402
+from policies.store import Store  # noqa: E402
+
+BIG = Limits(rpm=10**9, tpm=10**12, max_concurrency=10**6, tokens_per_day=10**15, tokens_per_month=10**15,
+             spend_per_day=10**6, spend_per_month=10**6)
+WHO = Principal(key_id="bench", team="bench", key_limits=BIG, team_limits=BIG,
+                team_model_limits={"openai/gpt-4o": BIG})
+CONFIG = parse_config({"models": [{"name": "openai/gpt-4o", "price": {"prompt_per_1m": 2.5, "completion_per_1m": 10},
+                                   "deployments": [{"name": "d", "base_url": "http://127.0.0.1:9"}]}]})
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p * len(xs)))]
+
+
+async def timed(n: int, fn: Callable[[], Awaitable[object]]) -> list[float]:
+    for _ in range(min(500, n)):  # warm up: connections, script cache, plan cache
+        await fn()
+    out = []
+    for _ in range(n):
+        t = time.perf_counter_ns()
+        await fn()
+        out.append((time.perf_counter_ns() - t) / 1e6)
+    return out
+
+
+async def measure(store: Store, n: int) -> dict[str, list[float]]:
+    lim = Limiter(store, Pricing(CONFIG))
+    admits: list[float] = []
+    settles: list[float] = []
+
+    async def one() -> None:
+        t0 = time.perf_counter_ns()
+        ticket = await lim.admit(WHO, "openai/gpt-4o", prompt_tokens=100, max_tokens=200)
+        t1 = time.perf_counter_ns()
+        await lim.settle(ticket, Usage(100, 150), status=200, deployment="d", latency_ms=10)
+        t2 = time.perf_counter_ns()
+        admits.append((t1 - t0) / 1e6)
+        settles.append((t2 - t1) / 1e6)
+
+    both = await timed(n, one)
+    await lim.aclose()
+    k = len(both)
+    return {"admit": admits[-k:], "settle": settles[-k:], "admit+settle": both}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=5000)
+    ap.add_argument("--redis-url", default=os.environ.get("REDIS_URL"))
+    args = ap.parse_args()
+    proc = None
+    url = args.redis_url
+    tmp = tempfile.TemporaryDirectory()
+    if url is None:
+        port = free_port()
+        proc = subprocess.Popen([shutil.which("redis-server") or "redis-server", "--port", str(port), "--save", "",
+                                 "--appendonly", "no", "--bind", "127.0.0.1"], cwd=tmp.name,
+                                stdout=subprocess.DEVNULL)
+        url = f"redis://127.0.0.1:{port}/0"
+        time.sleep(0.3)
+    try:
+        store = RedisStore.from_url(url, timeout=1.0, ns="bench")
+        ping = await timed(args.n, lambda: store.client.execute_command("PING"))
+        results = {f"redis {k}": v for k, v in (await measure(store, args.n)).items()}
+        await store.client.flushdb()
+        await store.aclose()
+        results |= {f"memory {k}": v for k, v in (await measure(MemoryStore(ns="bench"), args.n)).items()}
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait()
+        tmp.cleanup()
+    base = pct(ping, 0.5)
+    print(f"loop: {type(asyncio.get_event_loop()).__module__}, n={args.n}, 3 scopes x 7 limits")
+    print(f"{'':22} {'p50 ms':>8} {'p99 ms':>8} {'p50 / PING':>11}")
+    print(f"{'redis PING (baseline)':22} {base:8.3f} {pct(ping, 0.99):8.3f} {1.0:11.2f}")
+    for name, xs in results.items():
+        print(f"{name:22} {pct(xs, 0.5):8.3f} {pct(xs, 0.99):8.3f} {pct(xs, 0.5) / base:11.2f}")
+
+
+if __name__ == "__main__":
+    try:
+        import uvloop  # the gateway serves on uvloop; measure on it too
+        uvloop.run(main())
+    except ImportError:
+        asyncio.run(main())
