@@ -28,6 +28,7 @@ class Behaviour:
     text: str | None = None  # completion text; default: words "w0 w1 ..." up to max_tokens
     usage: bool = True  # report usage (non-stream always; stream when asked or always_usage)
     chunk_delay: float = 0.0
+    logprob: float = -1.0  # every token's logprob, when the request asks for logprobs
 
 
 @dataclass
@@ -45,6 +46,8 @@ class FakeUpstream:
     always_usage: bool = False  # Fireworks/SGP style: usage in the last chunk unasked
     port: int = 0
     cut: int = 0  # streams cut off so far
+    inflight: int = 0  # requests being answered now
+    peak: int = 0  # the most ever answered at once
 
     @property
     def url(self) -> str:
@@ -70,6 +73,14 @@ class FakeUpstream:
         await self._runner.cleanup()
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        self.inflight += 1
+        self.peak = max(self.peak, self.inflight)
+        try:
+            return await self._answer(request)
+        finally:
+            self.inflight -= 1
+
+    async def _answer(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(Seen(request.path, dict(request.headers), body))
         b = self.script.pop(0) if self.script else self.default
@@ -95,8 +106,10 @@ class FakeUpstream:
                 choices = [{"index": i, "message": {"role": "assistant", "content": "".join(pieces)},
                             "finish_reason": finish} for i in range(n)]
             else:
+                lp = ({"tokens": pieces, "token_logprobs": [b.logprob] * len(pieces), "top_logprobs": None}
+                      if body.get("logprobs") is not None and body.get("logprobs") is not False else None)
                 choices = [{"index": i, "text": "".join(pieces), "finish_reason": finish,
-                            "logprobs": None} for i in range(n)]
+                            "logprobs": lp} for i in range(n)]
             out: dict[str, Any] = {"id": "cmpl-up", "object": "text_completion", "created": 1,
                                    "model": body.get("model"), "choices": choices}
             if b.usage:
@@ -128,3 +141,11 @@ class FakeUpstream:
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
+
+
+def refused_url() -> str:
+    """The URL of a loopback port nobody listens on (bound, then closed): connections are refused."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
