@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -80,6 +81,7 @@ async def test_four_replicas_share_limits_and_account_exactly():
         rport = free_port()
         redis = start_redis(rport, cwd=d)
         procs: list[subprocess.Popen[bytes]] = []
+        logs: list[Any] = []
         try:
             async with FakeUpstream() as up:
                 cfg = Path(d) / "gw.yaml"
@@ -129,3 +131,5 @@ async def test_four_replicas_share_limits_and_account_exactly():
                 except subprocess.TimeoutExpired:
                     p.kill()
             stop(redis)
+            for log in logs:
+                log.close()
