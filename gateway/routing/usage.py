@@ -66,14 +66,15 @@ class LocalCounters:
 class RedisCounters:
     """Counts in the shared Redis; one key per minute (hash-tagged: one cluster slot)."""
 
-    def __init__(self, client: Any, ns: str, timeout: float) -> None:
+    def __init__(self, client: Any, ns: str, timeout: float, clock: Any = time.time) -> None:
         self.client = client
         self.ns = ns
         self.timeout = timeout
-        self.local = LocalCounters()  # used while Redis does not answer
+        self.clock = clock
+        self.local = LocalCounters(clock)  # used while Redis does not answer
 
     def _key(self) -> str:
-        return f"{{{self.ns}:route}}:{minute()}"
+        return f"{{{self.ns}:route}}:{minute(self.clock())}"
 
     async def read(self, names: Sequence[str]) -> list[tuple[int, int]]:
         fields = [f"{n}\x1f{k}" for n in names for k in ("r", "t")]

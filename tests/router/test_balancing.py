@@ -73,7 +73,8 @@ async def test_replicas_share_usage_counts_through_redis(redis_url):
     store2 = open_store(redis_url, ns="rt-usage")
     try:
         c1, c2 = counters_for(store1), counters_for(store2)
-        assert isinstance(c1, RedisCounters)
+        assert isinstance(c1, RedisCounters) and isinstance(c2, RedisCounters)
+        c1.clock = c2.clock = lambda: 60.0  # one minute throughout
         await store1.client.execute_command("DEL", c1._key())
         await c1.add("m/x/a", 1, 100)
         await c2.add("m/x/a", 1, 50)
