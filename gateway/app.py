@@ -6,18 +6,22 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from litestar import Litestar, Request, Response, get, post
+from litestar import Litestar, Request, Response, get
 from litestar.exceptions import HTTPException
+from litestar.handlers import asgi
 from litestar.openapi import OpenAPIConfig
-from litestar.response import Stream
 
+from gateway.asgi import endpoint_app, send_reply
 from gateway.config import Config
 from gateway.dialects.chat import CHAT
 from gateway.dialects.errors import error_bytes
 from gateway.dialects.fireworks import FIREWORKS
-from gateway.dialects.llamacpp import LLAMACPP_NATIVE
+from gateway.dialects.llamacpp import LLAMACPP, LLAMACPP_NATIVE
+from gateway.dialects.mistralrs import MISTRALRS
+from gateway.dialects.openai import OPENAI, VLLM
 from gateway.dialects.sgp import SGP
-from gateway.errors import GatewayError, PayloadTooLarge
+from gateway.errors import GatewayError, MethodNotAllowed, PayloadTooLarge
+from gateway.openapi import add_completion_paths
 from gateway.pipeline import Endpoint, Gateway, Reply
 from gateway.router import Router
 from policies.factory import Policies, build_policies
@@ -31,11 +35,9 @@ CHAT_COMPLETIONS = Endpoint("chat", CHAT)
 
 
 def _respond(reply: Reply) -> Response[Any]:
-    if isinstance(reply.body, bytes):
-        return Response(reply.body, status_code=reply.status, headers=reply.headers,
-                        media_type=reply.media_type)
-    return Stream(reply.body, status_code=reply.status, headers=reply.headers,
-                  media_type=reply.media_type)
+    assert isinstance(reply.body, bytes)
+    return Response(reply.body, status_code=reply.status, headers=reply.headers,
+                    media_type=reply.media_type)
 
 
 def create_app(config: Config, *, router: Router | None = None,
@@ -45,33 +47,28 @@ def create_app(config: Config, *, router: Router | None = None,
     router.use_store(policies.store)  # the usage strategy counts where the limits are counted
     gw = Gateway(config, router, policies)
 
-    async def run(ep: Endpoint, request: Request[Any, Any, Any]) -> Response[Any]:
-        return _respond(await gw.handle(ep, request.headers, await request.body()))
+    def hot(path: str | list[str], ep: Endpoint, doc: str) -> Any:
+        """A raw ASGI handler for a completion endpoint (see gateway/asgi.py for why)."""
+        inner = endpoint_app(gw, ep)
 
-    @post("/v1/completions", status_code=200)
-    async def completions(request: Request[Any, Any, Any]) -> Response[Any]:
-        """OpenAI legacy completions; the llama.cpp, mistral.rs, vLLM and SGP dialects are told
-        apart by their fields (or the x-switchyard-dialect header)."""
-        return await run(COMPLETIONS, request)
+        async def handler(scope: Any, receive: Any, send: Any) -> None:
+            if scope["method"] != "POST":
+                reply = gw.error("openai", MethodNotAllowed(f"{scope['path']} takes POST"))
+                return await send_reply(reply, send, receive)
+            await inner(scope, receive, send)
 
-    @post("/inference/v1/completions", status_code=200)
-    async def fireworks_completions(request: Request[Any, Any, Any]) -> Response[Any]:
-        """Fireworks AI's path."""
-        return await run(FIREWORKS_COMPLETIONS, request)
+        handler.__doc__ = doc
+        return asgi(path, is_mount=False, copy_scope=False, name=str(path))(handler)
 
-    @post("/v4/beta/completions", status_code=200)
-    async def sgp_completions(request: Request[Any, Any, Any]) -> Response[Any]:
-        """Scale GenAI Platform's completions."""
-        return await run(SGP_COMPLETIONS, request)
-
-    @post("/completion", status_code=200)
-    async def llamacpp_completion(request: Request[Any, Any, Any]) -> Response[Any]:
-        """llama.cpp's native completion (``n_predict``; answers ``{content, stop, ...}``)."""
-        return await run(LLAMACPP_COMPLETION, request)
-
-    @post(["/v1/chat/completions", "/inference/v1/chat/completions"], status_code=200)
-    async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
-        return await run(CHAT_COMPLETIONS, request)
+    hot_routes = [
+        hot("/v1/completions", COMPLETIONS, "OpenAI legacy completions; the llama.cpp, mistral.rs, "
+            "vLLM and SGP dialects are told apart by their fields (or the x-switchyard-dialect header)."),
+        hot("/inference/v1/completions", FIREWORKS_COMPLETIONS, "Fireworks AI completions."),
+        hot("/v4/beta/completions", SGP_COMPLETIONS, "Scale GenAI Platform completions."),
+        hot("/completion", LLAMACPP_COMPLETION, "llama.cpp's native completion."),
+        hot(["/v1/chat/completions", "/inference/v1/chat/completions"], CHAT_COMPLETIONS,
+            "Chat completions."),
+    ]
 
     @get("/v1/models")
     async def models(request: Request[Any, Any, Any]) -> Response[Any]:
@@ -110,6 +107,14 @@ def create_app(config: Config, *, router: Router | None = None,
 
     async def startup() -> None:
         await router.start()
+        add_completion_paths(app.openapi_schema, {
+            "/v1/completions": ("Completions: OpenAI, llama.cpp, mistral.rs, vLLM (told by their fields)",
+                                [OPENAI, VLLM, LLAMACPP, MISTRALRS]),
+            "/inference/v1/completions": ("Completions: Fireworks AI", [FIREWORKS]),
+            "/v4/beta/completions": ("Completions: Scale GenAI Platform", [SGP]),
+            "/completion": ("llama.cpp native completion", [LLAMACPP_NATIVE]),
+            "/v1/chat/completions": ("Chat completions", [CHAT]),
+        })
 
     async def shutdown() -> None:
         await gw.drain()
@@ -117,13 +122,13 @@ def create_app(config: Config, *, router: Router | None = None,
         await policies.aclose()
 
     app = Litestar(
-        route_handlers=[completions, fireworks_completions, sgp_completions, llamacpp_completion,
-                        chat_completions, models, health, ready, policies.admin_router()],
+        route_handlers=[*hot_routes, models, health, ready, policies.admin_router()],
         on_startup=[startup], on_shutdown=[shutdown],
         exception_handlers={HTTPException: too_large},
         openapi_config=OpenAPIConfig(title="Switchyard", version="0.1.0", path="/schema"),
         request_max_body_size=config.server.max_body_bytes,
         debug=False,
+        logging_config=None,  # Litestar's default logs at INFO through a queue: a cost per request
     )
     app.state.gateway = gw
     return app

@@ -49,6 +49,11 @@ class NotFound(GatewayError):
     type = "not_found_error"
 
 
+class MethodNotAllowed(GatewayError):
+    status = 405
+    type = "invalid_request_error"
+
+
 class PayloadTooLarge(GatewayError):
     status = 413
     type = "invalid_request_error"

@@ -1,22 +1,17 @@
-"""One pooled HTTP client per deployment.
+"""One connection pool per deployment, behind httpx's transport interface.
 
-httpx is the interface (and respx mocks it in tests); underneath, aiohttp's transport: plain
-httpx's pool costs several times more per request at high concurrency (encode/httpcore#1035).
+The default is ``H1Transport`` (see h1.py for why); tests may pass any httpx transport (respx's
+mock, httpx's own) and the backend drives it the same way.
 """
 
 from __future__ import annotations
 
 import httpx
-from httpx_aiohttp import AiohttpTransport
 
+from backends.upstream.h1 import H1Transport
 from gateway.config import DeploymentConfig
 
 
-def make_client(deployment: DeploymentConfig, *,
-                transport: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncClient:
-    limits = httpx.Limits(max_connections=deployment.max_connections,
-                          max_keepalive_connections=deployment.max_connections, keepalive_expiry=30)
-    if transport is None:
-        transport = AiohttpTransport(limits=limits, trust_env=False)
-    return httpx.AsyncClient(transport=transport, trust_env=False,
-                             timeout=httpx.Timeout(deployment.timeout, connect=deployment.connect_timeout))
+def make_transport(deployment: DeploymentConfig) -> httpx.AsyncBaseTransport:
+    return H1Transport(max_connections=deployment.max_connections,
+                       connect_timeout=deployment.connect_timeout)

@@ -1,0 +1,220 @@
+"""A lean HTTP/1.1 transport for httpx: asyncio protocol + httptools parser + keep-alive pool.
+
+Why: at gateway rates the client decides throughput. httpx's own pool is quadratic in its size
+(encode/httpcore#1035) and aiohttp's client costs a few hundred microseconds per request here;
+this transport writes each request in one ``write`` and parses with httptools, as uvicorn does.
+It plugs in under httpx (``httpx.AsyncBaseTransport``), so httpx stays the client interface and
+respx or any other transport can stand in for it in tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import ssl
+from collections.abc import AsyncIterator, Callable
+
+import httptools
+import httpx
+
+_HIGH_WATER = 64  # body chunks buffered before we stop reading from the socket
+
+
+class _Conn(asyncio.Protocol):
+    """One keep-alive connection; one request at a time."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.closed = False
+        self.watchdog: asyncio.TimerHandle | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.status = 0
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.head: asyncio.Future[None] = loop.create_future()
+        self.chunks: collections.deque[bytes] = collections.deque()
+        self.waiter: asyncio.Future[None] | None = None
+        self.complete = False
+        self.keep_alive = False
+        self.error: BaseException | None = None
+        self.paused = False
+
+    # -- asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as e:
+            self._fail(httpx.RemoteProtocolError(f"malformed HTTP response: {e}"))
+            self.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if not self.complete:
+            self._fail(httpx.ReadError("connection closed by the upstream"))
+
+    # -- httptools callbacks
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        self.status = self.parser.get_status_code()
+        if not self.head.done():
+            self.head.set_result(None)
+
+    def on_body(self, body: bytes) -> None:
+        self.chunks.append(body)
+        if len(self.chunks) > _HIGH_WATER and self.transport is not None and not self.paused:
+            self.paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def on_message_complete(self) -> None:
+        # llhttp answers should_keep_alive() only inside its callbacks; afterwards it is reset.
+        self.keep_alive = self.parser.should_keep_alive()
+        self.complete = True
+        self._wake()
+
+    # -- helpers
+    def _wake(self) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+
+    def _fail(self, exc: BaseException) -> None:
+        self.error = exc
+        if not self.head.done():
+            self.head.set_exception(exc)
+            self.head.exception()  # mark retrieved: the caller may be gone already
+        self._wake()
+
+    def expire(self) -> None:
+        """The request's deadline passed: fail whoever waits, drop the connection."""
+        self.watchdog = None
+        if not self.complete:
+            self._fail(httpx.ReadTimeout("the upstream did not finish before the deadline"))
+            self.close()
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    @property
+    def reusable(self) -> bool:
+        return self.complete and self.keep_alive and not self.closed and self.error is None
+
+    async def next_chunk(self) -> bytes | None:
+        """The next body chunk, or None at the end of the body."""
+        while True:
+            if self.chunks:
+                chunk = self.chunks.popleft()
+                if self.paused and len(self.chunks) < _HIGH_WATER // 2 and self.transport is not None:
+                    self.paused = False
+                    self.transport.resume_reading()
+                return chunk
+            if self.error is not None:
+                raise self.error
+            if self.complete:
+                return None
+            self.waiter = asyncio.get_running_loop().create_future()
+            await self.waiter
+
+
+class _Body(httpx.AsyncByteStream):
+    """The response body; closing it hands the connection back (or closes a half-read one)."""
+
+    def __init__(self, conn: _Conn, done: Callable[[_Conn], None]) -> None:
+        self.conn = conn
+        self.done = done
+        self.closed = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        while (chunk := await self.conn.next_chunk()) is not None:
+            yield chunk
+
+    async def aclose(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.done(self.conn)
+
+
+class H1Transport(httpx.AsyncBaseTransport):
+    """Keep-alive pool per (scheme, host, port); at most ``max_connections`` per origin."""
+
+    def __init__(self, *, max_connections: int = 256, connect_timeout: float = 5.0,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
+        self.max_connections = max_connections
+        self.connect_timeout = connect_timeout
+        self.ssl_context = ssl_context
+        self._idle: dict[tuple[bytes, bytes, int], list[_Conn]] = {}
+        self._slots: dict[tuple[bytes, bytes, int], asyncio.Semaphore] = {}
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        origin = (url.raw_scheme, url.raw_host, url.port or (443 if url.raw_scheme == b"https" else 80))
+        slots = self._slots.get(origin)
+        if slots is None:
+            slots = self._slots[origin] = asyncio.Semaphore(self.max_connections)
+        await slots.acquire()
+        conn: _Conn | None = None
+        try:
+            conn = await self._connection(origin, request)
+            conn._reset()
+            head = b"%s %s HTTP/1.1\r\n" % (request.method.encode(), url.raw_path)
+            lines = b"".join(b"%s: %s\r\n" % kv for kv in request.headers.raw)
+            conn.transport.write(head + lines + b"\r\n" + request.content)  # type: ignore[union-attr]
+            deadline = request.extensions.get("deadline")  # loop time by which the body must be in
+            if deadline is not None:
+                conn.watchdog = asyncio.get_running_loop().call_at(deadline, conn.expire)
+            await conn.head
+        except BaseException:
+            slots.release()
+            if conn is not None:
+                if conn.watchdog is not None:
+                    conn.watchdog.cancel()
+                conn.close()
+            raise
+
+        def done(c: _Conn) -> None:
+            if c.watchdog is not None:
+                c.watchdog.cancel()
+                c.watchdog = None
+            if c.reusable:
+                self._idle.setdefault(origin, []).append(c)
+            else:
+                c.close()  # a half-read body: the connection cannot be reused
+            slots.release()
+
+        return httpx.Response(conn.status, headers=conn.headers, stream=_Body(conn, done), request=request)
+
+    async def _connection(self, origin: tuple[bytes, bytes, int], request: httpx.Request) -> _Conn:
+        idle = self._idle.get(origin)
+        while idle:
+            conn = idle.pop()
+            if not conn.closed:
+                return conn
+        scheme, host, port = origin
+        ctx = None
+        if scheme == b"https":
+            ctx = self.ssl_context or ssl.create_default_context()
+        timeout = request.extensions.get("timeout", {}).get("connect") or self.connect_timeout
+        loop = asyncio.get_running_loop()
+        try:
+            _, conn = await asyncio.wait_for(
+                loop.create_connection(_Conn, host.decode(), port, ssl=ctx), timeout)
+        except TimeoutError:
+            raise httpx.ConnectTimeout(f"connecting to {host.decode()}:{port} timed out") from None
+        except OSError as e:
+            raise httpx.ConnectError(f"cannot connect to {host.decode()}:{port}: {e.strerror or e}") from None
+        return conn
+
+    async def aclose(self) -> None:
+        for conns in self._idle.values():
+            for c in conns:
+                c.close()
+        self._idle.clear()

@@ -1,0 +1,222 @@
+"""The gateway's added latency and its throughput, beside calling the upstream directly.
+
+    .venv/bin/python bench/overhead.py [--duration 8] [--deployments 1] [--quick]
+
+Pins the server under test (the gateway, or for the baseline a second mock) to core 1 and the
+load generator plus the gateway's upstream mock to core 0, as ``../shared/bench`` does. Load is
+wrk (C, one thread; ``apt-get install wrk``) for latency and throughput, and an asyncio client in
+this process for a stream's time to first byte. Every figure is printed beside the direct one,
+with the ratio or the difference. Loopback only; every run is bounded in time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MOCK = ROOT.parent / "shared" / "bench" / "mock_upstream.py"
+WRK_LUA = ROOT.parent / "shared" / "bench" / "wrk_post.lua"
+KEY = "sk-bench"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(port: int, path: str = "/health", timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+                s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                if s.recv(64).startswith(b"HTTP/1.1 200"):
+                    return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing answered on port {port} within {timeout} s")
+
+
+def pinned(cpu: str, cmd: list[str]) -> list[str]:
+    return ["taskset", "-c", cpu, *cmd] if shutil.which("taskset") and os.cpu_count() and os.cpu_count() > 1 \
+        else cmd
+
+
+class Procs:
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, cmd: list[str], **kw: object) -> subprocess.Popen[bytes]:
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,  # type: ignore[call-overload]
+                             start_new_session=True, **kw)
+        self.procs.append(p)
+        return p
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process: a cost per request that other load cannot inflate."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wrk(url: str, body: dict, conns: int, duration: int, key: str | None, pid: int | None = None) -> dict:
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(body, f)
+    env = {**os.environ, "BENCH_BODY_FILE": f.name, "BENCH_KEY": key or ""}
+    cpu0 = cpu_seconds(pid) if pid else 0.0
+    out = subprocess.run(pinned("0", ["wrk", "-t1", f"-c{conns}", f"-d{duration}s", "--latency",
+                                      "-s", str(WRK_LUA), url]),
+                         env=env, capture_output=True, text=True, timeout=duration + 30).stdout
+    m = re.search(r"WRKJSON (\{.*\})", out)
+    if not m:
+        raise RuntimeError(f"wrk printed no summary:\n{out}")
+    r = json.loads(m.group(1))
+    r["rps"] = r["requests"] / (r["duration_us"] / 1e6)
+    r["errors"] = sum(v for k, v in r.items() if k.startswith("err_"))
+    r["cpu_us"] = (cpu_seconds(pid) - cpu0) / max(r["requests"], 1) * 1e6 if pid else float("nan")
+    return r
+
+
+async def ttfb(url: str, body: dict, key: str | None, n: int) -> list[float]:
+    """Time to the first body byte of a stream, one request at a time (ms)."""
+    import aiohttp
+
+    headers = {"content-type": "application/json"}
+    if key:
+        headers["authorization"] = f"Bearer {key}"
+    out = []
+    async with aiohttp.ClientSession() as s:
+        for i in range(n + 20):
+            t0 = time.perf_counter()
+            async with s.post(url, data=json.dumps(body), headers=headers) as r:
+                await r.content.readany()
+                first = time.perf_counter() - t0
+                await r.read()
+            if i >= 20:  # warm-up
+                out.append(first * 1000)
+    return out
+
+
+def config_yaml(upstreams: list[int]) -> str:
+    deps = "\n".join(f"      - {{name: d{i}, backend: upstream, dialect: openai, "
+                     f"base_url: 'http://127.0.0.1:{p}/v1'}}" for i, p in enumerate(upstreams))
+    return f"""
+models:
+  - name: mock/gpt
+    strategy: weighted
+    deployments:
+{deps}
+teams: [{{name: bench}}]
+keys: [{{id: bench, team: bench, key: {KEY}}}]
+"""
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--duration", type=int, default=8, help="seconds per wrk run")
+    ap.add_argument("--deployments", type=int, default=1, help="deployments in the model group")
+    ap.add_argument("--quick", action="store_true", help="2 s runs (a smoke check, not figures)")
+    args = ap.parse_args()
+    if not shutil.which("wrk"):
+        sys.exit("bench/overhead.py needs wrk: apt-get install wrk")
+    if not MOCK.exists():
+        sys.exit(f"bench/overhead.py needs the mock upstream at {MOCK}")
+    dur = 2 if args.quick else args.duration
+    py = sys.executable
+    procs = Procs()
+    try:
+        ups = [free_port() for _ in range(args.deployments)]
+        for p in ups:  # the gateway's upstream(s): core 0, beside the load generator
+            procs.start(pinned("0", [py, str(MOCK), "--port", str(p)]))
+        direct_port = free_port()  # the baseline server under test: a mock alone on core 1
+        direct = procs.start(pinned("1", [py, str(MOCK), "--port", str(direct_port)]))
+        cfg = Path(tempfile.mkdtemp()) / "bench.yaml"
+        cfg.write_text(config_yaml(ups))
+        gw_port = free_port()
+        gw = procs.start(pinned("1", [py, "-m", "gateway", "serve", "--config", str(cfg),
+                                      "--port", str(gw_port)]), cwd=ROOT)
+        for p in (*ups, direct_port):
+            wait_http(p, "/health")
+        wait_http(gw_port, "/health")
+        time.sleep(0.5)
+        idle_rss = rss_mib(gw.pid)
+
+        comp = {"model": "mock/gpt", "prompt": "Say this is a test", "max_tokens": 16}
+        stream = {"model": "mock/gpt", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 20,
+                  "stream": True, "stream_options": {"include_usage": True}}
+        targets = {"direct": (f"http://127.0.0.1:{direct_port}/v1", None, direct.pid),
+                   "gateway": (f"http://127.0.0.1:{gw_port}/v1", KEY, gw.pid)}
+        res: dict[str, dict[str, float]] = {k: {} for k in targets}
+        for name, (base, key, pid) in targets.items():
+            wrk(base + "/completions", comp, 8, 1, key)  # warm-up (pools, caches)
+            r1 = wrk(base + "/completions", comp, 1, dur, key)
+            r32 = wrk(base + "/completions", comp, 32, dur, key, pid)
+            s32 = wrk(base + "/chat/completions", stream, 32, dur, key, pid)
+            t = asyncio.run(ttfb(base + "/chat/completions", stream, key, 200 if not args.quick else 50))
+            errors = r1["errors"] + r32["errors"] + s32["errors"]
+            res[name] = {"p50": r1["lat_p50_us"] / 1000, "p99": r1["lat_p99_us"] / 1000,
+                         "rps": r32["rps"], "streams": s32["rps"], "ttfb50": statistics.median(t),
+                         "ttfb99": sorted(t)[int(len(t) * 0.99) - 1], "errors": errors,
+                         "cpu_req": r32["cpu_us"], "cpu_stream": s32["cpu_us"]}
+        peak_rss = rss_mib(gw.pid)
+    finally:
+        procs.stop()
+
+    d, g = res["direct"], res["gateway"]
+    print(f"\nSwitchyard overhead bench: {args.deployments} deployment(s) in the group, "
+          f"{dur} s per run, gateway on core 1, load + upstream on core 0\n")
+    print(f"{'figure':<44}{'direct':>10}{'gateway':>10}{'added / ratio':>16}")
+    rows = [("p50 latency, non-streaming, c=1 (ms)", "p50", "diff"),
+            ("p99 latency, non-streaming, c=1 (ms)", "p99", "diff"),
+            ("stream time to first byte p50, c=1 (ms)", "ttfb50", "diff"),
+            ("stream time to first byte p99, c=1 (ms)", "ttfb99", "diff"),
+            ("requests/s, non-streaming, c=32", "rps", "ratio"),
+            ("20-chunk streams/s, c=32", "streams", "ratio")]
+    for label, k, how in rows:
+        extra = f"+{g[k] - d[k]:.3f} ms" if how == "diff" else f"{g[k] / d[k]:.3f}x"
+        print(f"{label:<44}{d[k]:>10.3f}{g[k]:>10.3f}{extra:>16}")
+    for label, k in (("server CPU per request, c=32 (us)", "cpu_req"),
+                     ("server CPU per 20-chunk stream, c=32 (us)", "cpu_stream")):
+        print(f"{label:<44}{d[k]:>10.0f}{g[k]:>10.0f}{g[k] - d[k]:>+13.0f} us")
+    print(f"{'errors (non-2xx, socket)':<44}{d['errors']:>10.0f}{g['errors']:>10.0f}")
+    print(f"\ngateway RSS: idle {idle_rss:.1f} MiB, after load {peak_rss:.1f} MiB")
+    litellm = {"rps": 85.0, "streams": 35.0}  # ../shared/bench/README.md reference run, this box
+    print(f"vs LiteLLM Proxy's reference figures on this rig: {g['rps'] / litellm['rps']:.1f}x requests/s, "
+          f"{g['streams'] / litellm['streams']:.1f}x streams/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
