@@ -143,7 +143,8 @@ class Router:
             req.timeout = deadline - start  # the upstream's own timeout ends with the request's
         gen = self._open(target, req, route)
         try:
-            if deadline is None:
+            if deadline is None or target.deployment.backend == "upstream":
+                # An upstream call enforces req.timeout itself (httpx timeouts): no timer needed.
                 first = await anext(gen)
             else:
                 async with asyncio.timeout(deadline - start):
