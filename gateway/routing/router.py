@@ -105,8 +105,8 @@ class Router:
                     # Everything is cooling down: wait for the soonest when the wait is short.
                     wait = self._soonest(r, now)
                     limit = deadline - now if deadline is not None else rc.backoff_max
-                    if not tried or wait is None or wait > limit:
-                        break
+                    if not tried or wait is None or wait <= 0 or wait > limit:
+                        break  # (wait 0: another request is probing; not worth spinning on)
                     await asyncio.sleep(wait)
                     waited = True
                     continue
