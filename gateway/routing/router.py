@@ -115,6 +115,8 @@ class Router:
                     if deadline is not None and now + pause >= deadline:
                         raise deadline_exceeded(req.timeout, info.attempts)
                     await asyncio.sleep(pause)
+                    if not target.health.breaker.allows(self.clock()):
+                        continue  # another request took the probe meanwhile: pick again
                 waited = False
                 budget -= 1
                 tried.append(target)

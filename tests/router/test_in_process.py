@@ -97,3 +97,15 @@ async def test_closing_early_frees_the_deployment():
     assert r.resolve("m/x").targets[0].health.inflight == 1
     await gen.aclose()  # the caller went away
     assert r.resolve("m/x").targets[0].health.inflight == 0
+
+
+async def test_a_probe_in_flight_is_not_shared_and_not_spun_on():
+    b = Scripted("ok")
+    r = router(b)
+    breaker = r.resolve("m/x").targets[0].health.breaker
+    breaker.failure(0.0, hold=0.001)  # opened, and long since due for a probe
+    breaker.acquire(r.clock())  # another request is probing right now
+    with pytest.raises(GatewayError) as e:
+        await run(r, req(timeout=5), RunInfo())
+    assert e.value.status == 503 and e.value.headers["retry-after"] == "1"
+    assert b.calls == 0
