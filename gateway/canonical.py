@@ -100,11 +100,7 @@ class CanonicalRequest:
 
     def said(self) -> dict[str, Any]:
         """The sampling/output fields the caller set (not None), for renderers and logs."""
-        return {
-            f.name: v
-            for f in fields(self)
-            if f.name not in _ENVELOPE and (v := getattr(self, f.name)) is not None
-        }
+        return {name: v for name in _SAMPLING_FIELDS if (v := getattr(self, name)) is not None}
 
     @property
     def choices_per_prompt(self) -> int:
@@ -112,6 +108,7 @@ class CanonicalRequest:
 
 
 _ENVELOPE = frozenset({"kind", "model", "dialect", "prompt", "messages", "stream", "extra"})
+_SAMPLING_FIELDS = tuple(f.name for f in fields(CanonicalRequest) if f.name not in _ENVELOPE)
 
 
 @dataclass(slots=True)

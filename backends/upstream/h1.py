@@ -125,17 +125,33 @@ class _Conn(asyncio.Protocol):
             await self.waiter
 
 
-class _Body(httpx.AsyncByteStream):
-    """The response body; closing it hands the connection back (or closes a half-read one)."""
+class Answer(httpx.AsyncByteStream):
+    """An upstream's answer: status and headers arrived, the body streams. Closing it hands the
+    connection back to the pool (or closes a half-read one)."""
 
     def __init__(self, conn: _Conn, done: Callable[[_Conn], None]) -> None:
         self.conn = conn
         self.done = done
         self.closed = False
 
+    @property
+    def status(self) -> int:
+        return self.conn.status
+
+    def header(self, name: str) -> str | None:
+        key = name.lower().encode()
+        for k, v in self.conn.headers:
+            if k.lower() == key:
+                return v.decode("latin-1")
+        return None
+
     async def __aiter__(self) -> AsyncIterator[bytes]:
         while (chunk := await self.conn.next_chunk()) is not None:
             yield chunk
+
+    async def read(self) -> bytes:
+        parts = [c async for c in self]
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     async def aclose(self) -> None:
         if not self.closed:
@@ -143,32 +159,41 @@ class _Body(httpx.AsyncByteStream):
             self.done(self.conn)
 
 
+Origin = tuple[bytes, bytes, int]
+
+
+def origin_of(url: httpx.URL) -> Origin:
+    return (url.raw_scheme, url.raw_host, url.port or (443 if url.raw_scheme == b"https" else 80))
+
+
 class H1Transport(httpx.AsyncBaseTransport):
-    """Keep-alive pool per (scheme, host, port); at most ``max_connections`` per origin."""
+    """Keep-alive pool per (scheme, host, port); at most ``max_connections`` per origin.
+
+    ``open`` is the lean entry point (the request already in wire bytes); ``handle_async_request``
+    serves httpx on top of it.
+    """
 
     def __init__(self, *, max_connections: int = 256, connect_timeout: float = 5.0,
                  ssl_context: ssl.SSLContext | None = None) -> None:
         self.max_connections = max_connections
         self.connect_timeout = connect_timeout
         self.ssl_context = ssl_context
-        self._idle: dict[tuple[bytes, bytes, int], list[_Conn]] = {}
-        self._slots: dict[tuple[bytes, bytes, int], asyncio.Semaphore] = {}
+        self._idle: dict[Origin, list[_Conn]] = {}
+        self._slots: dict[Origin, asyncio.Semaphore] = {}
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        url = request.url
-        origin = (url.raw_scheme, url.raw_host, url.port or (443 if url.raw_scheme == b"https" else 80))
+    async def open(self, origin: Origin, wire: bytes, *, deadline: float | None = None,
+                   connect_timeout: float | None = None) -> Answer:
+        """Send ``wire`` (a whole HTTP/1.1 request) and wait for the answer's head.
+        ``deadline`` (loop time) bounds the whole exchange, body included."""
         slots = self._slots.get(origin)
         if slots is None:
             slots = self._slots[origin] = asyncio.Semaphore(self.max_connections)
         await slots.acquire()
         conn: _Conn | None = None
         try:
-            conn = await self._connection(origin, request)
+            conn = await self._connection(origin, connect_timeout or self.connect_timeout)
             conn._reset()
-            head = b"%s %s HTTP/1.1\r\n" % (request.method.encode(), url.raw_path)
-            lines = b"".join(b"%s: %s\r\n" % kv for kv in request.headers.raw)
-            conn.transport.write(head + lines + b"\r\n" + request.content)  # type: ignore[union-attr]
-            deadline = request.extensions.get("deadline")  # loop time by which the body must be in
+            conn.transport.write(wire)  # type: ignore[union-attr]
             if deadline is not None:
                 conn.watchdog = asyncio.get_running_loop().call_at(deadline, conn.expire)
             await conn.head
@@ -190,9 +215,19 @@ class H1Transport(httpx.AsyncBaseTransport):
                 c.close()  # a half-read body: the connection cannot be reused
             slots.release()
 
-        return httpx.Response(conn.status, headers=conn.headers, stream=_Body(conn, done), request=request)
+        return Answer(conn, done)
 
-    async def _connection(self, origin: tuple[bytes, bytes, int], request: httpx.Request) -> _Conn:
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        head = b"%s %s HTTP/1.1\r\n" % (request.method.encode(), url.raw_path)
+        lines = b"".join(b"%s: %s\r\n" % kv for kv in request.headers.raw)
+        timeout = request.extensions.get("timeout", {})
+        answer = await self.open(origin_of(url), head + lines + b"\r\n" + request.content,
+                                 deadline=request.extensions.get("deadline"),
+                                 connect_timeout=timeout.get("connect"))
+        return httpx.Response(answer.status, headers=answer.conn.headers, stream=answer, request=request)
+
+    async def _connection(self, origin: Origin, timeout: float) -> _Conn:
         idle = self._idle.get(origin)
         while idle:
             conn = idle.pop()
@@ -202,7 +237,6 @@ class H1Transport(httpx.AsyncBaseTransport):
         ctx = None
         if scheme == b"https":
             ctx = self.ssl_context or ssl.create_default_context()
-        timeout = request.extensions.get("timeout", {}).get("connect") or self.connect_timeout
         loop = asyncio.get_running_loop()
         try:
             _, conn = await asyncio.wait_for(

@@ -7,7 +7,6 @@ adds cookies, redirects and auth hooks we do not use, at a cost of tens of micro
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -15,6 +14,7 @@ import httpx
 import msgspec
 
 from backends.upstream.client import make_transport
+from backends.upstream.exchange import Answered, Exchange, make_exchange
 from backends.upstream.parse import chunks_of
 from backends.upstream.sse import sse_data
 from gateway.canonical import CanonicalRequest, Chunk
@@ -41,7 +41,7 @@ class UpstreamBackend:
         # The name the upstream knows: configured, else the model_name part of vendor/model_name.
         self.upstream_model = deployment.model or model_name.split("/", 1)[-1]
         self._given_transport = transport
-        self._transport: httpx.AsyncBaseTransport | None = None
+        self._exchange: Exchange | None = None
         base = (deployment.base_url or "").rstrip("/")
         paths = _PATHS.get(deployment.dialect, _DEFAULT_PATHS)
         self._urls = {kind: httpx.URL(base + path) for kind, path in paths.items()}
@@ -55,13 +55,14 @@ class UpstreamBackend:
     ready = True
 
     async def start(self) -> None:
-        if self._transport is None:
-            self._transport = self._given_transport or make_transport(self.deployment)
+        if self._exchange is None:
+            transport = self._given_transport or make_transport(self.deployment)
+            self._exchange = make_exchange(transport, self._urls, self._headers)
 
     async def aclose(self) -> None:
-        if self._transport is not None:
-            await self._transport.aclose()
-            self._transport = None
+        if self._exchange is not None:
+            await self._exchange.aclose()
+            self._exchange = None
 
     def generate(self, req: CanonicalRequest, upstream_model: str | None = None) -> AsyncIterator[Chunk]:
         body, emulation = render_request(self.dialect, req, upstream_model or self.upstream_model)
@@ -69,23 +70,16 @@ class UpstreamBackend:
 
     async def _run(self, req: CanonicalRequest, body: dict[str, Any],
                    emulation: Emulation) -> AsyncIterator[Chunk]:
-        if self._transport is None:
+        if self._exchange is None:
             await self.start()
-        assert self._transport is not None
-        headers = self._headers
-        if req.extra_headers:
-            headers = {**headers, **{str(k): str(v) for k, v in req.extra_headers.items()}}
+        assert self._exchange is not None
+        extra = ({str(k): str(v) for k, v in req.extra_headers.items()} if req.extra_headers else None)
         timeout = self.deployment.timeout if req.timeout is None else min(req.timeout,
                                                                            self.deployment.timeout)
-        loop = asyncio.get_running_loop()
-        request = httpx.Request(
-            "POST", self._urls[req.kind], content=_encode(body), headers=headers,
-            extensions={"timeout": {"connect": self.deployment.connect_timeout, "read": timeout,
-                                    "write": timeout, "pool": timeout},
-                        "deadline": loop.time() + timeout})
         chat = req.kind == "chat"
         try:
-            resp = await self._transport.handle_async_request(request)
+            resp = await self._exchange.send(req.kind, _encode(body), extra, timeout,
+                                             self.deployment.connect_timeout)
         except httpx.TimeoutException as e:
             raise UpstreamError(f"upstream {self.deployment.name} timed out: {e}", status=504,
                                 retryable=True) from None
@@ -93,15 +87,15 @@ class UpstreamBackend:
             raise UpstreamError(f"upstream {self.deployment.name} is unreachable: {type(e).__name__}",
                                 status=502, retryable=True) from None
         try:
-            if resp.status_code >= 400:
+            if resp.status >= 400:
                 await self._raise_for(resp)
             stops = _Stops(emulation)
             if not req.stream:
-                obj = _decode(await resp.aread())
+                obj = _decode(await resp.read())
                 for ch in stops.apply(chunks_of(obj, chat=chat, delta=False)):
                     yield ch
                 return
-            async for data in sse_data(resp.aiter_raw()):
+            async for data in sse_data(aiter(resp)):
                 if data == b"[DONE]":
                     break
                 for ch in stops.apply(chunks_of(_decode(data), chat=chat, delta=True)):
@@ -120,11 +114,11 @@ class UpstreamBackend:
         finally:
             await resp.aclose()
 
-    async def _raise_for(self, resp: httpx.Response) -> None:
-        raw = await resp.aread()
-        message = _error_message(raw) or f"HTTP {resp.status_code}"
-        status = resp.status_code
-        retry_after = _retry_after(resp.headers.get("retry-after"))
+    async def _raise_for(self, resp: Answered) -> None:
+        raw = await resp.read()
+        message = _error_message(raw) or f"HTTP {resp.status}"
+        status = resp.status
+        retry_after = _retry_after(resp.header("retry-after"))
         retryable = status in _RETRYABLE
         # 4xx (other than 429/408) passes through: the caller's request is what the upstream refused.
         raise UpstreamError(f"upstream {self.deployment.name}: {message}", status=status,

@@ -65,6 +65,15 @@ class Renderer:
         self.id = self.id_prefix + secrets.token_hex(12)
         self.created = int(time.time())
         self._offsets: dict[int, int] = {}
+        self._event_head: bytes | None = None
+
+    def _event(self, choice: dict[str, Any]) -> bytes:
+        """One stream event; the envelope is the same for every event, so it is encoded once."""
+        if self._event_head is None:
+            env = _encode({"id": self.id, "object": self.chunk_object, "created": self.created,
+                           "model": self.req.model, "system_fingerprint": FINGERPRINT})
+            self._event_head = b"data: " + env[:-1] + b',"choices":['
+        return self._event_head + _encode(choice) + b"]}\n\n"
 
     # -- whole responses
     def completion(self, comp: Completion) -> dict[str, Any]:
@@ -87,11 +96,9 @@ class Renderer:
 
     # -- streams
     def event(self, ch: Chunk) -> bytes:
-        return sse({"id": self.id, "object": self.chunk_object, "created": self.created,
-                    "model": self.req.model, "system_fingerprint": FINGERPRINT,
-                    "choices": [{"text": ch.text, "index": ch.index,
-                                 "logprobs": self._logprobs(ch.index, ch.logprobs),
-                                 "finish_reason": ch.finish_reason}]})
+        return self._event({"text": ch.text, "index": ch.index,
+                            "logprobs": self._logprobs(ch.index, ch.logprobs),
+                            "finish_reason": ch.finish_reason})
 
     def wants_stream_usage(self) -> bool:
         return bool(self.req.include_usage) or self.always_stream_usage
@@ -142,11 +149,9 @@ class ChatRenderer(Renderer):
             delta["content"] = ch.text
         if ch.tool_calls:
             delta["tool_calls"] = ch.tool_calls
-        return sse({"id": self.id, "object": self.chunk_object, "created": self.created,
-                    "model": self.req.model, "system_fingerprint": FINGERPRINT,
-                    "choices": [{"index": ch.index, "delta": delta,
-                                 "logprobs": None if ch.logprobs is None else chat_logprobs(ch.logprobs),
-                                 "finish_reason": ch.finish_reason}]})
+        return self._event({"index": ch.index, "delta": delta,
+                            "logprobs": None if ch.logprobs is None else chat_logprobs(ch.logprobs),
+                            "finish_reason": ch.finish_reason})
 
 
 class LlamaNativeRenderer(Renderer):
