@@ -347,3 +347,18 @@ async def test_concurrent_streams_share_the_pool(upstream, gateway_for) -> None:
         texts = await asyncio.gather(*(one(i) for i in range(8)))
     assert texts == ["w0 w1 w2"] * 8
 
+
+
+async def test_logprobs_in_each_callers_shape(upstream, gateway_for) -> None:
+    upstream.default = Behaviour(text="ab cd", logprob=-0.5)
+    async with gateway_for(_config(upstream.url, "openai")) as client:
+        legacy = await client.post("/v1/completions", json={"model": MODEL, "prompt": "x", "logprobs": 0})
+        sgp = await client.post("/v4/beta/completions", json={"model": MODEL, "prompt": "x",
+                                                               "return_token_log_probs": True})
+    lp = legacy.json()["choices"][0]["logprobs"]
+    assert lp["tokens"] == ["ab", " cd"] and lp["token_logprobs"] == [-0.5, -0.5]
+    assert lp["text_offset"] == [0, 2]
+    content = sgp.json()["choices"][0]["logprobs"]["content"]
+    assert [(c["token"], c["logprob"]) for c in content] == [("ab", -0.5), (" cd", -0.5)]
+    assert content[0]["bytes"] == list(b"ab")
+    assert upstream.requests[1].body["logprobs"] == 0  # SGP's boolean became OpenAI's integer
