@@ -1,0 +1,73 @@
+"""Framed pickle messages over a local stream socket between the gateway and the engine.
+
+A frame is a 4-byte big-endian length and a pickle of a tuple ``(kind, *args)``. The gateway
+side reads with asyncio; the engine side with a blocking socket (a reader thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import socket
+import struct
+import threading
+from typing import Any
+
+_LEN = struct.Struct(">I")
+
+
+def encode(msg: tuple[Any, ...]) -> bytes:
+    body = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+    return _LEN.pack(len(body)) + body
+
+
+class SyncChannel:
+    """The engine's end: blocking, safe to send from several threads."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._lock = threading.Lock()
+        self._file = sock.makefile("rb")
+
+    def send(self, msg: tuple[Any, ...]) -> None:
+        data = encode(msg)
+        with self._lock:
+            self.sock.sendall(data)
+
+    def recv(self) -> tuple[Any, ...] | None:
+        """The next message, or None when the other end has gone."""
+        head = self._file.read(_LEN.size)
+        if len(head) < _LEN.size:
+            return None
+        (n,) = _LEN.unpack(head)
+        body = self._file.read(n)
+        if len(body) < n:
+            return None
+        return pickle.loads(body)
+
+
+class AsyncChannel:
+    """The gateway's end."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def open(cls, sock: socket.socket) -> AsyncChannel:
+        reader, writer = await asyncio.open_connection(sock=sock, limit=1 << 24)
+        return cls(reader, writer)
+
+    def send(self, msg: tuple[Any, ...]) -> None:
+        if not self.writer.is_closing():
+            self.writer.write(encode(msg))
+
+    async def recv(self) -> tuple[Any, ...] | None:
+        try:
+            head = await self.reader.readexactly(_LEN.size)
+            body = await self.reader.readexactly(_LEN.unpack(head)[0])
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return None
+        return pickle.loads(body)
+
+    def close(self) -> None:
+        self.writer.close()

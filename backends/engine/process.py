@@ -1,0 +1,89 @@
+"""The engine process: load the model, then loop: take messages, step the engine.
+
+A reader thread turns incoming frames into a queue (and answers token counts at once, so the
+policy layer never waits behind a forward pass); the main thread owns the model and the cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import socket
+import sys
+import threading
+import traceback
+from typing import Any
+
+from backends.engine.channel import SyncChannel
+from gateway.config import EngineConfig
+from gateway.errors import GatewayError
+
+
+def main(sock: socket.socket, cfg_data: dict[str, Any]) -> None:
+    cfg = EngineConfig.model_validate(cfg_data)
+    if cfg.threads:
+        os.environ.setdefault("OMP_NUM_THREADS", str(cfg.threads))
+    chan = SyncChannel(sock)
+    inbox: queue.Queue[tuple[Any, ...]] = queue.Queue()
+    holder: dict[str, Any] = {}
+    threading.Thread(target=_read, args=(chan, inbox, holder), daemon=True).start()
+    try:
+        from backends.engine.loader import load
+        from backends.engine.scheduler import Engine
+
+        loaded = load(cfg)
+        engine = Engine(loaded.model, loaded.tokenizer, chan.send, max_batch=cfg.max_batch,
+                        context_window=cfg.context_window)
+    except Exception as e:
+        chan.send(("failed", f"{type(e).__name__}: {e}", traceback.format_exc()))
+        return
+    holder["engine"] = engine
+    chan.send(("ready", {"context_window": engine.context_window, "pid": os.getpid()}))
+    while True:
+        try:
+            msg = inbox.get(block=not engine.busy)
+        except queue.Empty:
+            msg = None
+        while msg is not None:
+            kind = msg[0]
+            if kind == "submit":
+                engine.submit(msg[1], msg[2])
+            elif kind == "cancel":
+                engine.cancel(msg[1])
+            elif kind in ("shutdown", "eof"):
+                return
+            try:
+                msg = inbox.get_nowait()
+            except queue.Empty:
+                msg = None
+        if engine.busy:
+            engine.step()
+
+
+def _read(chan: SyncChannel, inbox: queue.Queue[tuple[Any, ...]], holder: dict[str, Any]) -> None:
+    while True:
+        msg = chan.recv()
+        if msg is None:
+            inbox.put(("eof",))
+            return
+        if msg[0] == "count":
+            _count(chan, holder.get("engine"), msg[1], msg[2])
+        else:
+            inbox.put(msg)
+
+
+def _count(chan: SyncChannel, engine: Any, rid: int, req: Any) -> None:
+    if engine is None:
+        chan.send(("error", rid, "Unavailable", "model is loading", None))
+        return
+    try:
+        chan.send(("count", rid, engine.count_tokens(req)))
+    except GatewayError as e:
+        chan.send(("error", rid, type(e).__name__, e.message, e.param))
+    except Exception as e:
+        chan.send(("error", rid, "GatewayError", f"token count failed: {e}", None))
+
+
+if __name__ == "__main__":
+    main(socket.socket(fileno=int(sys.argv[1])), json.loads(sys.argv[2]))

@@ -1,0 +1,258 @@
+"""The engine: admits requests, runs one batched forward per step for every active sequence
+(continuous batching: new sequences join between steps, finished ones leave), samples, and
+emits chunks. Runs single-threaded inside the engine process; ``emit`` sends to the gateway."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import torch
+
+from backends.engine import logprobs as lp
+from backends.engine.constraints import Constraints
+from backends.engine.prompts import build_prompts, fit
+from backends.engine.runner import Runner
+from backends.engine.sampling.params import RowState, resolve
+from backends.engine.sampling.pipeline import Pipeline
+from backends.engine.sequence import Emit, Job, Seq
+from backends.engine.stops import Detokenizer, StopMatcher
+from gateway.canonical import CanonicalRequest, Chunk
+from gateway.dialects.defaults import sampling_defaults
+from gateway.errors import GatewayError, InvalidRequest
+
+MAX_LOGPROBS = 20
+
+
+class Engine:
+    def __init__(self, model: Any, tokenizer: Any, emit: Emit, max_batch: int = 16,
+                 context_window: int | None = None) -> None:
+        cfg = model.config
+        self.tokenizer = tokenizer
+        self.emit = emit
+        self.context_window = min(context_window or cfg.max_position_embeddings, cfg.max_position_embeddings)
+        self.vocab_size = cfg.vocab_size
+        self.runner = Runner(model, slots=max_batch, max_len=self.context_window,
+                             kv_dtype=next(model.parameters()).dtype)
+        self.slots = max_batch
+        eos = getattr(model.generation_config, "eos_token_id", None)
+        eos_ids = eos if isinstance(eos, list) else [eos] if eos is not None else []
+        if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in eos_ids:
+            eos_ids.append(tokenizer.eos_token_id)
+        self.eos = eos_ids
+        self.eos_t = torch.tensor(eos_ids, dtype=torch.long)
+        self.constraints = Constraints(tokenizer, self.vocab_size, eos_ids)
+        self.table = lp.TokenTable(self.constraints.ll_tokenizer)
+        self.pipeline = Pipeline()
+        self.jobs: dict[int, Job] = {}
+        self.waiting: deque[Seq] = deque()
+        self.active: list[Seq] = []  # active[i].slot == i
+
+    # -- requests ---------------------------------------------------------------------------
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.waiting or self.active)
+
+    def count_tokens(self, req: CanonicalRequest) -> int:
+        return sum(len(p.ids) for p in build_prompts(self.tokenizer, req, self.vocab_size))
+
+    def submit(self, rid: int, req: CanonicalRequest) -> None:
+        try:
+            job = self._prepare(rid, req)
+        except GatewayError as e:
+            self.emit(("error", rid, type(e).__name__, e.message, e.param))
+            return
+        self.jobs[rid] = job
+        self.waiting.extend(job.seqs)
+
+    def cancel(self, rid: int) -> None:
+        job = self.jobs.pop(rid, None)
+        if job is None:
+            return
+        job.cancelled = True
+        self.waiting = deque(s for s in self.waiting if s.job is not job)
+
+    def _prepare(self, rid: int, req: CanonicalRequest) -> Job:
+        d = sampling_defaults(req.dialect)
+        n = req.n if req.n is not None else int(d.get("n", 1))
+        best_of = req.best_of if req.best_of is not None else n
+        if not 1 <= n <= self.slots:
+            raise InvalidRequest(f"n must be in [1, {self.slots}], got {n}", param="n")
+        if not n <= best_of <= self.slots:
+            raise InvalidRequest(f"best_of must be in [n, {self.slots}], got {best_of}", param="best_of")
+        if req.stream and best_of > n:
+            raise InvalidRequest("best_of > n cannot be streamed", param="best_of")
+        if req.logprobs is not None and not 0 <= req.logprobs <= MAX_LOGPROBS:
+            raise InvalidRequest(f"logprobs must be in [0, {MAX_LOGPROBS}], got {req.logprobs}",
+                                 param="logprobs")
+        prompts = build_prompts(self.tokenizer, req, self.vocab_size)
+        max_tokens = [fit(req, p, self.context_window) for p in prompts]
+        matcher = self.constraints.matcher(req.constraint) if req.constraint else None
+        include_stop = req.include_stop_str_in_output
+        if include_stop is None:
+            include_stop = bool(d.get("include_stop_str_in_output"))
+        if req.stop is not None and not all(isinstance(s, str) for s in req.stop):
+            raise InvalidRequest("stop must be a list of strings", param="stop")
+        job = Job(rid, req, prompts, n, best_of, want_logprobs=req.logprobs is not None or best_of > n)
+        job.cached = [0] * len(prompts)
+        job.prompt_logprobs = [None] * len(prompts)
+        breakers = self._breakers(req)
+        for pi, p in enumerate(prompts):
+            for c in range(best_of):
+                params = resolve(req, c)
+                self.pipeline.validate(params, self.vocab_size)
+                row = RowState(params, p.ids, breaker_ids=breakers)
+                job.seqs.append(Seq(job, pi, c, row, max_tokens[pi], Detokenizer(self.tokenizer, p.ids),
+                                    StopMatcher(req.stop, include_stop),
+                                    matcher.deep_copy() if matcher else None))
+        return job
+
+    def _breakers(self, req: CanonicalRequest) -> frozenset[int]:
+        if req.dry is None:
+            return frozenset()
+        ids: set[int] = set()
+        for s in req.dry.sequence_breakers:
+            ids.update(self.tokenizer.encode(s, add_special_tokens=False))
+        return frozenset(ids)
+
+    # -- stepping ---------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def step(self) -> None:
+        """One forward pass: decode every active sequence, admit waiting ones, sample, emit."""
+        self._release()
+        rows: list[Seq] = []
+        parts: list[torch.Tensor] = []
+        if self.active:
+            parts.append(self.runner.decode([s.pending for s in self.active]))
+            rows.extend(self.active)
+        while self.waiting and len(self.active) < self.slots:
+            seq = self.waiting.popleft()
+            parts.append(self._admit(seq).view(1, -1))
+            rows.append(seq)
+        if rows:
+            self._sample(rows, torch.cat(parts) if len(parts) > 1 else parts[0])
+        self._release()
+
+    def _admit(self, seq: Seq) -> torch.Tensor:
+        job, cache = seq.job, self.runner.cache
+        slot = len(self.active)
+        seq.slot = slot
+        self.active.append(seq)
+        ids = seq.prompt.ids
+        echo_lp = bool(job.req.echo) and job.req.logprobs is not None and job.req.kind != "chat"
+        reuse = 0
+        use_cache = job.req.cache_prompt
+        if use_cache is None:
+            use_cache = bool(sampling_defaults(job.req.dialect).get("cache_prompt", True))
+        if use_cache and not echo_lp:
+            src, reuse = cache.best_prefix(ids, list(range(self.slots)))
+            reuse = min(reuse, len(ids) - 1)  # at least one token must run to get logits
+            if src is None or reuse <= 0:
+                reuse = 0
+            elif src >= slot:
+                cache.swap(src, slot)
+            else:
+                cache.copy_prefix(src, slot, reuse)
+        cache.tokens[slot] = cache.tokens[slot][:reuse]
+        if seq.choice == 0:
+            job.cached[seq.prompt_index] = reuse
+        logits = self.runner.prefill(slot, ids[reuse:], all_logits=echo_lp)
+        if echo_lp:
+            if seq.choice == 0:
+                job.prompt_logprobs[seq.prompt_index] = lp.prompt_logprobs(
+                    self.table, logits, ids, job.req.logprobs)
+            logits = logits[-1]
+        return logits
+
+    def _sample(self, rows: list[Seq], logits: torch.Tensor) -> None:
+        want = [i for i, s in enumerate(rows) if s.job.want_logprobs]
+        raw = logits[want].log_softmax(dim=1) if want else None
+        constrained = [i for i, s in enumerate(rows) if s.matcher is not None]
+        self.constraints.apply(logits, constrained, [rows[i].matcher for i in constrained])
+        no_eos = [i for i, s in enumerate(rows) if s.row.params.ignore_eos and s.matcher is None]
+        if no_eos and len(self.eos):
+            logits[torch.tensor(no_eos).view(-1, 1), self.eos_t.view(1, -1)] = float("-inf")
+        tokens = self.pipeline.sample(logits, [s.row for s in rows])
+        raw_of = dict(zip(want, range(len(want)), strict=True))
+        for i, s in enumerate(rows):
+            logp = raw[raw_of[i]] if i in raw_of else None
+            self._advance(s, tokens[i], logp)
+
+    def _advance(self, s: Seq, tok: int, logp: torch.Tensor | None) -> None:
+        job = s.job
+        if job.cancelled:
+            s.finish = "stop"
+            return
+        s.row.output_ids.append(tok)
+        s.tokens += 1
+        if logp is not None:
+            s.cum_logprob += float(logp[tok])
+            if job.req.logprobs is not None:
+                s.logprobs.append(lp.build(self.table, logp, tok, job.req.logprobs))
+        if s.matcher is not None and not s.matcher.consume_token(tok):
+            s.finish = "error"
+        elif tok in self.eos and not (s.row.params.ignore_eos and s.matcher is None):
+            s.finish = "stop"
+        else:
+            text, stop = s.stops.feed(s.detok.add(tok))
+            s.text += text
+            if stop is not None:
+                s.finish, s.stop_word = "stop", stop
+            elif s.matcher is not None and s.matcher.is_stopped():
+                s.finish = "stop"
+            elif (len(s.row.output_ids) >= s.max_tokens
+                  or len(s.prompt.ids) + len(s.row.output_ids) >= self.context_window):
+                s.finish = "length"
+        if s.finish is not None and s.stop_word is None:
+            s.text += s.stops.flush()
+        s.pending = tok
+        if s.finish is not None:
+            self._finished(s)
+        elif job.req.stream and not job.buffered and (s.text or (not s.started and job.req.kind == "chat")):
+            self.emit(("chunk", job.rid, s.chunk(self._index(s))))
+
+    def _index(self, s: Seq) -> int:
+        return s.prompt_index * s.job.n + s.choice
+
+    def _finished(self, s: Seq) -> None:
+        job = s.job
+        if not job.done:
+            if not job.buffered:
+                self.emit(("chunk", job.rid, s.chunk(self._index(s))))
+            return
+        self.jobs.pop(job.rid, None)
+        chunks = self._best(job) if job.buffered else [s.chunk(self._index(s))]
+        chunks[-1].usage = job.usage()
+        for c in chunks:
+            self.emit(("chunk", job.rid, c))
+        self.emit(("done", job.rid))
+
+    def _best(self, job: Job) -> list[Chunk]:
+        """The n candidates per prompt with the best mean token logprob, renumbered."""
+        out = []
+        for pi in range(len(job.prompts)):
+            cands = [s for s in job.seqs if s.prompt_index == pi]
+            cands.sort(key=lambda s: s.cum_logprob / max(1, len(s.row.output_ids)), reverse=True)
+            for rank, s in enumerate(cands[: job.n]):
+                out.append(s.chunk(pi * job.n + rank))
+        return out
+
+    def _release(self) -> None:
+        """Drop finished and cancelled sequences, keeping the active ones in slots 0..B-1."""
+        cache = self.runner.cache
+        for slot in range(len(self.active) - 1, -1, -1):
+            s = self.active[slot]
+            if s.finish is None and not s.job.cancelled:
+                continue
+            if s.finish is None:
+                s.finish = "stop"
+            last = len(self.active) - 1
+            if slot != last:
+                cache.swap(slot, last)  # the leaving sequence's cache stays warm in a free slot
+                self.active[slot] = self.active[last]
+                self.active[slot].slot = slot
+            self.active.pop()
+
+
