@@ -123,7 +123,7 @@ class UpstreamBackend:
         # 4xx (other than 429/408) passes through: the caller's request is what the upstream refused.
         raise UpstreamError(f"upstream {self.deployment.name}: {message}", status=status,
                             retryable=retryable, retry_after=retry_after,
-                            type="invalid_request_error" if 400 <= status < 500 else "upstream_error")
+                            type=_error_type(status))
 
 
 class _Stops:
@@ -165,6 +165,12 @@ class _Stops:
     def all_stopped(self, req: CanonicalRequest) -> bool:
         total = len(req.prompt or [None]) * req.choices_per_prompt
         return bool(self.stopped) and len(self.stopped) >= total
+
+
+def _error_type(status: int) -> str:
+    if status == 429:
+        return "rate_limit_error"
+    return "invalid_request_error" if 400 <= status < 500 else "upstream_error"
 
 
 def _error_message(raw: bytes) -> str | None:

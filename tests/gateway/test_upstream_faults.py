@@ -124,7 +124,7 @@ async def test_429_carries_retry_after() -> None:
     router.post(f"{BASE}/completions").mock(return_value=httpx.Response(
         429, headers={"retry-after": "3"}, json={"error": {"message": "slow down"}}))
     e = await fails(backend(router), creq())
-    assert e.status == 429 and e.retry_after == 3.0 and e.retryable
+    assert e.status == 429 and e.retry_after == 3.0 and e.retryable and e.type == "rate_limit_error"
 
 
 async def test_stream_broken_off_mid_way_is_502() -> None:

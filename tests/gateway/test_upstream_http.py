@@ -221,6 +221,8 @@ async def test_upstream_429_passes_through(upstream, gateway_for) -> None:
         r = await client.post("/v1/chat/completions", json={"model": MODEL, "messages": HI})
     assert r.status_code == 429
     assert "slow down" in r.json()["error"]["message"]
+    assert r.json()["error"]["type"] == "rate_limit_error"
+    assert r.headers["retry-after"] == "2"
 
 
 async def test_unreachable_upstream_is_502(gateway_for) -> None:
