@@ -19,3 +19,65 @@ def tiny_loaded(tiny_dir: Path) -> Any:
     from gateway.config import EngineConfig
 
     return load(EngineConfig(path=str(tiny_dir), threads=1))
+
+
+class Collector:
+    """Stands in for the channel: gathers each request's messages."""
+
+    def __init__(self) -> None:
+        self.msgs: dict[int, list[tuple[Any, ...]]] = {}
+
+    def __call__(self, msg: tuple[Any, ...]) -> None:
+        self.msgs.setdefault(msg[1], []).append(msg)
+
+
+@pytest.fixture(scope="session")
+def tiny_engine(tiny_loaded: Any) -> Any:
+    from backends.engine.scheduler import Engine
+
+    col = Collector()
+    eng = Engine(tiny_loaded.model, tiny_loaded.tokenizer, col, max_batch=8)
+    eng.collector = col
+    return eng
+
+
+_rid = iter(range(1, 10**9))
+
+
+def submit(engine: Any, req: Any) -> int:
+    rid = next(_rid)
+    engine.submit(rid, req)
+    return rid
+
+
+def results(engine: Any, rid: int) -> list[Any]:
+    """Chunks of a finished request; raises the error it ended with."""
+    from backends.engine.backend import _error
+
+    out = []
+    for msg in engine.collector.msgs.pop(rid, []):
+        if msg[0] == "error":
+            raise _error(msg)
+        if msg[0] == "chunk":
+            out.append(msg[2])
+    return out
+
+
+def run(engine: Any, req: Any) -> list[Any]:
+    rid = submit(engine, req)
+    while engine.busy:
+        engine.step()
+    return results(engine, rid)
+
+
+def text_of(chunks: list[Any], index: int = 0) -> str:
+    return "".join(c.text for c in chunks if c.index == index)
+
+
+def completion(prompt: Any = "Hello world", **kw: Any) -> Any:
+    from gateway.canonical import CanonicalRequest
+
+    kw.setdefault("dialect", "openai")
+    return CanonicalRequest(kind="completion", model="local/tiny",
+                            prompt=prompt if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int)
+                            else [prompt], **kw)
