@@ -78,6 +78,5 @@ def completion(prompt: Any = "Hello world", **kw: Any) -> Any:
     from gateway.canonical import CanonicalRequest
 
     kw.setdefault("dialect", "openai")
-    return CanonicalRequest(kind="completion", model="local/tiny",
-                            prompt=prompt if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int)
-                            else [prompt], **kw)
+    many = isinstance(prompt, list) and prompt and not isinstance(prompt[0], int)
+    return CanonicalRequest(kind="completion", model="local/tiny", prompt=prompt if many else [prompt], **kw)

@@ -33,7 +33,8 @@ def test_runner_matches_transformers_forward(tiny_loaded):
 def test_greedy_concurrent_equals_alone(tiny_engine):
     prompts = ["Hello world", "The rain in Spain", "def add(a, b):", "red green", "Lorem ipsum dolor"]
     alone = [text_of(run(tiny_engine, completion(p, temperature=0, max_tokens=24))) for p in prompts]
-    rids = [submit(tiny_engine, completion(p, temperature=0, max_tokens=24 - i)) for i, p in enumerate(prompts)]
+    rids = [submit(tiny_engine, completion(p, temperature=0, max_tokens=24 - i))
+            for i, p in enumerate(prompts)]
     while tiny_engine.busy:
         tiny_engine.step()
     together = [text_of(results(tiny_engine, rid)) for rid in rids]
@@ -64,7 +65,7 @@ def test_prompt_forms_and_cached_tokens(tiny_engine):
     tok = tiny_engine.tokenizer
     ids = tok.encode("The quick brown fox jumps over the lazy dog")
     first = run(tiny_engine, completion(ids, temperature=0, max_tokens=3))
-    again = run(tiny_engine, completion([ids[:4] + [tok.decode(ids[4:])]], temperature=0, max_tokens=3))
+    again = run(tiny_engine, completion([[*ids[:4], tok.decode(ids[4:])]], temperature=0, max_tokens=3))
     assert first[-1].usage.prompt_tokens == len(ids)
     assert text_of(first) == text_of(again)
     assert again[-1].usage.cached_tokens >= len(ids) - 1
@@ -150,7 +151,8 @@ def test_overflow_policies(tiny_engine):
 def test_stop_sequence_removed_and_reported(tiny_engine):
     base = text_of(run(tiny_engine, completion("Hello world", temperature=0, max_tokens=20)))
     stop = base[5:8]
-    chunks = run(tiny_engine, completion("Hello world", temperature=0, max_tokens=20, stop=[stop], stream=True))
+    chunks = run(tiny_engine, completion("Hello world", temperature=0, max_tokens=20, stop=[stop],
+                                         stream=True))
     assert text_of(chunks) == base[: base.index(stop)]
     assert chunks[-1].finish_reason == "stop" and chunks[-1].stop_word == stop
     inc = run(tiny_engine, completion("Hello world", temperature=0, max_tokens=20, stop=[stop],
