@@ -67,6 +67,8 @@ class _HttpxAnswer:
         return self.resp.headers.get(name)
 
     def __aiter__(self) -> AsyncIterator[bytes]:
+        if self.resp.is_stream_consumed:  # a transport that answered already read (mocks)
+            return _once(self.resp.content)
         return self.resp.aiter_raw()
 
     async def read(self) -> bytes:
@@ -74,6 +76,10 @@ class _HttpxAnswer:
 
     async def aclose(self) -> None:
         await self.resp.aclose()
+
+
+async def _once(data: bytes) -> AsyncIterator[bytes]:
+    yield data
 
 
 class HttpxExchange:

@@ -258,3 +258,11 @@ async def test_stream_fault_after_first_byte_is_reported_in_the_stream(gateway_f
     assert objs[0]["choices"][0]["text"] == "a"
     assert objs[-1]["error"]["type"] == "upstream_error"
     assert sse_events(resp.text)[-1] == "[DONE]"
+
+
+async def test_stream_from_a_transport_that_answered_already_read() -> None:
+    router = respx.Router()
+    router.post(f"{BASE}/completions").mock(return_value=httpx.Response(
+        200, content=sse(text_event("ok", "stop")) + b"data: [DONE]\n\n"))
+    chunks = await run(backend(router), creq(stream=True))
+    assert [c.text for c in chunks] == ["ok"]
