@@ -15,6 +15,9 @@ from gateway.canonical import Constraint
 from gateway.errors import InvalidRequest
 
 NEG_INF = float("-inf")
+# Compact JSON: with flexible whitespace a small model can pad forever between tokens. A schema
+# may still override this through its "x-guidance" key.
+JSON_OPTIONS: llguidance.JsonCompileOptions = {"whitespace_flexible": False}
 
 
 def grammar_for(c: Constraint) -> str:
@@ -24,9 +27,9 @@ def grammar_for(c: Constraint) -> str:
             schema = c.value if isinstance(c.value, (dict, str)) else None
             if schema is None:
                 raise ValueError("json_schema must be a JSON object")
-            return llguidance.LLMatcher.grammar_from_json_schema(schema)
+            return llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=JSON_OPTIONS)
         if c.kind == "json_object":
-            return llguidance.LLMatcher.grammar_from_json_schema({"type": "object"})
+            return llguidance.LLMatcher.grammar_from_json_schema({"type": "object"}, defaults=JSON_OPTIONS)
         if c.kind == "regex":
             if not isinstance(c.value, str):
                 raise ValueError("regex must be a string")
