@@ -89,7 +89,10 @@ class Gateway:
             bad_json = True
         if ep.model_optional and isinstance(body, dict) and body.get("model") is None:
             body["model"] = "default"
-        dialect = ep.dialect or sniff_completion_dialect(body, headers)
+        try:
+            dialect = ep.dialect or sniff_completion_dialect(body, headers)
+        except InvalidRequest as e:  # a header, not a body field: OpenAI's plain error shape
+            return self.error("chat", e)
         shape = ep.renderer or dialect.name
         try:
             if len(raw) > self.config.server.max_body_bytes:
@@ -123,6 +126,8 @@ class Gateway:
         route = self.router.resolve(req.model)
         if not (principal.may_use(route.group) and principal.may_use(req.model)):
             raise Forbidden(f"key {principal.key_id} may not use model {req.model}", param="model")
+        if req.model == "default":
+            req.model = route.group  # answer with the model that served, as llama.cpp does
         if req.timeout is None and principal.timeout is not None:
             req.timeout = principal.timeout
         return route

@@ -148,7 +148,8 @@ def _no_op(req: CanonicalRequest, field: str, value: Any, dialect: Dialect) -> b
         return value <= (req.n or 1)
     if field == "overflow":
         return value == "error" and dialect.name in _OVERFLOW_ERRS
-    return False
+    # A caching hint changes no output: a server that cannot take it loses nothing.
+    return field == "cache_prompt"
 
 
 def _refuse(req: CanonicalRequest, field: str, dialect: Dialect) -> None:

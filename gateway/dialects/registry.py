@@ -12,6 +12,7 @@ from gateway.dialects.mistralrs import MISTRALRS
 from gateway.dialects.openai import OPENAI, VLLM
 from gateway.dialects.sgp import SGP
 from gateway.dialects.spec import Dialect
+from gateway.errors import InvalidRequest
 
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (OPENAI, VLLM, LLAMACPP, MISTRALRS, FIREWORKS, SGP)}
 
@@ -44,7 +45,11 @@ def sniff_completion_dialect(body: Any, headers: Mapping[str, str]) -> Dialect:
     """
     named = headers.get(DIALECT_HEADER)
     if named:
-        return DIALECTS.get(named.lower(), OPENAI)
+        d = DIALECTS.get(named.lower())
+        if d is None:
+            raise InvalidRequest(f"{DIALECT_HEADER} must be one of {sorted(DIALECTS)} (got {named!r})",
+                                 param=DIALECT_HEADER)
+        return d
     if isinstance(body, dict):
         for name in body:
             mark = _MARKS.get(name)
