@@ -8,10 +8,9 @@ from typing import Any
 import msgspec
 from litestar import Litestar, Request, Response, get
 from litestar.exceptions import HTTPException
-from litestar.handlers import asgi
 from litestar.openapi import OpenAPIConfig
 
-from gateway.asgi import endpoint_app, send_reply
+from gateway.asgi import Switchyard, endpoint_app
 from gateway.config import Config
 from gateway.dialects.chat import CHAT
 from gateway.dialects.errors import error_bytes
@@ -20,7 +19,8 @@ from gateway.dialects.llamacpp import LLAMACPP, LLAMACPP_NATIVE
 from gateway.dialects.mistralrs import MISTRALRS
 from gateway.dialects.openai import OPENAI, VLLM
 from gateway.dialects.sgp import SGP
-from gateway.errors import GatewayError, MethodNotAllowed, PayloadTooLarge
+from gateway.dialects.spec import Dialect
+from gateway.errors import GatewayError, PayloadTooLarge
 from gateway.openapi import add_completion_paths
 from gateway.pipeline import Endpoint, Gateway, Reply
 from gateway.router import Router
@@ -40,35 +40,25 @@ def _respond(reply: Reply) -> Response[Any]:
                     media_type=reply.media_type)
 
 
+# The completion endpoints: path -> (endpoint, OpenAPI summary, the dialects its body may speak).
+HOT: dict[str, tuple[Endpoint, str, list[Dialect]]] = {
+    "/v1/completions": (COMPLETIONS, "Completions: OpenAI, llama.cpp, mistral.rs, vLLM, SGP bodies "
+                        "(told by their fields or the x-switchyard-dialect header)",
+                        [OPENAI, VLLM, LLAMACPP, MISTRALRS]),
+    "/inference/v1/completions": (FIREWORKS_COMPLETIONS, "Completions: Fireworks AI", [FIREWORKS]),
+    "/v4/beta/completions": (SGP_COMPLETIONS, "Completions: Scale GenAI Platform", [SGP]),
+    "/completion": (LLAMACPP_COMPLETION, "llama.cpp native completion", [LLAMACPP_NATIVE]),
+    "/v1/chat/completions": (CHAT_COMPLETIONS, "Chat completions", [CHAT]),
+    "/inference/v1/chat/completions": (CHAT_COMPLETIONS, "Chat completions (Fireworks path)", [CHAT]),
+}
+
+
 def create_app(config: Config, *, router: Router | None = None,
-               policies: Policies | None = None) -> Litestar:
+               policies: Policies | None = None) -> Switchyard:
     router = router or Router(config)
     policies = policies or build_policies(config)
     router.use_store(policies.store)  # the usage strategy counts where the limits are counted
     gw = Gateway(config, router, policies)
-
-    def hot(path: str | list[str], ep: Endpoint, doc: str) -> Any:
-        """A raw ASGI handler for a completion endpoint (see gateway/asgi.py for why)."""
-        inner = endpoint_app(gw, ep)
-
-        async def handler(scope: Any, receive: Any, send: Any) -> None:
-            if scope["method"] != "POST":
-                reply = gw.error("openai", MethodNotAllowed(f"{scope['path']} takes POST"))
-                return await send_reply(reply, send, receive)
-            await inner(scope, receive, send)
-
-        handler.__doc__ = doc
-        return asgi(path, is_mount=False, copy_scope=False, name=str(path))(handler)
-
-    hot_routes = [
-        hot("/v1/completions", COMPLETIONS, "OpenAI legacy completions; the llama.cpp, mistral.rs, "
-            "vLLM and SGP dialects are told apart by their fields (or the x-switchyard-dialect header)."),
-        hot("/inference/v1/completions", FIREWORKS_COMPLETIONS, "Fireworks AI completions."),
-        hot("/v4/beta/completions", SGP_COMPLETIONS, "Scale GenAI Platform completions."),
-        hot("/completion", LLAMACPP_COMPLETION, "llama.cpp's native completion."),
-        hot(["/v1/chat/completions", "/inference/v1/chat/completions"], CHAT_COMPLETIONS,
-            "Chat completions."),
-    ]
 
     @get("/v1/models")
     async def models(request: Request[Any, Any, Any]) -> Response[Any]:
@@ -107,14 +97,8 @@ def create_app(config: Config, *, router: Router | None = None,
 
     async def startup() -> None:
         await router.start()
-        add_completion_paths(app.openapi_schema, {
-            "/v1/completions": ("Completions: OpenAI, llama.cpp, mistral.rs, vLLM (told by their fields)",
-                                [OPENAI, VLLM, LLAMACPP, MISTRALRS]),
-            "/inference/v1/completions": ("Completions: Fireworks AI", [FIREWORKS]),
-            "/v4/beta/completions": ("Completions: Scale GenAI Platform", [SGP]),
-            "/completion": ("llama.cpp native completion", [LLAMACPP_NATIVE]),
-            "/v1/chat/completions": ("Chat completions", [CHAT]),
-        })
+        add_completion_paths(app.openapi_schema, {path: (summary, dialects)
+                                                  for path, (_, summary, dialects) in HOT.items()})
 
     async def shutdown() -> None:
         await gw.drain()
@@ -122,7 +106,7 @@ def create_app(config: Config, *, router: Router | None = None,
         await policies.aclose()
 
     app = Litestar(
-        route_handlers=[*hot_routes, models, health, ready, policies.admin_router()],
+        route_handlers=[models, health, ready, policies.admin_router()],
         on_startup=[startup], on_shutdown=[shutdown],
         exception_handlers={HTTPException: too_large},
         openapi_config=OpenAPIConfig(title="Switchyard", version="0.1.0", path="/schema"),
@@ -131,4 +115,4 @@ def create_app(config: Config, *, router: Router | None = None,
         logging_config=None,  # Litestar's default logs at INFO through a queue: a cost per request
     )
     app.state.gateway = gw
-    return app
+    return Switchyard(app, {path: endpoint_app(gw, ep) for path, (ep, _, _) in HOT.items()}, gw)

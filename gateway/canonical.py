@@ -163,6 +163,9 @@ class Chunk:
     # Engine extras for llama.cpp's native shape and echo: the prompt's own logprobs/text.
     prompt_logprobs: list[TokenLogprob] | None = None
     stop_word: str | None = None  # the stop sequence that ended this choice, if one did
+    # More chunks have already arrived and follow at once: the gateway may write them to the
+    # caller together (one send instead of many when an upstream delivers a burst).
+    more: bool = False
 
 
 @dataclass(slots=True)

@@ -211,19 +211,20 @@ class Gateway:
         status = 499  # until the stream ends normally: the client went away
         last: Chunk | None = None
         try:
-            pending = [first] if first is not None else []
-            while True:
-                for ch in pending:
-                    tally.add(ch)
-                    if ch.text or ch.finish_reason or ch.logprobs or ch.role or ch.tool_calls:
-                        last = ch if ch.finish_reason else last
-                        yield renderer.event(ch)
-                try:
-                    pending = [await anext(chunks)]
-                except StopAsyncIteration:
-                    break
+            ch = first
+            held: list[bytes] = []  # events already rendered while more chunks are in hand
+            while ch is not None:
+                tally.add(ch)
+                if ch.text or ch.finish_reason or ch.logprobs or ch.role or ch.tool_calls:
+                    last = ch if ch.finish_reason else last
+                    held.append(renderer.event(ch))
+                if held and not ch.more:
+                    yield held[0] if len(held) == 1 else b"".join(held)
+                    held = []
+                ch = await anext(chunks, None)
             status = 200
-            yield renderer.closing(tally.usage(), last)
+            held.append(renderer.closing(tally.usage(), last))
+            yield b"".join(held)
         except GatewayError as e:
             status = e.status
             yield sse(error_json(shape, e)[1])

@@ -112,8 +112,12 @@ class _Conn(asyncio.Protocol):
         """The next body chunk, or None at the end of the body."""
         while True:
             if self.chunks:
-                chunk = self.chunks.popleft()
-                if self.paused and len(self.chunks) < _HIGH_WATER // 2 and self.transport is not None:
+                # Everything that has arrived, at once: httptools reports each HTTP chunk of a
+                # chunked body separately, but the reader wants whole arrivals (see sse.py).
+                chunks = self.chunks
+                chunk = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
+                chunks.clear()
+                if self.paused and self.transport is not None:
                     self.paused = False
                     self.transport.resume_reading()
                 return chunk
@@ -231,7 +235,7 @@ class H1Transport(httpx.AsyncBaseTransport):
         idle = self._idle.get(origin)
         while idle:
             conn = idle.pop()
-            if not conn.closed:
+            if not conn.closed and conn.transport is not None and not conn.transport.is_closing():
                 return conn
         scheme, host, port = origin
         ctx = None

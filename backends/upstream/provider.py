@@ -16,7 +16,7 @@ import msgspec
 from backends.upstream.client import make_transport
 from backends.upstream.exchange import Answered, Exchange, make_exchange
 from backends.upstream.parse import chunks_of
-from backends.upstream.sse import sse_data
+from backends.upstream.sse import sse_batches
 from gateway.canonical import CanonicalRequest, Chunk
 from gateway.config import DeploymentConfig
 from gateway.dialects.outgoing import Emulation, render_request
@@ -95,13 +95,25 @@ class UpstreamBackend:
                 for ch in stops.apply(chunks_of(obj, chat=chat, delta=False)):
                     yield ch
                 return
-            async for data in sse_data(aiter(resp)):
-                if data == b"[DONE]":
-                    break
-                for ch in stops.apply(chunks_of(_decode(data), chat=chat, delta=True)):
+            async for batch in sse_batches(aiter(resp)):
+                out: list[Chunk] = []
+                done = False
+                try:
+                    for data in batch:
+                        if data == b"[DONE]":
+                            done = True
+                            break
+                        out.extend(stops.apply(chunks_of(_decode(data), chat=chat, delta=True)))
+                except msgspec.DecodeError:
+                    for ch in out:  # what was good still reaches the caller
+                        yield ch
+                    raise
+                for ch in out[:-1]:
+                    ch.more = True
+                for ch in out:
                     yield ch
-                if stops.all_stopped(req):
-                    break  # every choice hit a gateway-applied stop: close the upstream
+                if done or stops.all_stopped(req):
+                    break  # [DONE], or every choice hit a gateway-applied stop: close the upstream
         except httpx.TimeoutException:
             raise UpstreamError(f"upstream {self.deployment.name} timed out mid-response",
                                 status=504) from None
