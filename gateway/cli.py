@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 
 from gateway.config import Config, ConfigError, load_config
@@ -41,8 +42,14 @@ def _serve(config: Config, host: str, port: int) -> int:
 
     configure_logging()
     app = create_app(config)
+    # Long-lived start-up objects leave the collector's view, and young collections run less
+    # often: a request allocates a few hundred objects, almost all freed by reference counting.
+    gc.freeze()
+    gc.set_threshold(20_000, 50, 50)
+    # No proxy-header rewriting, Server or Date headers: per-request work nobody here uses.
     uvicorn.run(app, host=host, port=port, loop="uvloop", http="httptools", access_log=False,
-                log_level="warning", lifespan="on")
+                log_level="warning", lifespan="on", proxy_headers=False, server_header=False,
+                date_header=False)
     return 0
 
 
