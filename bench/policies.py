@@ -3,8 +3,10 @@
     .venv/bin/python bench/policies.py [--n 5000] [--redis-url redis://...]
 
 Starts its own redis-server on a free loopback port unless --redis-url / $REDIS_URL is given.
-The baseline is a bare PING through the same redis-py client, measured in the same process, so the
-ratios say what the scripts cost beyond one round trip. Every scope carries every kind of limit
+The baseline is a bare PING through the same redis-py client, measured in the same process; "raw
+PING" is one through the hot path's own client (policies/resp.py), the floor for admit / settle.
+Settle returns once its command is sent (its reply is awaited in the background), so a sequential
+admit right after it also waits for the settle script to run. Every scope carries every kind of limit
 (rpm, tpm, concurrency, day/month token and spend quotas): the worst case.
 """
 
@@ -31,6 +33,7 @@ from policies.limits import Limiter
 from policies.memory import MemoryStore
 from policies.pricing import Pricing
 from policies.redis_store import RedisStore
+from policies.resp import RespConnection
 from policies.store import Store
 
 BIG = Limits(rpm=10**9, tpm=10**12, max_concurrency=10**6, tokens_per_day=10**15, tokens_per_month=10**15,
@@ -105,6 +108,9 @@ async def main() -> None:
     try:
         store = RedisStore.from_url(url, timeout=1.0, ns="bench")
         ping = await timed(args.n, lambda: store.client.execute_command("PING"))
+        raw = await RespConnection.open("127.0.0.1", int(url.rsplit(":", 1)[1].split("/")[0]))
+        raw_ping = await timed(args.n, lambda: raw.request(b"*1\r\n$4\r\nPING\r\n"))
+        raw.close()
         results = {f"redis {k}": v for k, v in (await measure(store, args.n)).items()}
         results |= {f"redis typical {k}": v for k, v in (await measure(store, args.n, TYPICAL)).items()}
         await store.client.flushdb()
@@ -120,6 +126,8 @@ async def main() -> None:
           " typical: key rpm+tpm, team rpm+tpm+spend/day")
     print(f"{'':28} {'p50 ms':>8} {'p99 ms':>8} {'p50 / PING':>11}")
     print(f"{'redis PING (baseline)':28} {base:8.3f} {pct(ping, 0.99):8.3f} {1.0:11.2f}")
+    print(f"{'raw PING (hot-path client)':28} {pct(raw_ping, 0.5):8.3f} {pct(raw_ping, 0.99):8.3f}"
+          f" {pct(raw_ping, 0.5) / base:11.2f}")
     for name, xs in results.items():
         print(f"{name:28} {pct(xs, 0.5):8.3f} {pct(xs, 0.99):8.3f} {pct(xs, 0.5) / base:11.2f}")
 

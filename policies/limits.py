@@ -13,6 +13,7 @@ import math
 import os
 import time
 from collections import deque
+from collections.abc import Awaitable
 from typing import Any
 
 from gateway.canonical import Usage
@@ -177,13 +178,39 @@ class Limiter:
             self._queue(dict(kw, token_delta=usage.total_tokens, spend_delta=cost, lease_id=None,
                              rates=False))
             return
+        nowait = getattr(self.store, "settle_nowait", None)
+        if nowait is None:
+            await self._settle_store(self.store.settle(**kw), kw)
+            return
+        # Off the critical path once the command is on the wire (this replica's next admissions
+        # queue behind it on the same connection): its reply is awaited in a task of its own,
+        # which handles failure as above; aclose waits for it. Not sent yet (no connection):
+        # the whole call is awaited here, as before.
         try:
-            await self.store.settle(**kw)
+            sent, pending = nowait(**kw)
+        except Exception:
+            log.exception("settle failed")
+            return
+        if not sent:
+            await self._settle_store(pending, kw)
+            return
+        task = asyncio.ensure_future(self._settle_store(pending, kw))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _settle_store(self, pending: Awaitable[None], kw: dict[str, Any]) -> None:
+        try:
+            await pending
         except StoreDown as e:
             self._mark_down(e)
             self._queue(kw)
         except Exception:  # a bug must not turn a served request into a 500
             log.exception("settle failed")
+
+    async def flush(self) -> None:
+        """Wait for settlements still in flight (shutdown, tests)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     def _queue(self, kw: dict[str, Any]) -> None:
         self._backlog.append(kw)
@@ -222,6 +249,7 @@ class Limiter:
         return len(self._backlog)
 
     async def aclose(self) -> None:
+        await self.flush()
         for task in (self._renewer, self._reconciler):
             if task is not None:
                 task.cancel()

@@ -42,7 +42,7 @@ class MemoryStore:
         self.ns = ns
         self.clock = clock
         self.skew_ms = 0  # as RedisStore.skew_ms: tests move the clock with it
-        self._tat: dict[str, float] = {}
+        self._tat: dict[tuple[str, int], float] = {}  # (counters key, 0 = requests / 1 = tokens)
         self._leases: dict[str, dict[str, int]] = defaultdict(dict)
         self._quota: dict[str, dict[str, int]] = defaultdict(dict)
         self._aggs: dict[tuple[str, int], dict[str, int]] = defaultdict(lambda: defaultdict(int))
@@ -62,7 +62,8 @@ class MemoryStore:
         writes: list[Callable[[], None]] = []
         for i, s in enumerate(plan.scopes):
             rpm, tpm, conc, tpd, tpmo, spd, spmo = s.vector
-            rq, tk, cc, q = s.keys
+            q, cc = s.keys
+            rq, tk = (q, 0), (q, 1)
             if rpm != NONE:
                 t = 60_000.0 / rpm
                 new = max(self._tat.get(rq, now), now) + t
@@ -129,7 +130,8 @@ class MemoryStore:
         day, month = admitted_ms // DAY_MS, month_of(admitted_ms)
         for s in plan.scopes:
             _, tpm, conc, tpd, tpmo, spd, spmo = s.vector
-            _, tk, cc, q = s.keys
+            q, cc = s.keys
+            tk = (q, 1)
             if rates and tpm != NONE and token_delta:
                 # As settle.lua: a charge may put a full bucket into debt; a refund stops at full.
                 now = self._now()
@@ -152,7 +154,7 @@ class MemoryStore:
         exp = self._now() + ttl_ms
         for plan, lid in leases:
             for s in plan.scopes:
-                held = self._leases.get(s.keys[2])
+                held = self._leases.get(s.keys[1])
                 if held is not None and lid in held:
                     held[lid] = exp
 

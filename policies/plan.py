@@ -39,12 +39,12 @@ class Scope:
     label: str  # how messages name it: "key alice", "team ml", "team ml model openai/gpt-4o"
     prefix: str  # store key prefix
     vector: tuple[int, ...]
+    # Counters (HASH: rq tk GCRA, d td sd / m tm sm quotas) and concurrency leases (ZSET).
+    keys: tuple[str, str] = ("", "")
 
-    @property
-    def keys(self) -> tuple[str, str, str, str]:
-        """Request GCRA, token GCRA, concurrency leases (ZSET), day/month quotas (HASH)."""
-        p = self.prefix
-        return f"{p}:rq", f"{p}:tk", f"{p}:cc", f"{p}:q"
+
+def scope(label: str, prefix: str, vector: tuple[int, ...]) -> Scope:
+    return Scope(label, prefix, vector, (f"{prefix}:c", f"{prefix}:cc"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +53,7 @@ class Plan:
     model: str
     key_id: str
     scopes: tuple[Scope, ...]
-    keys: tuple[str, ...]  # 4 per scope, flattened
+    keys: tuple[str, ...]  # 2 per scope, flattened
     vector: tuple[int, ...]  # 7 per scope, flattened
     agg_prefix: str  # + ":<day>" -> the team's daily aggregates hash
     log: str  # the team's usage record stream
@@ -78,12 +78,12 @@ def model_limits_for(model: str, table: dict[str, Limits]) -> tuple[str, Limits]
 def build_plan(ns: str, key_id: str, team: str, model: str, key_limits: Limits,
                team_limits: Limits, team_model_limits: dict[str, Limits]) -> Plan:
     t = f"{ns}:{tag(team)}"
-    scopes = [Scope(f"key {key_id}", f"{t}:k:{key_id}", limit_vector(key_limits)),
-              Scope(f"team {team}", f"{t}:t", limit_vector(team_limits))]
+    scopes = [scope(f"key {key_id}", f"{t}:k:{key_id}", limit_vector(key_limits)),
+              scope(f"team {team}", f"{t}:t", limit_vector(team_limits))]
     found = model_limits_for(model, team_model_limits)
     if found is not None:
         name, lim = found
-        scopes.append(Scope(f"team {team} model {name}", f"{t}:m:{name}", limit_vector(lim)))
+        scopes.append(scope(f"team {team} model {name}", f"{t}:m:{name}", limit_vector(lim)))
     # Scopes without any limit cost nothing to check: leave them out of the script call.
     live = tuple(s for s in scopes if any(v != NONE for v in s.vector))
     return Plan(

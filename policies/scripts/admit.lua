@@ -1,5 +1,6 @@
 -- Admit one request against every limit of every scope, all or nothing.
--- KEYS: 4 per scope: request GCRA, token GCRA, lease ZSET, quota HASH (all one hash tag).
+-- KEYS: 2 per scope (all one hash tag): counters HASH (rq, tk: request / token GCRA theoretical
+--       arrival ms; d td sd, m tm sm: quota day, tokens, spend, month, ...), lease ZSET.
 -- ARGV: tokens, spend (nano-USD), lease id ('' = none), lease ttl ms, clock skew ms (tests),
 --       then 7 limits per scope (-1 = none): rpm tpm concurrency tokens/day tokens/month
 --       spend/day spend/month.
@@ -38,69 +39,74 @@ local month = month_of(day)
 local req_l, req_r, req_t = -1, -1, 0
 local tok_l, tok_r, tok_t = -1, -1, 0
 local writes = {}
-local nscopes = #KEYS / 4
+local nscopes = #KEYS / 2
 
 for i = 1, nscopes do
-  local k, a = (i - 1) * 4, 5 + (i - 1) * 7
+  local c, z, a = KEYS[2 * i - 1], KEYS[2 * i], 5 + (i - 1) * 7
   local rpm, tpm, conc = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   local tpd, tpmo = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
   local spd, spmo = tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7])
+  local quota = tpd >= 0 or tpmo >= 0 or spd >= 0 or spmo >= 0
+  local h = redis.call('HMGET', c, 'rq', 'tk', 'd', 'td', 'sd', 'm', 'tm', 'sm')
+  local set = {}
   if rpm >= 0 then
     local per = WINDOW / rpm
-    local tat = tonumber(redis.call('GET', KEYS[k + 1]) or now)
+    local tat = tonumber(h[1]) or now
     if tat < now then tat = now end
     local new = tat + per
     if new - now > WINDOW then return {0, now, i, 'rpm', math.ceil(new - now - WINDOW), rpm} end
     local rem = math.floor((WINDOW - (new - now)) / per + 1e-9)
     if req_r < 0 or rem < req_r then req_l, req_r, req_t = rpm, rem, math.ceil(new - now) end
-    writes[#writes + 1] = {'gcra', KEYS[k + 1], new}
+    set[#set + 1] = 'rq'; set[#set + 1] = string.format('%.3f', new)
   end
   if tpm >= 0 then
     if tokens > tpm then return {0, now, i, 'too_large', WINDOW, tpm} end
     local per = WINDOW / tpm
-    local tat = tonumber(redis.call('GET', KEYS[k + 2]) or now)
+    local tat = tonumber(h[2]) or now
     if tat < now then tat = now end
     local new = tat + tokens * per
     if new - now > WINDOW then return {0, now, i, 'tpm', math.ceil(new - now - WINDOW), tpm} end
     local rem = math.floor((WINDOW - (new - now)) / per + 1e-9)
     if tok_r < 0 or rem < tok_r then tok_l, tok_r, tok_t = tpm, rem, math.ceil(new - now) end
-    writes[#writes + 1] = {'gcra', KEYS[k + 2], new}
+    set[#set + 1] = 'tk'; set[#set + 1] = string.format('%.3f', new)
   end
   if conc >= 0 and lease ~= '' then
-    redis.call('ZREMRANGEBYSCORE', KEYS[k + 3], '-inf', now)
-    if redis.call('ZCARD', KEYS[k + 3]) >= conc then return {0, now, i, 'concurrency', 1000, conc} end
-    writes[#writes + 1] = {'lease', KEYS[k + 3]}
+    redis.call('ZREMRANGEBYSCORE', z, '-inf', now)
+    if redis.call('ZCARD', z) >= conc then return {0, now, i, 'concurrency', 1000, conc} end
+    writes[#writes + 1] = z
   end
-  if tpd >= 0 or tpmo >= 0 or spd >= 0 or spmo >= 0 then
-    local h = redis.call('HMGET', KEYS[k + 4], 'd', 'td', 'sd', 'm', 'tm', 'sm')
-    local sameday, samemonth = tonumber(h[1]) == day, tonumber(h[4]) == month
-    local td = sameday and tonumber(h[2] or 0) or 0
-    local sd = sameday and tonumber(h[3] or 0) or 0
-    local tm = samemonth and tonumber(h[5] or 0) or 0
-    local sm = samemonth and tonumber(h[6] or 0) or 0
+  if quota then
+    local sameday, samemonth = tonumber(h[3]) == day, tonumber(h[6]) == month
+    local td = sameday and tonumber(h[4] or 0) or 0
+    local sd = sameday and tonumber(h[5] or 0) or 0
+    local tm = samemonth and tonumber(h[7] or 0) or 0
+    local sm = samemonth and tonumber(h[8] or 0) or 0
     local eod, eom = (day + 1) * DAY - now, next_month_ms(month) - now
     if tpd >= 0 and td + tokens > tpd then return {0, now, i, 'tokens_per_day', eod, tpd} end
     if tpmo >= 0 and tm + tokens > tpmo then return {0, now, i, 'tokens_per_month', eom, tpmo} end
     if spd >= 0 and sd + spend > spd then return {0, now, i, 'spend_per_day', eod, spd} end
     if spmo >= 0 and sm + spend > spmo then return {0, now, i, 'spend_per_month', eom, spmo} end
-    writes[#writes + 1] = {'quota', KEYS[k + 4], sameday, samemonth}
+    local n = #set
+    set[n + 1], set[n + 2] = 'd', day
+    set[n + 3], set[n + 4] = 'td', string.format('%d', td + tokens)
+    set[n + 5], set[n + 6] = 'sd', string.format('%d', sd + spend)
+    set[n + 7], set[n + 8] = 'm', month
+    set[n + 9], set[n + 10] = 'tm', string.format('%d', tm + tokens)
+    set[n + 11], set[n + 12] = 'sm', string.format('%d', sm + spend)
+  end
+  if #set > 0 then
+    -- GCRA fields never run more than a window ahead here; quotas live for their month.
+    writes[#writes + 1] = {c, set, quota and 35 * DAY or WINDOW + 1000}
   end
 end
 
 for _, w in ipairs(writes) do
-  if w[1] == 'gcra' then
-    redis.call('SET', w[2], string.format('%.3f', w[3]), 'PX', math.ceil(w[3] - now) + 1000)
-  elseif w[1] == 'lease' then
-    redis.call('ZADD', w[2], now + ttl, lease)
-    redis.call('PEXPIRE', w[2], ttl * 2)
+  if type(w) == 'string' then
+    redis.call('ZADD', w, now + ttl, lease)
+    redis.call('PEXPIRE', w, ttl * 2)
   else
-    if not w[3] then redis.call('HSET', w[2], 'd', day, 'td', 0, 'sd', 0) end
-    if not w[4] then redis.call('HSET', w[2], 'm', month, 'tm', 0, 'sm', 0) end
-    redis.call('HINCRBY', w[2], 'td', tokens)
-    redis.call('HINCRBY', w[2], 'sd', spend)
-    redis.call('HINCRBY', w[2], 'tm', tokens)
-    redis.call('HINCRBY', w[2], 'sm', spend)
-    redis.call('PEXPIRE', w[2], 35 * DAY)
+    redis.call('HSET', w[1], unpack(w[2]))
+    redis.call('PEXPIRE', w[1], w[3])
   end
 end
 return {1, now, req_l, req_r, req_t, tok_l, tok_r, tok_t}

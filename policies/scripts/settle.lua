@@ -1,5 +1,5 @@
 -- Settle one request: move its reservation to the real usage, free its lease, record it.
--- KEYS: 4 per scope (as admit.lua), then the team's day aggregate HASH, then its record STREAM.
+-- KEYS: 2 per scope (as admit.lua), then the team's day aggregate HASH, then its record STREAM.
 -- ARGV: token delta, spend delta (nano-USD), lease id ('' = none), admitted ms (dates the
 --       quota periods), rates (1 = also move the tpm bucket), max records, n aggregate fields,
 --       clock skew ms (tests), 7 limits per scope, n (field, increment) pairs, then the record's field/value pairs.
@@ -7,7 +7,7 @@ local td, sd = tonumber(ARGV[1]), tonumber(ARGV[2])
 local lease, admitted, rates = ARGV[3], tonumber(ARGV[4]), ARGV[5] == '1'
 local maxrec, nagg, skew = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local WINDOW, DAY = 60000, 86400000
-local nscopes = (#KEYS - 2) / 4
+local nscopes = (#KEYS - 2) / 2
 local day = math.floor(admitted / DAY)
 
 local function month_of(d)
@@ -26,48 +26,64 @@ local month = month_of(day)
 local now = nil
 
 for i = 1, nscopes do
-  local k, a = (i - 1) * 4, 8 + (i - 1) * 7
+  local c, z, a = KEYS[2 * i - 1], KEYS[2 * i], 8 + (i - 1) * 7
   local tpm, conc = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   local quotas = tonumber(ARGV[a + 4]) >= 0 or tonumber(ARGV[a + 5]) >= 0
       or tonumber(ARGV[a + 6]) >= 0 or tonumber(ARGV[a + 7]) >= 0
-  if rates and tpm >= 0 and td ~= 0 then
-    if not now then
-      local t = redis.call('TIME')
-      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + skew
+  local bucket = rates and tpm >= 0 and td ~= 0
+  local quota = quotas and (td ~= 0 or sd ~= 0)
+  if bucket or quota then
+    local h = redis.call('HMGET', c, 'tk', 'd', 'td', 'sd', 'm', 'tm', 'sm')
+    local set = {}
+    local px = WINDOW + 1000
+    if bucket then
+      if not now then
+        local t = redis.call('TIME')
+        now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + skew
+      end
+      local per = WINDOW / tpm
+      local cur = tonumber(h[1])
+      local tat = nil
+      if td > 0 then  -- a charge: the bucket may be full (no value) or in debt
+        tat = math.max(cur or now, now) + td * per
+      elseif cur then  -- a refund, down to a full bucket
+        tat = cur + td * per
+      end
+      if tat and tat > now then
+        set[1], set[2] = 'tk', string.format('%.3f', tat)
+        px = math.max(px, math.ceil(tat - now) + 1000)
+      elseif cur then
+        set[1], set[2] = 'tk', '0'  -- a full bucket, as no value
+      end
     end
-    local per = WINDOW / tpm
-    local cur = redis.call('GET', KEYS[k + 2])
-    local tat = nil
-    if td > 0 then  -- a charge: the bucket may be full (no key) or in debt
-      tat = math.max(tonumber(cur or now), now) + td * per
-    elseif cur then  -- a refund, down to a full bucket
-      tat = tonumber(cur) + td * per
+    if quota then
+      -- The admission's period only: a newer one already reset, an older one is gone.
+      local d, m = tonumber(h[2]), tonumber(h[5])
+      local n = #set
+      if not d or d < day then
+        set[n + 1], set[n + 2], set[n + 3], set[n + 4] = 'd', day, 'td', string.format('%d', td)
+        set[n + 5], set[n + 6] = 'sd', string.format('%d', sd)
+      elseif d == day then
+        set[n + 1], set[n + 2] = 'td', string.format('%d', tonumber(h[3] or 0) + td)
+        set[n + 3], set[n + 4] = 'sd', string.format('%d', tonumber(h[4] or 0) + sd)
+      end
+      n = #set
+      if not m or m < month then
+        set[n + 1], set[n + 2], set[n + 3], set[n + 4] = 'm', month, 'tm', string.format('%d', td)
+        set[n + 5], set[n + 6] = 'sm', string.format('%d', sd)
+      elseif m == month then
+        set[n + 1], set[n + 2] = 'tm', string.format('%d', tonumber(h[6] or 0) + td)
+        set[n + 3], set[n + 4] = 'sm', string.format('%d', tonumber(h[7] or 0) + sd)
+      end
     end
-    if tat and tat > now then
-      redis.call('SET', KEYS[k + 2], string.format('%.3f', tat), 'PX', math.ceil(tat - now) + 1000)
-    elseif cur then
-      redis.call('DEL', KEYS[k + 2])
+    if quotas then px = 35 * DAY end
+    if #set > 0 then
+      redis.call('HSET', c, unpack(set))
+      redis.call('PEXPIRE', c, px)
     end
   end
   if conc >= 0 and lease ~= '' then
-    redis.call('ZREM', KEYS[k + 3], lease)
-  end
-  if quotas and (td ~= 0 or sd ~= 0) then
-    -- The admission's period only: a newer one already reset, an older one is gone.
-    local q = KEYS[k + 4]
-    local h = redis.call('HMGET', q, 'd', 'm')
-    local d, m = tonumber(h[1]), tonumber(h[2])
-    if not d or d < day then redis.call('HSET', q, 'd', day, 'td', 0, 'sd', 0); d = day end
-    if d == day then
-      redis.call('HINCRBY', q, 'td', td)
-      redis.call('HINCRBY', q, 'sd', sd)
-    end
-    if not m or m < month then redis.call('HSET', q, 'm', month, 'tm', 0, 'sm', 0); m = month end
-    if m == month then
-      redis.call('HINCRBY', q, 'tm', td)
-      redis.call('HINCRBY', q, 'sm', sd)
-    end
-    redis.call('PEXPIRE', q, 35 * DAY)
+    redis.call('ZREM', z, lease)
   end
 end
 

@@ -1,0 +1,181 @@
+"""A minimal pipelined RESP2 client for the hot path: pre-encoded EVALSHA in, small reply out.
+
+redis-py's asyncio connection (stream reader, lock, health checks, generic parser) costs about as
+much as the loopback round trip itself. This client is one ``asyncio.Protocol`` per Redis node:
+``request`` writes the pre-encoded command at once and returns a future; replies are matched to
+requests in order (Redis answers one connection's commands in order), so any number of
+concurrent requests share one connection. Everything else (admin reads, cluster topology,
+redirects, SCRIPT LOAD) stays with redis-py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Any
+
+
+class ReplyError(Exception):
+    """An error reply (``-ERR ...``, ``-NOSCRIPT ...``, ``-MOVED ...``)."""
+
+    @property
+    def code(self) -> str:
+        return str(self.args[0]).split(" ", 1)[0]
+
+
+_INCOMPLETE = object()
+
+
+def _parse(buf: bytes, pos: int) -> tuple[Any, int]:
+    """One RESP2 value at ``pos`` -> (value, next pos), or (_INCOMPLETE, pos)."""
+    end = buf.find(b"\r\n", pos)
+    if end < 0:
+        return _INCOMPLETE, pos
+    t = buf[pos]
+    if t == 58:  # ':'
+        return int(buf[pos + 1:end]), end + 2
+    if t == 42:  # '*'
+        n = int(buf[pos + 1:end])
+        if n < 0:
+            return None, end + 2
+        out: list[Any] = []
+        p = end + 2
+        for _ in range(n):
+            v, p2 = _parse(buf, p)
+            if v is _INCOMPLETE:
+                return _INCOMPLETE, pos
+            out.append(v)
+            p = p2
+        return out, p
+    if t == 36:  # '$'
+        n = int(buf[pos + 1:end])
+        if n < 0:
+            return None, end + 2
+        if len(buf) < end + 4 + n:
+            return _INCOMPLETE, pos
+        return bytes(buf[end + 2:end + 2 + n]), end + 4 + n
+    if t == 43:  # '+'
+        return bytes(buf[pos + 1:end]), end + 2
+    if t == 45:  # '-'
+        return ReplyError(bytes(buf[pos + 1:end]).decode(errors="replace")), end + 2
+    raise ConnectionError(f"bad RESP type byte {t!r}")
+
+
+class RespConnection(asyncio.Protocol):
+    """One pipelined connection. ``request`` raises ``ConnectionError`` once the link is gone."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self._waiters: deque[asyncio.Future[Any]] = deque()
+        self._buf = b""
+        self._out: list[bytes] = []  # deferred commands, written on the loop's next turn
+        self.lost = False
+
+    @classmethod
+    async def open(cls, host: str | None, port: int | None, *, path: str | None = None,
+                   username: str | None = None, password: str | None = None, db: int = 0) -> RespConnection:
+        loop = asyncio.get_running_loop()
+        if path:
+            _, proto = await loop.create_unix_connection(cls, path)
+        else:
+            _, proto = await loop.create_connection(cls, host, port)
+        try:
+            if password:
+                user = (username.encode(),) if username else ()
+                await proto.request(encode((b"AUTH", *user, password.encode())))
+            if db:
+                await proto.request(encode((b"SELECT", str(db).encode())))
+        except BaseException:
+            proto.close()
+            raise
+        return proto
+
+    # -- asyncio.Protocol --
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        buf = self._buf + data if self._buf else data
+        pos, n = 0, len(buf)
+        waiters = self._waiters
+        while pos < n:
+            try:
+                v, p = _parse(buf, pos)
+            except (ValueError, IndexError, ConnectionError) as e:
+                self._fail(ConnectionError(f"bad reply: {e}"))
+                return
+            if v is _INCOMPLETE:
+                break
+            pos = p
+            if not waiters:  # a reply nobody asked for: the stream is out of step
+                self._fail(ConnectionError("unexpected reply"))
+                return
+            fut = waiters.popleft()
+            if not fut.done():  # a timed-out caller has gone; its reply is simply dropped
+                if isinstance(v, ReplyError):
+                    fut.set_exception(v)
+                else:
+                    fut.set_result(v)
+        self._buf = buf[pos:] if pos < n else b""
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self.transport = None
+        err = ConnectionError(f"connection lost: {exc}" if exc else "connection closed")
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_exception(err)
+                fut.exception()  # nobody may be left to retrieve it
+
+    # -- client --
+    def request(self, packed: bytes, *, defer: bool = False) -> asyncio.Future[Any]:
+        """Queue one pre-encoded command; the future gets its reply (or the error).
+
+        Commands go out in the order of ``request`` calls. Without ``defer`` the command (with
+        any deferred ones ahead of it) is written now; with ``defer`` the write waits for the
+        event loop's next turn, so its syscall is off the caller's path and commands queued in
+        the same turn share one write.
+        """
+        if self.lost or self.transport is None or self.transport.is_closing():
+            raise ConnectionError("connection closed")
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        self._waiters.append(fut)
+        if defer:
+            if not self._out:
+                loop.call_soon(self._flush)
+            self._out.append(packed)
+        elif self._out:
+            self._out.append(packed)
+            self._flush()
+        else:
+            self.transport.write(packed)
+        return fut
+
+    def _flush(self) -> None:
+        if self._out and self.transport is not None and not self.lost:
+            data = self._out[0] if len(self._out) == 1 else b"".join(self._out)
+            self._out.clear()
+            self.transport.write(data)
+
+    def _fail(self, err: Exception) -> None:
+        self.close()
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_exception(err)
+                fut.exception()
+
+    def close(self) -> None:
+        self.lost = True
+        if self.transport is not None:
+            self.transport.abort()
+
+
+def encode(args: Any) -> bytes:
+    parts = [b"*%d\r\n" % len(args)]
+    for a in args:
+        b = a if isinstance(a, bytes) else a.encode() if isinstance(a, str) else str(a).encode()
+        parts.append(b"$%d\r\n%s\r\n" % (len(b), b))
+    return b"".join(parts)
