@@ -41,7 +41,11 @@ def _serve(config: Config, host: str, port: int) -> int:
     from gateway.logs import configure_logging
 
     configure_logging()
-    app = create_app(config)
+    try:
+        app = create_app(config)
+    except ConfigError as e:
+        print(f"switchyard: cannot serve this config\n{e}", file=sys.stderr)
+        return 2
     # Long-lived start-up objects leave the collector's view, and young collections run less
     # often: a request allocates a few hundred objects, almost all freed by reference counting.
     gc.freeze()

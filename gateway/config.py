@@ -207,6 +207,10 @@ class Config(_Model):
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise ValueError(f"model names or aliases repeat: {sorted(dup)}")
+        for i, m in enumerate(self.models):
+            for ref in (*m.fallbacks, *([m.context_fallback] if m.context_fallback else [])):
+                if ref not in names:
+                    raise ValueError(f"models.{i}: fallback {ref!r} is not a configured model or alias")
         return self
 
 

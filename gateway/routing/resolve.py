@@ -8,6 +8,7 @@ one is configured (mistral.rs).
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, field
 
 from backends.base import Backend
@@ -88,10 +89,12 @@ class RunInfo:
 
 def build_backend(model: ModelConfig, dep: DeploymentConfig) -> Backend:
     if dep.backend == "engine":
-        try:
-            from backends.engine import EngineBackend
-        except ImportError as e:  # pragma: no cover - depends on the install
-            raise RuntimeError(f"model {model.name}: the engine needs the 'engine' extra ({e})") from e
+        # The engine process imports torch; a proxy-only install finds out here, not at first use.
+        if importlib.util.find_spec("torch") is None:
+            raise ConfigError(f"models.{model.name}: deployment {dep.name} uses the built-in engine, "
+                              "which needs the 'engine' extra (pip install 'switchyard[engine]')")
+        from backends.engine import EngineBackend
+
         return EngineBackend(dep)
     from backends.upstream import UpstreamBackend
 
@@ -119,13 +122,7 @@ class Resolver:
             else:
                 for alias in (m.name, *m.aliases):
                     self.groups[alias] = m
-        self._check_references()
-
-    def _check_references(self) -> None:
-        for m in self.config.models:
-            for ref in (*m.fallbacks, *([m.context_fallback] if m.context_fallback else [])):
-                if ref not in self.groups:
-                    raise ConfigError(f"models.{m.name}: fallback {ref!r} is not a configured model")
+        # Fallback names are checked with the config (gateway/config.py), before any of this.
 
     def resolve(self, name: str) -> Route:
         route = self._routes.get(name)

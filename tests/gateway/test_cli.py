@@ -108,3 +108,12 @@ def test_as_a_process(tmp_path: Path) -> None:
                        cwd=Path(__file__).resolve().parents[2])
     assert r.returncode == 2
     assert str(p) in r.stderr and "models.0.deployments.0.dialect" in r.stderr
+
+
+def test_unknown_fallback_fails_the_check(tmp_path: Path, env: None,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    bad = GOOD.replace("  - name: vendor/m\n", "  - name: vendor/m\n    fallbacks: [vendor/gone]\n")
+    path = write(tmp_path, bad)
+    assert main(["check-config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "models.0" in err and "vendor/gone" in err
