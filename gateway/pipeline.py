@@ -218,7 +218,9 @@ class Gateway:
                 if ch.text or ch.finish_reason or ch.logprobs or ch.role or ch.tool_calls:
                     last = ch if ch.finish_reason else last
                     held.append(renderer.event(ch))
-                if held and not ch.more:
+                # The first event goes out at once (time to first byte); later ones that arrived
+                # together go out together.
+                if held and (not ch.more or last is None and len(held) == 1 and ch is first):
                     yield held[0] if len(held) == 1 else b"".join(held)
                     held = []
                 ch = await anext(chunks, None)
