@@ -220,7 +220,7 @@ class Gateway:
                     held.append(renderer.event(ch))
                 # The first event goes out at once (time to first byte); later ones that arrived
                 # together go out together.
-                if held and (not ch.more or last is None and len(held) == 1 and ch is first):
+                if held and (not ch.more or ch is first):
                     yield held[0] if len(held) == 1 else b"".join(held)
                     held = []
                 ch = await anext(chunks, None)
