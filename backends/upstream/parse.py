@@ -6,17 +6,54 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from gateway.canonical import Chunk, TokenLogprob, TopLogprob, Usage
 
 
-def usage_of(obj: Any) -> Usage | None:
-    u = obj.get("usage") if isinstance(obj, dict) else None
-    if not isinstance(u, dict):
+class _Details(msgspec.Struct):
+    cached_tokens: int | None = None
+
+
+class _Usage(msgspec.Struct):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    prompt_tokens_details: _Details | None = None
+
+
+class _Message(msgspec.Struct):
+    content: str | None = None
+    role: str | None = None
+    tool_calls: list[Any] | None = None
+
+
+class _Choice(msgspec.Struct):
+    index: int = 0
+    text: str | None = None
+    delta: _Message | None = None
+    message: _Message | None = None
+    finish_reason: str | None = None
+    logprobs: Any = None
+
+
+class Answer(msgspec.Struct):
+    """The fields of an OpenAI-shaped answer (or stream event) the gateway reads; the rest of
+    the object is skipped by the decoder without being built."""
+
+    choices: list[_Choice] | None = None
+    usage: _Usage | None = None
+
+
+# strict=False: "index": "0" and the like from a lax upstream still read.
+decode_answer = msgspec.json.Decoder(Answer, strict=False).decode
+
+
+def usage_of(u: _Usage | None) -> Usage | None:
+    if u is None:
         return None
-    details = u.get("prompt_tokens_details") or {}
-    return Usage(prompt_tokens=int(u.get("prompt_tokens") or 0),
-                 completion_tokens=int(u.get("completion_tokens") or 0),
-                 cached_tokens=int(details.get("cached_tokens") or 0))
+    d = u.prompt_tokens_details
+    return Usage(prompt_tokens=u.prompt_tokens or 0, completion_tokens=u.completion_tokens or 0,
+                 cached_tokens=(d.cached_tokens or 0) if d is not None else 0)
 
 
 def logprobs_of(lp: Any) -> list[TokenLogprob] | None:
@@ -38,24 +75,26 @@ def logprobs_of(lp: Any) -> list[TokenLogprob] | None:
             for t, v, top in zip(tokens, lps, tops, strict=False)]
 
 
-def chunks_of(obj: Any, *, chat: bool, delta: bool) -> list[Chunk]:
-    """The chunks in one response object (``delta``: a stream event)."""
+def chunks_of(ans: Answer, *, chat: bool, delta: bool) -> list[Chunk]:
+    """The chunks in one answer (``delta``: a stream event)."""
     out: list[Chunk] = []
-    for c in obj.get("choices") or ():
-        idx = int(c.get("index") or 0)
-        lp = logprobs_of(c.get("logprobs"))
+    for c in ans.choices or ():
+        lp = logprobs_of(c.logprobs) if c.logprobs is not None else None
+        tokens = len(lp) if lp is not None else None
         if chat:
-            m = c.get("delta" if delta else "message") or {}
-            out.append(Chunk(index=idx, text=m.get("content") or "", role=m.get("role"),
-                             tool_calls=m.get("tool_calls"), finish_reason=c.get("finish_reason"),
-                             logprobs=lp, tokens=len(lp) if lp is not None else None))
+            m = (c.delta if delta else c.message) or _EMPTY
+            out.append(Chunk(index=c.index, text=m.content or "", role=m.role, tool_calls=m.tool_calls,
+                             finish_reason=c.finish_reason, logprobs=lp, tokens=tokens))
         else:
-            out.append(Chunk(index=idx, text=c.get("text") or "", finish_reason=c.get("finish_reason"),
-                             logprobs=lp, tokens=len(lp) if lp is not None else None))
-    usage = usage_of(obj)
+            out.append(Chunk(index=c.index, text=c.text or "", finish_reason=c.finish_reason,  # type: ignore[arg-type]
+                             logprobs=lp, tokens=tokens))
+    usage = usage_of(ans.usage)
     if usage is not None:
         if out:
             out[-1].usage = usage
         else:
             out.append(Chunk(usage=usage))
     return out
+
+
+_EMPTY = _Message()

@@ -15,7 +15,7 @@ import msgspec
 
 from backends.upstream.client import make_transport
 from backends.upstream.exchange import Answered, Exchange, make_exchange
-from backends.upstream.parse import chunks_of
+from backends.upstream.parse import chunks_of, decode_answer
 from backends.upstream.sse import sse_batches
 from gateway.canonical import CanonicalRequest, Chunk
 from gateway.config import DeploymentConfig
@@ -91,7 +91,7 @@ class UpstreamBackend:
                 await self._raise_for(resp)
             stops = _Stops(emulation)
             if not req.stream:
-                obj = _decode(await resp.read())
+                obj = decode_answer(await resp.read())
                 for ch in stops.apply(chunks_of(obj, chat=chat, delta=False)):
                     yield ch
                 return
@@ -103,7 +103,7 @@ class UpstreamBackend:
                         if data == b"[DONE]":
                             done = True
                             break
-                        out.extend(stops.apply(chunks_of(_decode(data), chat=chat, delta=True)))
+                        out.extend(stops.apply(chunks_of(decode_answer(data), chat=chat, delta=True)))
                 except msgspec.DecodeError:
                     for ch in out:  # what was good still reaches the caller
                         yield ch
