@@ -16,6 +16,7 @@ from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 from backends.engine.kvcache import KVCache
 
 SUPPORTED = frozenset({"llama", "mistral", "qwen2"})
+PACKED_HEAD_ROWS = 3
 
 
 class Runner:
@@ -36,41 +37,119 @@ class Runner:
         self.scale = self.layers[0].self_attn.scaling
         self.vocab_size = cfg.vocab_size
         self.cache = KVCache(len(self.layers), slots, self.kv_heads, self.head_dim, max_len, kv_dtype)
+        self._fuse()
+        self._head()
+        rope_type = getattr(self.rotary, "rope_type", "default")
+        # Static rotary types: cos/sin for every position, computed once by the model's own
+        # module (same ops, same values); dynamic ones depend on the length and run per step.
+        self._rope: tuple[torch.Tensor, torch.Tensor] | None = None
+        if rope_type not in ("dynamic", "longrope"):
+            with torch.inference_mode():
+                probe = torch.zeros(1, dtype=next(model.parameters()).dtype)
+                cos, sin = self.rotary(probe, torch.arange(max_len).view(1, -1))
+                half = self.head_dim // 2
+                # rotate_half(x) * sin == roll(x, half) * [-sin[:half], sin[half:]]
+                self._rope = (cos[0].contiguous(), torch.cat((-sin[0, :, :half], sin[0, :, half:]), -1))
+
+    def _fuse(self) -> None:
+        """Per layer one ``[hidden, q+k+v]`` and one ``[hidden, gate+up]`` weight, and ``o``/``down``,
+        all stored transposed (``[in, out]``, contiguous): a decode step multiplies a few rows by
+        them, and MKL's small-M path is markedly faster on this layout. The modules' weights become
+        views into these tensors, so ``model(...)`` and prefill keep working with no second copy."""
+        self.fused: list[tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor,
+                               torch.Tensor, int]] = []
+        for layer in self.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            projs = (attn.q_proj, attn.k_proj, attn.v_proj)
+            bias = None
+            if all(p.bias is not None for p in projs):
+                bias = torch.cat([p.bias.detach() for p in projs])
+            elif any(p.bias is not None for p in projs):
+                raise ValueError("q/k/v projections with partial biases are not supported")
+            if any(m.bias is not None for m in (attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj)):
+                raise ValueError("o_proj / MLP biases are not supported")
+            qkv = _transposed(list(projs))
+            gu = _transposed([mlp.gate_proj, mlp.up_proj])
+            o, down = _transposed([attn.o_proj]), _transposed([mlp.down_proj])
+            if bias is not None:
+                start = 0
+                for p in projs:
+                    n = p.bias.shape[0]
+                    p.bias = torch.nn.Parameter(bias[start:start + n], requires_grad=False)
+                    start += n
+            self.fused.append((qkv, bias, o, gu, down, mlp.gate_proj.weight.shape[0]))
+
+    def _head(self) -> None:
+        """The output projection stored transposed (a tied input embedding shares it: its lookup
+        gathers columns), plus a oneDNN copy for 3+ rows: over a 49k vocabulary MKL's small-M
+        sgemm is ~1.7x slower than oneDNN there, while for one or two rows the transposed
+        matrix-vector product is the fastest."""
+        head = self.lm_head
+        tied = self.embed.weight is head.weight
+        if head.bias is not None:
+            raise ValueError("lm_head bias is not supported")
+        self.head_t = _transposed([head])
+        if tied:
+            self.embed.weight = head.weight
+        self.head_packed: torch.Tensor | None = None
+        if self.head_t.dtype == torch.float32 and torch.backends.mkldnn.is_available():
+            self.head_packed = self.head_t.t().contiguous().to_mkldnn()
+
+    def _logits(self, x: torch.Tensor) -> torch.Tensor:
+        if self.head_packed is not None and x.shape[0] >= PACKED_HEAD_ROWS:
+            return torch._C._nn.mkldnn_linear(x.to_mkldnn(), self.head_packed, None).to_dense()
+        return x @ self.head_t
 
     @torch.inference_mode()
     def decode(self, tokens: list[int]) -> torch.Tensor:
         """Feed ``tokens[b]`` to slot ``b`` for b in 0..B-1; returns next-token logits ``[B, V]``."""
         b = len(tokens)
         cache = self.cache
-        pos = [cache.length(s) for s in range(b)]
+        pos = [len(cache.tokens[s]) for s in range(b)]
         max_len = max(pos) + 1
         cache.ensure(max_len)
+        heads, kvh, hd = self.heads, self.kv_heads, self.head_dim
+        gqa = heads != kvh
         pos_t = torch.tensor(pos)
-        ids = torch.tensor(tokens).view(b, 1)
-        rows = torch.arange(b)
-        mask = (torch.arange(max_len).view(1, -1) <= pos_t.view(-1, 1)).view(b, 1, 1, max_len)
-        h = self.embed(ids)
-        cos, sin = self.rotary(h, pos_t.view(b, 1))
+        # Where each row's new key/value goes in a layer's flattened [slots*kv_heads*capacity, hd].
+        cap = cache.capacity
+        dst = ((torch.arange(b) * kvh).view(b, 1) + torch.arange(kvh).view(1, kvh)) * cap + pos_t.view(b, 1)
+        dst = dst.view(-1)
+        # No mask when every row sees the whole window (one sequence, or equal lengths).
+        mask = None
+        if min(pos) != max_len - 1:
+            mask = (torch.arange(max_len).view(1, -1) <= pos_t.view(-1, 1)).view(b, 1, 1, max_len)
+        h = self.embed(torch.tensor(tokens))  # [b, hidden]
+        if self._rope is not None:
+            cos, sin = self._rope[0][pos_t].view(b, 1, hd), self._rope[1][pos_t].view(b, 1, hd)
+        else:
+            cos, sin = self.rotary(h, pos_t.view(b, 1))
+            half = hd // 2
+            cos, sin = cos.view(b, 1, hd), torch.cat((-sin[..., :half], sin[..., half:]), -1).view(b, 1, hd)
+        qk_heads = heads + kvh
+        half = hd // 2
         for i, layer in enumerate(self.layers):
-            attn = layer.self_attn
-            x = layer.input_layernorm(h)
-            q = attn.q_proj(x).view(b, 1, self.heads, self.head_dim).transpose(1, 2)
-            k = attn.k_proj(x).view(b, 1, self.kv_heads, self.head_dim).transpose(1, 2)
-            v = attn.v_proj(x).view(b, 1, self.kv_heads, self.head_dim).transpose(1, 2)
-            q, k = apply_rotary_pos_emb(q, k, cos, sin)
+            mlp = layer.mlp
+            qkv_w, qkv_b, o_w, gu_w, down_w, inter = self.fused[i]
+            x = _rms(h, layer.input_layernorm)
+            y = (x @ qkv_w if qkv_b is None else x @ qkv_w + qkv_b).view(b, qk_heads + kvh, hd)
+            qk = y[:, :qk_heads]
+            qk = qk * cos + qk.roll(half, -1) * sin
             kc, vc = cache.k[i], cache.v[i]
-            kc[rows, :, pos_t] = k[:, :, 0].to(kc.dtype)
-            vc[rows, :, pos_t] = v[:, :, 0].to(vc.dtype)
+            kc.view(-1, hd).index_copy_(0, dst, qk[:, heads:].reshape(-1, hd).to(kc.dtype))
+            vc.view(-1, hd).index_copy_(0, dst, y[:, qk_heads:].reshape(-1, hd).to(vc.dtype))
             keys, vals = kc[:b, :, :max_len], vc[:b, :, :max_len]
-            if keys.dtype != q.dtype:
-                keys, vals = keys.to(q.dtype), vals.to(q.dtype)
+            if keys.dtype != qk.dtype:
+                keys, vals = keys.to(qk.dtype), vals.to(qk.dtype)
+            q = qk[:, :heads].view(b, heads, 1, hd)
             o = F.scaled_dot_product_attention(q, keys, vals, attn_mask=mask, scale=self.scale,
-                                               enable_gqa=self.heads != self.kv_heads)
-            h = h + attn.o_proj(o.transpose(1, 2).reshape(b, 1, self.heads * self.head_dim))
-            h = h + layer.mlp(layer.post_attention_layernorm(h))
+                                               enable_gqa=gqa)
+            h = h + o.reshape(b, heads * hd) @ o_w
+            gu = _rms(h, layer.post_attention_layernorm) @ gu_w
+            h = h + (mlp.act_fn(gu[:, :inter]) * gu[:, inter:]) @ down_w
         for s in range(b):
             cache.tokens[s].append(tokens[s])
-        return self.lm_head(self.norm(h[:, 0])).float()
+        return self._logits(_rms(h, self.norm)).float()
 
     @torch.inference_mode()
     def prefill(self, slot: int, tokens: list[int], all_logits: bool = False) -> torch.Tensor:
@@ -105,3 +184,24 @@ class Runner:
         cache.tokens[slot].extend(tokens)
         h = self.norm(h[0] if all_logits else h[0, -1])
         return self.lm_head(h).float()
+
+
+def _rms(h: torch.Tensor, norm: torch.nn.Module) -> torch.Tensor:
+    """The model's RMSNorm (Llama/Mistral/Qwen2 form), inline."""
+    dtype = h.dtype
+    x = h if dtype == torch.float32 else h.float()
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
+    return norm.weight * x.to(dtype)
+
+
+def _transposed(mods: list[torch.nn.Module]) -> torch.Tensor:
+    """The modules' weights concatenated along the output dim, stored ``[in, out]``; each module's
+    weight is replaced by its (transposed) view."""
+    w = torch.cat([m.weight.detach() for m in mods]).t().contiguous()
+    start = 0
+    for m in mods:
+        n = m.weight.shape[0]
+        m.weight = torch.nn.Parameter(w[:, start:start + n].t(), requires_grad=False)
+        start += n
+    return w
+
