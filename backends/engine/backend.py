@@ -169,6 +169,12 @@ class EngineBackend:
             elif kind == "failed":
                 self.load_error = f"engine failed to load: {msg[1]}"
                 return True
+            elif kind == "batch":  # everything one engine step emitted
+                streams = self._streams
+                for m in msg[1]:
+                    q = streams.get(m[1])
+                    if q is not None:
+                        q.put_nowait(m)
             else:
                 q = self._streams.get(msg[1])
                 if q is not None:

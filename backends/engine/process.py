@@ -27,13 +27,15 @@ def main(sock: socket.socket, cfg_data: dict[str, Any]) -> None:
     chan = SyncChannel(sock)
     inbox: queue.Queue[tuple[Any, ...]] = queue.Queue()
     holder: dict[str, Any] = {}
+    # What the engine emits during one round (submits handled, one step) goes out as one frame.
+    outbox: list[tuple[Any, ...]] = []
     threading.Thread(target=_read, args=(chan, inbox, holder), daemon=True).start()
     try:
         from backends.engine.loader import load
         from backends.engine.scheduler import Engine
 
         loaded = load(cfg)
-        engine = Engine(loaded.model, loaded.tokenizer, chan.send, max_batch=cfg.max_batch,
+        engine = Engine(loaded.model, loaded.tokenizer, outbox.append, max_batch=cfg.max_batch,
                         context_window=cfg.context_window)
     except Exception as e:
         chan.send(("failed", f"{type(e).__name__}: {e}", traceback.format_exc()))
@@ -59,6 +61,9 @@ def main(sock: socket.socket, cfg_data: dict[str, Any]) -> None:
                 msg = None
         if engine.busy:
             engine.step()
+        if outbox:
+            chan.send(outbox[0] if len(outbox) == 1 else ("batch", list(outbox)))
+            outbox.clear()
 
 
 def _read(chan: SyncChannel, inbox: queue.Queue[tuple[Any, ...]], holder: dict[str, Any]) -> None:

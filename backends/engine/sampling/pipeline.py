@@ -24,6 +24,9 @@ class Pipeline:
         ]
         self._rows: list[RowState] = []
         self._key: tuple[int, ...] = ()
+        self._on: list[LogitsProcessor] = []
+        self._watching: list[LogitsProcessor] = []
+        self._greedy: list[int] = []
 
     def validate(self, p: SamplingParams, vocab_size: int) -> None:
         for proc in self.processors:
@@ -35,28 +38,30 @@ class Pipeline:
             self._key, self._rows = key, list(rows)
             for proc in self.processors:
                 proc.update_state(self._rows)
+            self._on = [p for p in self.processors if p.active]
+            self._watching = [p for p in self._on if type(p).on_sampled is not LogitsProcessor.on_sampled]
+            self._greedy = [i for i, r in enumerate(rows) if r.params.greedy]
 
     def sample(self, logits: torch.Tensor, rows: list[RowState]) -> list[int]:
         """Process ``logits`` ``[rows, vocab]`` in place and draw one token per row."""
         self.update_state(rows)
-        for proc in self.processors:
-            if proc.active:
-                logits = proc.apply(logits)
-        greedy = [i for i, r in enumerate(rows) if r.params.greedy]
-        tokens = [0] * len(rows)
-        if greedy:
-            picks = logits[greedy].argmax(dim=1).tolist()
-            for i, t in zip(greedy, picks, strict=True):
-                tokens[i] = t
-        if len(greedy) < len(rows):
+        for proc in self._on:
+            logits = proc.apply(logits)
+        greedy = self._greedy
+        if len(greedy) == len(rows):  # all greedy: one argmax over the batch
+            tokens = logits.argmax(dim=1).tolist()
+        else:
+            tokens = [0] * len(rows)
+            if greedy:
+                picks = logits[greedy].argmax(dim=1).tolist()
+                for i, t in zip(greedy, picks, strict=True):
+                    tokens[i] = t
             probs = logits.softmax(dim=1)
             for i, r in enumerate(rows):
                 if not r.params.greedy:
                     tokens[i] = int(torch.multinomial(probs[i], 1, generator=r.generator))
-        watching = [p for p in self.processors
-                    if p.active and type(p).on_sampled is not LogitsProcessor.on_sampled]
-        if watching:
+        if self._watching:
             logp = logits.log_softmax(dim=1)
-            for proc in watching:
+            for proc in self._watching:
                 proc.on_sampled(tokens, logp)
         return tokens
