@@ -64,13 +64,13 @@ class KVCache:
         """The candidate slot sharing the longest prefix with ``prompt``, and that length."""
         best, best_n = None, 0
         for s in candidates:
-            n = _common_prefix(self.tokens[s], prompt)
+            n = common_prefix(self.tokens[s], prompt)
             if n > best_n:
                 best, best_n = s, n
         return best, best_n
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
+def common_prefix(a: list[int], b: list[int]) -> int:
     n = min(len(a), len(b))
     i = 0
     while i < n and a[i] == b[i]:

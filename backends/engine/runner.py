@@ -152,6 +152,59 @@ class Runner:
         return self._logits(_rms(h, self.norm)).float()
 
     @torch.inference_mode()
+    def prefill_many(self, first: int, prompts: list[list[int]]) -> torch.Tensor:
+        """Append ``prompts[r]`` to slot ``first + r`` (after what each holds) in one padded
+        forward; returns each row's last-position logits ``[n, V]``. Padding positions write
+        keys/values past a slot's length, which nothing reads (every read is masked to it)."""
+        n, cache = len(prompts), self.cache
+        starts = [len(cache.tokens[first + r]) for r in range(n)]
+        t = max(len(p) for p in prompts)
+        total = max(starts) + t
+        if n == 1 or total > cache.max_len or first + n > cache.slots:
+            return torch.stack([self.prefill(first + r, p) for r, p in enumerate(prompts)])
+        cache.ensure(total)
+        heads, kvh, hd, cap = self.heads, self.kv_heads, self.head_dim, cache.capacity
+        ids = torch.tensor([p + [p[-1]] * (t - len(p)) for p in prompts])
+        pos = torch.tensor(starts).view(n, 1) + torch.arange(t).view(1, t)  # [n, t]
+        mask = (torch.arange(total).view(1, 1, -1) <= pos.view(n, t, 1)).view(n, 1, t, total)
+        # destination rows in a layer's flattened cache, ordered [n, kv_heads, t]
+        base = (torch.arange(first, first + n) * kvh).view(n, 1, 1) + torch.arange(kvh).view(1, kvh, 1)
+        dst = (base * cap + pos.view(n, 1, t)).view(-1)
+        h = self.embed(ids)  # [n, t, hidden]
+        half = hd // 2
+        if self._rope is not None:
+            cos, sin = self._rope[0][pos].view(n, t, 1, hd), self._rope[1][pos].view(n, t, 1, hd)
+        else:
+            cos, sin = self.rotary(h, pos)
+            sin = torch.cat((-sin[..., :half], sin[..., half:]), -1)
+            cos, sin = cos.view(n, t, 1, hd), sin.view(n, t, 1, hd)
+        qk_heads = heads + kvh
+        for i, layer in enumerate(self.layers):
+            mlp = layer.mlp
+            qkv_w, qkv_b, o_w, gu_w, down_w, inter = self.fused[i]
+            x = _rms(h, layer.input_layernorm)
+            y = (x @ qkv_w if qkv_b is None else x @ qkv_w + qkv_b).view(n, t, qk_heads + kvh, hd)
+            qk = y[:, :, :qk_heads]
+            qk = qk * cos + qk.roll(half, -1) * sin
+            kc, vc = cache.k[i], cache.v[i]
+            k, v = qk[:, :, heads:].transpose(1, 2), y[:, :, qk_heads:].transpose(1, 2)
+            kc.view(-1, hd).index_copy_(0, dst, k.reshape(-1, hd).to(kc.dtype))
+            vc.view(-1, hd).index_copy_(0, dst, v.reshape(-1, hd).to(vc.dtype))
+            keys, vals = kc[first:first + n, :, :total], vc[first:first + n, :, :total]
+            if keys.dtype != qk.dtype:
+                keys, vals = keys.to(qk.dtype), vals.to(qk.dtype)
+            q = qk[:, :, :heads].transpose(1, 2)
+            o = F.scaled_dot_product_attention(q, keys, vals, attn_mask=mask, scale=self.scale,
+                                               enable_gqa=heads != kvh)
+            h = h + o.transpose(1, 2).reshape(n, t, heads * hd) @ o_w
+            gu = _rms(h, layer.post_attention_layernorm) @ gu_w
+            h = h + (mlp.act_fn(gu[..., :inter]) * gu[..., inter:]) @ down_w
+        for r, p in enumerate(prompts):
+            cache.tokens[first + r].extend(p)
+        last = torch.tensor([len(p) - 1 for p in prompts])
+        return self._logits(_rms(h[torch.arange(n), last], self.norm)).float()
+
+    @torch.inference_mode()
     def prefill(self, slot: int, tokens: list[int], all_logits: bool = False) -> torch.Tensor:
         """Append ``tokens`` to slot ``slot`` (after what it already holds). Returns logits for the
         last position ``[V]``, or for every new position ``[T, V]`` when ``all_logits``."""

@@ -11,6 +11,7 @@ import torch
 
 from backends.engine import logprobs as lp
 from backends.engine.constraints import Constraints
+from backends.engine.kvcache import common_prefix
 from backends.engine.prompts import build_prompts, fit
 from backends.engine.runner import Runner
 from backends.engine.sampling.params import RowState, resolve
@@ -127,15 +128,36 @@ class Engine:
         if self.active:
             parts.append(self.runner.decode([s.pending for s in self.active]))
             rows.extend(self.active)
+        # Admitted prompts run together in one padded forward, except that a prompt sharing a
+        # prefix with a pending one waits for it (so it can copy that prefix from the cache), and
+        # echo with logprobs runs alone.
+        batch: list[tuple[int, list[int], list[int]]] = []
         while self.waiting and len(self.active) < self.slots:
             seq = self.waiting.popleft()
-            parts.append(self._admit(seq).view(1, -1))
+            if batch and any(common_prefix(b[2], seq.prompt.ids) > 1 for b in batch):
+                parts.append(self._prefill(batch))
+                batch = []
+            run = self._admit(seq)
+            if isinstance(run, list):
+                batch.append((seq.slot, run, seq.prompt.ids))
+            else:
+                if batch:
+                    parts.append(self._prefill(batch))
+                    batch = []
+                parts.append(run.view(1, -1))
             rows.append(seq)
+        if batch:
+            parts.append(self._prefill(batch))
         if rows:
             self._sample(rows, torch.cat(parts) if len(parts) > 1 else parts[0])
         self._release()
 
-    def _admit(self, seq: Seq) -> torch.Tensor:
+    def _prefill(self, batch: list[tuple[int, list[int], list[int]]]) -> torch.Tensor:
+        return self.runner.prefill_many(batch[0][0], [b[1] for b in batch])
+
+    def _admit(self, seq: Seq) -> torch.Tensor | list[int]:
+        """Take a slot and reuse a cached prefix; returns the prompt tokens still to run, or (echo
+        with logprobs) runs them and returns the last position's logits."""
         job, cache = seq.job, self.runner.cache
         slot = len(self.active)
         seq.slot = slot
@@ -158,13 +180,13 @@ class Engine:
         cache.tokens[slot] = cache.tokens[slot][:reuse]
         if seq.choice == 0:
             job.cached[seq.prompt_index] = reuse
-        logits = self.runner.prefill(slot, ids[reuse:], all_logits=echo_lp)
-        if echo_lp:
-            if seq.choice == 0:
-                job.prompt_logprobs[seq.prompt_index] = lp.prompt_logprobs(
-                    self.table, logits, ids, job.req.logprobs)
-            logits = logits[-1]
-        return logits
+        if not echo_lp:
+            return ids[reuse:]  # run by the caller, batched with the other admissions
+        logits = self.runner.prefill(slot, ids[reuse:], all_logits=True)
+        if seq.choice == 0:
+            job.prompt_logprobs[seq.prompt_index] = lp.prompt_logprobs(
+                self.table, logits, ids, job.req.logprobs)
+        return logits[-1]
 
     def _sample(self, rows: list[Seq], logits: torch.Tensor) -> None:
         want = [i for i, s in enumerate(rows) if s.job.want_logprobs]
