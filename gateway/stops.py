@@ -16,6 +16,8 @@ class StopScanner:
         match, ``word`` is set and everything later is dropped."""
         if self.word is not None:
             return ""
+        if not self.stops:
+            return text
         buf = self.pending + text
         hit, at = None, len(buf)
         for s in self.stops:

@@ -17,10 +17,11 @@ from backends.engine.runner import Runner
 from backends.engine.sampling.params import RowState, resolve
 from backends.engine.sampling.pipeline import Pipeline
 from backends.engine.sequence import Emit, Job, Seq
-from backends.engine.stops import Detokenizer, StopMatcher
+from backends.engine.stops import Detokenizer
 from gateway.canonical import CanonicalRequest, Chunk
 from gateway.dialects.defaults import sampling_defaults
 from gateway.errors import GatewayError, InvalidRequest
+from gateway.stops import StopScanner
 
 MAX_LOGPROBS = 20
 
@@ -105,7 +106,7 @@ class Engine:
                 self.pipeline.validate(params, self.vocab_size)
                 row = RowState(params, p.ids, breaker_ids=breakers)
                 job.seqs.append(Seq(job, pi, c, row, max_tokens[pi], Detokenizer(self.tokenizer, p.ids),
-                                    StopMatcher(req.stop, include_stop),
+                                    StopScanner(req.stop or [], include_stop),
                                     matcher.deep_copy() if matcher else None))
         return job
 
@@ -218,7 +219,8 @@ class Engine:
         elif tok in self.eos and not (s.row.params.ignore_eos and s.matcher is None):
             s.finish = "stop"
         else:
-            text, stop = s.stops.feed(s.detok.add(tok))
+            text = s.stops.feed(s.detok.add(tok))
+            stop = s.stops.word
             s.text += text
             if stop is not None:
                 s.finish, s.stop_word = "stop", stop

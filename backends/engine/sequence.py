@@ -9,8 +9,9 @@ from typing import Any
 
 from backends.engine.prompts import Prompt
 from backends.engine.sampling.params import RowState
-from backends.engine.stops import Detokenizer, StopMatcher
+from backends.engine.stops import Detokenizer
 from gateway.canonical import CanonicalRequest, Chunk, FinishReason, TokenLogprob, Usage
+from gateway.stops import StopScanner
 
 Emit = Callable[[tuple[Any, ...]], None]
 
@@ -53,7 +54,7 @@ class Seq:
     row: RowState
     max_tokens: int
     detok: Detokenizer
-    stops: StopMatcher
+    stops: StopScanner
     matcher: Any = None  # llguidance.LLMatcher
     slot: int = -1
     pending: int | None = None  # sampled, not yet in the KV cache
