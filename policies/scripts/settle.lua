@@ -10,18 +10,6 @@ local WINDOW, DAY = 60000, 86400000
 local nscopes = (#KEYS - 2) / 2
 local day = math.floor(admitted / DAY)
 
-local function month_of(d)
-  local z = d + 719468
-  local era = math.floor(z / 146097)
-  local doe = z - era * 146097
-  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
-  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
-  local mp = math.floor((5 * doy + 2) / 153)
-  local m = (mp < 10) and (mp + 3) or (mp - 9)
-  local y = yoe + era * 400 + ((m <= 2) and 1 or 0)
-  return y * 12 + m - 1
-end
-
 local month = month_of(day)
 local now = nil
 
