@@ -17,7 +17,10 @@ class Backend(Protocol):
     Closing the iterator early (``aclose``) must free the upstream stream or engine sequence.
     """
 
-    def generate(self, req: CanonicalRequest) -> AsyncIterator[Chunk]: ...
+    def generate(self, req: CanonicalRequest, upstream_model: str | None = None) -> AsyncIterator[Chunk]:
+        """``upstream_model``: the name to ask an upstream for (wildcard routes pass the caller's
+        through); ``None`` means the deployment's configured one."""
+        ...
 
     async def start(self) -> None:
         """Open pools / load models. May run in the background; see ``ready``."""

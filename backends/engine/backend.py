@@ -63,7 +63,9 @@ class EngineBackend:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
-    async def generate(self, req: CanonicalRequest) -> AsyncIterator[Chunk]:
+    async def generate(self, req: CanonicalRequest,
+                       upstream_model: str | None = None) -> AsyncIterator[Chunk]:
+        """``upstream_model`` (a wildcard route's name) means nothing here: one model is loaded."""
         rid, q = self._open("submit", req)
         finished = False
         try:

@@ -183,7 +183,7 @@ class Router:
         backend = target.backend
         um = route.upstream_model
         call: Callable[[CanonicalRequest], AsyncIterator[Chunk]] = (
-            (lambda r: backend.generate(r, um)) if um else backend.generate)  # type: ignore[call-arg]
+            (lambda r: backend.generate(r, um)) if um else backend.generate)
         if needs_fanout(req, target.caps):
             return fan_out(call, req, target.caps)
         return call(req)
