@@ -73,17 +73,20 @@ async def _stream(body: AsyncIterator[bytes], send: Send, receive: Receive) -> N
         if me is not None:
             me.cancel()
 
-    watcher = asyncio.ensure_future(watch())
+    watcher: asyncio.Future[None] | None = None
     try:
         async for data in body:
             if data:
                 await send({"type": "http.response.body", "body": data, "more_body": True})
+            if watcher is None:  # started after the first bytes: they go out first
+                watcher = asyncio.ensure_future(watch())
         await send({"type": "http.response.body", "body": b"", "more_body": False})
     except asyncio.CancelledError:
         if not gone:
             raise
     finally:
-        watcher.cancel()
+        if watcher is not None:
+            watcher.cancel()
         await body.aclose()  # type: ignore[attr-defined]
 
 
