@@ -86,7 +86,7 @@ def create_app(config: Config, *, router: Router | None = None,
                             status_code=503)
         return Response({"status": "ready"})
 
-    def too_large(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
+    def http_error(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
         if exc.status_code != 413:
             return Response({"error": {"message": exc.detail, "type": "invalid_request_error",
                                        "param": None, "code": None}}, status_code=exc.status_code)
@@ -108,7 +108,7 @@ def create_app(config: Config, *, router: Router | None = None,
     app = Litestar(
         route_handlers=[models, health, ready, policies.admin_router()],
         on_startup=[startup], on_shutdown=[shutdown],
-        exception_handlers={HTTPException: too_large},
+        exception_handlers={HTTPException: http_error},
         openapi_config=OpenAPIConfig(title="Switchyard", version="0.1.0", path="/schema"),
         request_max_body_size=config.server.max_body_bytes,
         debug=False,

@@ -24,7 +24,7 @@ from gateway.dialects.parse import parse_request
 from gateway.dialects.registry import sniff_completion_dialect
 from gateway.dialects.render import RENDERERS, Renderer, sse
 from gateway.dialects.spec import Dialect
-from gateway.errors import Forbidden, GatewayError, InvalidRequest, PayloadTooLarge, Unauthorized
+from gateway.errors import Forbidden, GatewayError, InvalidRequest, Unauthorized
 from gateway.router import Route, Router, RunInfo
 from gateway.streaming import Tally, gather
 from policies.base import Principal, Ticket
@@ -95,9 +95,6 @@ class Gateway:
             return self.error("chat", e)
         shape = ep.renderer or dialect.name
         try:
-            if len(raw) > self.config.server.max_body_bytes:
-                raise PayloadTooLarge(f"request body is {len(raw)} bytes; the limit is "
-                                      f"{self.config.server.max_body_bytes}")
             principal = await self.authenticate(headers)
             if bad_json:
                 raise InvalidRequest("the request body is not valid JSON")

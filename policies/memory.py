@@ -32,6 +32,14 @@ def _next_month_ms(month: int) -> int:
     return (era * 146097 + doe - 719468) * DAY_MS
 
 
+def _gcra(tat: float | None, now: int, per_minute: int, cost: int) -> tuple[float, int]:
+    """One GCRA step (as admit.lua): the theoretical arrival time after ``cost`` units at
+    ``per_minute``, and how many single units would still fit in the window after it."""
+    t = 60_000.0 / per_minute
+    new = max(tat if tat is not None else now, now) + cost * t
+    return new, math.floor((WINDOW_MS - (new - now)) / t + 1e-9)
+
+
 def wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -65,22 +73,18 @@ class MemoryStore:
             q, cc = s.keys
             rq, tk = (q, 0), (q, 1)
             if rpm != NONE:
-                t = 60_000.0 / rpm
-                new = max(self._tat.get(rq, now), now) + t
+                new, rem = _gcra(self._tat.get(rq), now, rpm, 1)
                 if new - now > WINDOW_MS:
                     return Admission(False, now, i, "rpm", math.ceil(new - now - WINDOW_MS), rpm)
-                rem = math.floor((WINDOW_MS - (new - now)) / t + 1e-9)
                 if req is None or rem < req[1]:
                     req = (rpm, rem, math.ceil(new - now))
                 writes.append(lambda k=rq, v=new: self._tat.__setitem__(k, v))
             if tpm != NONE:
                 if tokens > tpm:
                     return Admission(False, now, i, "too_large", 60_000, tpm)
-                t = 60_000.0 / tpm
-                new = max(self._tat.get(tk, now), now) + tokens * t
+                new, rem = _gcra(self._tat.get(tk), now, tpm, tokens)
                 if new - now > WINDOW_MS:
                     return Admission(False, now, i, "tpm", math.ceil(new - now - WINDOW_MS), tpm)
-                rem = math.floor((WINDOW_MS - (new - now)) / t + 1e-9)
                 if tok is None or rem < tok[1]:
                     tok = (tpm, rem, math.ceil(new - now))
                 writes.append(lambda k=tk, v=new: self._tat.__setitem__(k, v))

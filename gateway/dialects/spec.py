@@ -65,8 +65,9 @@ class Param:
             return
         if lo is not None and hi is not None:
             rng = f"between {_n(lo)} and {_n(hi)}"
-            if self.gt is not None or self.lt is not None:
-                rng += " (exclusive)" if self.gt is not None and self.lt is not None else ""
+            excluded = [_n(b) for b in (self.gt, self.lt) if b is not None]
+            if excluded:
+                rng += f" ({' and '.join(excluded)} excluded)"
         elif lo is not None:
             rng = f"greater than {_n(lo)}" if self.gt is not None else f"at least {_n(lo)}"
         else:
@@ -112,11 +113,8 @@ class Dialect:
     errors: ErrorShape = field(default_factory=ErrorShape)
     # The server's own stop semantics: True when the returned text keeps the stop sequence.
     stop_in_output: bool = False
-    # Canonical fields the gateway can emulate when this dialect cannot carry them.
+    # Derived from params: each row by the dialect's field name, for parsing.
     by_name: dict[str, Param] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "by_name", {p.name: p for p in self.params})
-
-    def supports(self, canonical_field: str) -> bool:
-        return canonical_field in self.emits

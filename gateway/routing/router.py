@@ -51,9 +51,6 @@ class Router:
     def targets(self) -> list[Target]:
         return [t for ts in self.resolver.targets.values() for t in ts]
 
-    def model_names(self) -> list[str]:
-        return [m.name for m in self.config.models]
-
     def resolve(self, name: str) -> Route:
         return self.resolver.resolve(name)
 
