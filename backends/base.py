@@ -22,6 +22,16 @@ class Backend(Protocol):
         through); ``None`` means the deployment's configured one."""
         ...
 
+    async def count_tokens(self, req: CanonicalRequest) -> int | None:
+        """The prompt's exact token count with the model's own tokenizer, or None when this
+        backend cannot count (the gateway then estimates; see ``policies.tokens``)."""
+        ...
+
+    def stats(self) -> dict[str, float]:
+        """Gauges for ``/metrics``, read at scrape time: the engine reports ``queue_depth``,
+        ``batch_size``, ``tokens_per_second`` and ``kv_cache_usage`` (0..1); upstreams nothing."""
+        ...
+
     async def start(self) -> None:
         """Open pools / load models. May run in the background; see ``ready``."""
 

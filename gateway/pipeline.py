@@ -132,9 +132,8 @@ class Gateway:
     async def _admit(self, req: CanonicalRequest, route: Route,
                      principal: Principal) -> tuple[Ticket, int]:
         backend = route.targets[0].backend
-        counter = getattr(backend, "count_tokens", None)
-        prompt_tokens = (await counter(req) if counter is not None and backend.ready
-                         else count_prompt_tokens(req, route.model))
+        counted = await backend.count_tokens(req) if backend.ready else None
+        prompt_tokens = counted if counted is not None else count_prompt_tokens(req, route.model)
         max_tokens = req.max_tokens
         if max_tokens is None or max_tokens < 0:
             default = sampling_defaults(req.dialect).get("max_tokens") if req.kind == "completion" else None

@@ -288,8 +288,8 @@ class RedisStore:
                  bulk(self.max_records), bulk(len(aggs)), bulk(self.skew_ms), pk.vector]
         for field, inc in aggs:
             parts += (pk.field(field), bulk(inc))
-        for name, head in _REC:
-            parts += (head, bulk(getattr(record, name)))
+        for (_, head), value in zip(_REC, record.as_fields().values(), strict=True):
+            parts += (head, bulk(value))
         packed = b"".join(parts)
 
         def args() -> list[Any]:  # for redis-py, when the slot moved

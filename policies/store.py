@@ -33,6 +33,13 @@ class Admission:
 
 @dataclass(slots=True)
 class UsageRecord:
+    """One request's usage, as settled. Never the key, never the prompt.
+
+    ``ticket_id`` is unique per admitted request (the idempotency key downstream, e.g. the
+    ledger); ``request_id`` is the caller's ``x-request-id`` or one the gateway made, so it may
+    repeat. ``model`` is the group that admitted it, ``requested_model`` what the caller named.
+    """
+
     ts_ms: int
     key_id: str
     team: str
@@ -44,18 +51,43 @@ class UsageRecord:
     cost_nano: int
     status: int
     latency_ms: float
+    request_id: str = ""
+    ticket_id: str = ""
+    endpoint: str = ""
+    dialect: str = ""
+    requested_model: str = ""
+    attempts: int = 0
+    ttfb_ms: float = -1.0  # -1: no byte of an answer was sent
+    cut: bool = False  # a stream that ended before its last event (either side hung up)
 
     def as_fields(self) -> dict[str, str]:
-        return {k: str(getattr(self, k)) for k in self.__dataclass_fields__}
+        return {k: _str(getattr(self, k)) for k in self.__dataclass_fields__}
 
     @classmethod
     def from_fields(cls, f: dict[str, Any]) -> UsageRecord:
-        def s(k: str) -> str:
+        """From a stored record's fields (bytes or str); fields older records lack take defaults."""
+        out: dict[str, Any] = {}
+        for k, kind in _FIELD_TYPES.items():
+            if k not in f:
+                continue
             v = f[k]
-            return v.decode() if isinstance(v, bytes) else str(v)
-        ints = {"ts_ms", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_nano", "status"}
-        return cls(**{k: (int(s(k)) if k in ints else float(s(k)) if k == "latency_ms" else s(k))
-                      for k in cls.__dataclass_fields__})
+            s = v.decode() if isinstance(v, bytes) else str(v)
+            out[k] = s == "1" if kind is bool else kind(s)
+        return cls(**out)
+
+
+def _str(v: Any) -> str:
+    return ("1" if v else "0") if isinstance(v, bool) else str(v)
+
+
+_FIELD_TYPES: dict[str, type] = {
+    **dict.fromkeys(("ts_ms", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_nano",
+                     "status", "attempts"), int),
+    **dict.fromkeys(("latency_ms", "ttfb_ms"), float),
+    "cut": bool,
+    **dict.fromkeys(("key_id", "team", "model", "deployment", "request_id", "ticket_id", "endpoint",
+                     "dialect", "requested_model"), str),
+}
 
 
 # Aggregate metrics kept per (team, day, key, model); hash field = "<key>\x1f<model>\x1f<metric>".

@@ -85,6 +85,9 @@ class EngineBackend:
             if not finished and self._chan is not None:
                 self._chan.send(("cancel", rid))
 
+    def stats(self) -> dict[str, float]:
+        return {}  # filled in by the engine's own counters (issue 12)
+
     async def count_tokens(self, req: CanonicalRequest) -> int:
         rid, q = self._open("count", req)
         try:

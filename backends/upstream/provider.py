@@ -54,6 +54,12 @@ class UpstreamBackend:
 
     ready = True
 
+    async def count_tokens(self, req: CanonicalRequest) -> int | None:
+        return None  # the upstream's tokenizer is not here: the gateway estimates
+
+    def stats(self) -> dict[str, float]:
+        return {}
+
     async def start(self) -> None:
         if self._exchange is None:
             transport = self._given_transport or make_transport(self.deployment)
