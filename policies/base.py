@@ -50,6 +50,7 @@ class Ticket:
     principal: Principal
     model: str
     reserved_tokens: int
+    id: str = ""  # unique per admission: the usage record's ticket_id, and the lease's id
     headers: dict[str, str] = field(default_factory=dict)
     lease_id: str | None = None
     started: float = 0.0  # time.monotonic() at admission

@@ -111,7 +111,8 @@ class Limiter:
         completion = max_tokens if max_tokens is not None and max_tokens >= 0 else DEFAULT_COMPLETION_RESERVE
         reserve = prompt_tokens + completion
         spend = self.pricing.cost_nano(model, prompt_tokens, completion)
-        lease = os.urandom(9).hex() if plan.has_concurrency else None
+        ticket_id = os.urandom(9).hex()
+        lease = ticket_id if plan.has_concurrency else None
         local = False
         if not plan.has_limits:
             adm = Admission(True, time.time_ns() // 1_000_000)
@@ -126,7 +127,8 @@ class Limiter:
                 adm, local = await self._degraded(plan, reserve, spend, lease, fail_open, e)
         if not adm.ok:
             raise self._refusal(plan, adm, reserve)
-        t = Ticket(principal=principal, model=model, reserved_tokens=reserve, headers=ratelimit_headers(adm),
+        t = Ticket(principal=principal, model=model, reserved_tokens=reserve, id=ticket_id,
+                   headers=ratelimit_headers(adm),
                    lease_id=lease, started=time.monotonic(), prompt_tokens=prompt_tokens,
                    reserved_spend=spend, admitted_ms=adm.now_ms, plan=plan, local=local)
         if lease is not None:
@@ -167,7 +169,8 @@ class Limiter:
         rec = UsageRecord(ts_ms=ticket.admitted_ms, key_id=ticket.principal.key_id, team=plan.team,
                           model=ticket.model, deployment=deployment or "", prompt_tokens=usage.prompt_tokens,
                           completion_tokens=usage.completion_tokens, cached_tokens=usage.cached_tokens,
-                          cost_nano=cost, status=status, latency_ms=round(latency_ms, 3))
+                          cost_nano=cost, status=status, latency_ms=round(latency_ms, 3),
+                          ticket_id=ticket.id)
         kw: dict[str, Any] = dict(plan=plan, admitted_ms=ticket.admitted_ms,
                                   token_delta=usage.total_tokens - ticket.reserved_tokens,
                                   spend_delta=cost - ticket.reserved_spend, lease_id=ticket.lease_id,
