@@ -22,7 +22,7 @@ from gateway.dialects.sgp import SGP
 from gateway.dialects.spec import Dialect
 from gateway.errors import GatewayError, PayloadTooLarge
 from gateway.openapi import add_completion_paths
-from gateway.pipeline import Endpoint, Gateway, Reply
+from gateway.pipeline import Endpoint, Gateway
 from gateway.router import Router
 from policies.factory import Policies, build_policies
 
@@ -32,12 +32,6 @@ SGP_COMPLETIONS = Endpoint("completion", SGP)
 LLAMACPP_COMPLETION = Endpoint("completion", LLAMACPP_NATIVE, renderer="llamacpp_native",
                                model_optional=True)
 CHAT_COMPLETIONS = Endpoint("chat", CHAT)
-
-
-def _respond(reply: Reply) -> Response[Any]:
-    assert isinstance(reply.body, bytes)
-    return Response(reply.body, status_code=reply.status, headers=reply.headers,
-                    media_type=reply.media_type)
 
 
 # The completion endpoints: path -> (endpoint, OpenAPI summary, the dialects its body may speak).
@@ -66,7 +60,8 @@ def create_app(config: Config, *, router: Router | None = None,
         try:
             principal = await gw.authenticate(request.headers)
         except GatewayError as e:
-            return _respond(gw.error("openai", e))
+            status, body = error_bytes("openai", e)
+            return Response(body, status_code=status, headers=e.headers, media_type="application/json")
         data = [{"id": name, "object": "model", "created": 0, "owned_by": name.split("/")[0]}
                 for m in config.models
                 for name in (m.name, *m.aliases)
@@ -101,7 +96,6 @@ def create_app(config: Config, *, router: Router | None = None,
                                                   for path, (_, summary, dialects) in HOT.items()})
 
     async def shutdown() -> None:
-        await gw.drain()
         await router.aclose()
         await policies.aclose()
 
@@ -115,4 +109,4 @@ def create_app(config: Config, *, router: Router | None = None,
         logging_config=None,  # Litestar's default logs at INFO through a queue: a cost per request
     )
     app.state.gateway = gw
-    return Switchyard(app, {path: endpoint_app(gw, ep) for path, (ep, _, _) in HOT.items()}, gw)
+    return Switchyard(app, {path: endpoint_app(gw, ep, path) for path, (ep, _, _) in HOT.items()}, gw)

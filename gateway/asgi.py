@@ -9,108 +9,162 @@ ahead of Litestar, which serves everything else (models, health, admin, OpenAPI,
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from gateway.errors import MethodNotAllowed, PayloadTooLarge
-from gateway.pipeline import Endpoint, Gateway, Reply
+from gateway.context import REQUEST_ID, RequestContext, request_id
+from gateway.errors import GatewayError, InvalidRequest, MethodNotAllowed, PayloadTooLarge
+from gateway.pipeline import JSON, Endpoint, Gateway
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+# Credentials must come once: with two, which one a proxy or a log saw is anybody's guess.
+_SINGLE = (b"authorization", b"x-api-key")
+# CR, LF and NUL never reach the wire in a header value, whoever wrote it.
+_UNSAFE = str.maketrans({"\r": " ", "\n": " ", "\0": " "})
 
 
-class _Headers(dict[str, str]):
-    """Request headers, lower-cased names (ASGI already lower-cases them)."""
-
-    @classmethod
-    def of(cls, scope: Scope) -> _Headers:
-        return cls((k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"])
+class RequestTimeout(GatewayError):
+    status = 408
+    type = "invalid_request_error"
 
 
-async def read_body(receive: Receive, limit: int) -> bytes:
+class ClientGone(Exception):
+    """The client disconnected while its request body was being read."""
+
+
+def headers_of(scope: Scope) -> dict[str, str]:
+    """Request headers by lower-cased name (ASGI lower-cases them). Raises ``InvalidRequest`` for
+    a repeated credential header."""
+    out: dict[str, str] = {}
+    for k, v in scope["headers"]:
+        name = k.decode("latin-1")
+        if name in out and k in _SINGLE:
+            raise InvalidRequest(f"send one {name} header, not several", param=name)
+        out[name] = v.decode("latin-1")
+    return out
+
+
+async def read_body(receive: Receive, limit: int, timeout: float) -> bytes:
     chunks: list[bytes] = []
     size = 0
-    while True:
-        msg = await receive()
-        if msg["type"] == "http.disconnect":
-            raise ConnectionResetError("client went away")
-        body = msg.get("body", b"")
-        size += len(body)
-        if size > limit:
-            raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes", param="body")
-        chunks.append(body)
-        if not msg.get("more_body"):
-            return b"".join(chunks)
-
-
-def _head(reply: Reply) -> list[tuple[bytes, bytes]]:
-    return [(b"content-type", reply.media_type.encode()),
-            *((k.encode("latin-1"), v.encode("latin-1")) for k, v in reply.headers.items())]
-
-
-async def send_reply(reply: Reply, send: Send, receive: Receive) -> None:
-    if isinstance(reply.body, bytes):
-        headers = _head(reply)
-        headers.append((b"content-length", str(len(reply.body)).encode()))
-        await send({"type": "http.response.start", "status": reply.status, "headers": headers})
-        await send({"type": "http.response.body", "body": reply.body})
-        return
-    await send({"type": "http.response.start", "status": reply.status, "headers": _head(reply)})
-    await _stream(reply.body, send, receive)
-
-
-async def _stream(body: AsyncIterator[bytes], send: Send, receive: Receive) -> None:
-    """Relay the stream; a client that disconnects cancels it (which closes the upstream)."""
-    me = asyncio.current_task()
-    gone = False
-
-    async def watch() -> None:
-        nonlocal gone
-        while (await receive())["type"] != "http.disconnect":
-            pass
-        gone = True
-        if me is not None:
-            me.cancel()
-
-    watcher: asyncio.Future[None] | None = None
     try:
-        async for data in body:
-            if data:
-                await send({"type": "http.response.body", "body": data, "more_body": True})
-            if watcher is None:  # started after the first bytes: they go out first
-                watcher = asyncio.ensure_future(watch())
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-    except asyncio.CancelledError:
-        if not gone:
-            raise
-    finally:
-        if watcher is not None:
-            watcher.cancel()
-        await body.aclose()  # type: ignore[attr-defined]
+        async with asyncio.timeout(timeout):
+            while True:
+                msg = await receive()
+                if msg["type"] == "http.disconnect":
+                    raise ClientGone
+                body = msg.get("body", b"")
+                size += len(body)
+                if size > limit:
+                    raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes", param="body")
+                chunks.append(body)
+                if not msg.get("more_body"):
+                    return b"".join(chunks)
+    except TimeoutError:
+        raise RequestTimeout(f"the request body did not arrive within {timeout:g} s", param="body") from None
 
 
-def endpoint_app(gw: Gateway, ep: Endpoint) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
-    limit = gw.config.server.max_body_bytes
+def encode_headers(headers: dict[str, str], media_type: str) -> list[tuple[bytes, bytes]]:
+    return [(b"content-type", media_type.encode()),
+            *((k.encode("latin-1", "replace"), v.translate(_UNSAFE).encode("latin-1", "replace"))
+              for k, v in headers.items())]
+
+
+class AsgiResponder:
+    """``pipeline.Responder`` over one ASGI request: the answer, the request id on it, and a watch
+    for the client leaving."""
+
+    __slots__ = ("_watcher", "ctx", "finished", "gone", "receive", "send", "started")
+
+    def __init__(self, ctx: RequestContext, send: Send, receive: Receive) -> None:
+        self.ctx = ctx
+        self.send = send
+        self.receive = receive
+        self.started = False
+        self.finished = False
+        self.gone = False
+        self._watcher: asyncio.Future[None] | None = None
+
+    async def whole(self, status: int, headers: dict[str, str], body: bytes, media_type: str = JSON) -> None:
+        raw = encode_headers(headers, media_type)
+        raw.append((b"content-length", str(len(body)).encode()))
+        raw.append((REQUEST_ID.encode(), self.ctx.id.encode()))
+        self.started = self.finished = True
+        self._stop()
+        self.ctx.first_byte = time.monotonic()
+        await self.send({"type": "http.response.start", "status": status, "headers": raw})
+        await self.send({"type": "http.response.body", "body": body})
+
+    async def start(self, status: int, headers: dict[str, str], media_type: str) -> None:
+        raw = encode_headers(headers, media_type)
+        raw.append((REQUEST_ID.encode(), self.ctx.id.encode()))
+        self.started = True
+        await self.send({"type": "http.response.start", "status": status, "headers": raw})
+
+    async def body(self, data: bytes) -> None:
+        if self.ctx.first_byte is None:
+            self.ctx.first_byte = time.monotonic()
+        await self.send({"type": "http.response.body", "body": data, "more_body": True})
+
+    async def end(self, data: bytes) -> None:
+        self.finished = True
+        self._stop()
+        if data and self.ctx.first_byte is None:
+            self.ctx.first_byte = time.monotonic()
+        await self.send({"type": "http.response.body", "body": data, "more_body": False})
+
+    def watch(self, task: asyncio.Task[Any]) -> None:
+        async def watch() -> None:
+            while (await self.receive())["type"] != "http.disconnect":
+                pass
+            if not self.finished:  # after the last byte, the server reports a "disconnect" too
+                self.gone = True
+                task.cancel()
+
+        self._watcher = asyncio.ensure_future(watch())
+
+    def unwatch(self) -> None:
+        self._stop()
+
+    def _stop(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            self._watcher = None
+
+
+def endpoint_app(gw: Gateway, ep: Endpoint, path: str) -> ASGIApp:
+    server = gw.config.server
+    default_shape = ep.renderer or (ep.dialect.name if ep.dialect else "openai")
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["method"] != "POST":
-            reply = gw.error("chat", MethodNotAllowed(f"{scope['path']} takes POST"))
-            return await send_reply(reply, send, receive)
-        headers = _Headers.of(scope)
+        raw_id = next((v for k, v in scope["headers"] if k == b"x-request-id"), None)
+        ctx = RequestContext(request_id(raw_id.decode("latin-1") if raw_id else None), path)
+        ctx.shape = default_shape
+        out = AsgiResponder(ctx, send, receive)
+        gw.begin()
         try:
-            raw = await read_body(receive, limit)
-        except PayloadTooLarge as e:
-            reply = gw.error(ep.renderer or (ep.dialect.name if ep.dialect else "openai"), e)
-            return await send_reply(reply, send, receive)
-        except ConnectionResetError:
-            return
-        await send_reply(await gw.handle(ep, headers, raw), send, receive)
+            if scope["method"] != "POST":
+                ctx.shape = "chat"
+                return await gw.send_error(ctx, out, MethodNotAllowed(f"{path} takes POST"))
+            try:
+                headers = headers_of(scope)
+                raw = await read_body(receive, server.max_body_bytes, server.body_timeout)
+            except GatewayError as e:
+                return await gw.send_error(ctx, out, e)
+            except ClientGone:
+                ctx.status = 499
+                return
+            await gw.serve(ctx, ep, headers, raw, out)
+        finally:
+            out.unwatch()
+            gw.finished(ctx)
 
     return app
-
-
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 class Switchyard:
@@ -126,8 +180,17 @@ class Switchyard:
         return self.litestar.state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            handler = self.hot.get(scope["path"])
-            if handler is not None:
-                return await handler(scope, receive, send)
-        await self.litestar(scope, receive, send)
+        if scope["type"] != "http":
+            return await self.litestar(scope, receive, send)
+        handler = self.hot.get(scope["path"])
+        if handler is not None:
+            return await handler(scope, receive, send)
+        raw_id = next((v for k, v in scope["headers"] if k == b"x-request-id"), None)
+        rid = request_id(raw_id.decode("latin-1") if raw_id else None).encode()
+
+        async def send_with_id(msg: MutableMapping[str, Any]) -> None:
+            if msg["type"] == "http.response.start":
+                msg["headers"] = [*msg.get("headers", ()), (b"x-request-id", rid)]
+            await send(msg)
+
+        await self.litestar(scope, receive, send_with_id)

@@ -160,6 +160,10 @@ class ServerConfig(_Model):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
     max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+    # Slow clients may not hold connections forever (nginx's defaults).
+    header_timeout: float = Field(60.0, gt=0, description="seconds for a request's headers to arrive")
+    body_timeout: float = Field(60.0, gt=0, description="seconds for a request's body to arrive")
+    idle_timeout: float = Field(75.0, gt=0, description="seconds a keep-alive connection may idle")
 
 
 class StoreConfig(_Model):

@@ -2,22 +2,28 @@
 
 route (endpoint -> dialect) -> authenticate the key -> parse the dialect into the canonical
 request -> admit it against every limit -> the router picks a deployment and runs it -> canonical
-chunks flow back -> usage is settled -> the response is rendered in the caller's dialect.
+chunks flow back -> rendered in the caller's dialect -> usage is settled.
 
-Handlers in ``gateway.app`` only move bytes in and out of ``Gateway.handle``.
+``Gateway.serve`` owns a request from its bytes to its settlement: once admitted, one ``finally``
+settles the ticket whatever happens (an answer, an upstream failure, a client that left, a bug).
+Handlers in ``gateway.asgi`` only move bytes; the context (``gateway.context``) records what
+happened for logs and metrics.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
 
 import msgspec
 
-from gateway.canonical import CanonicalRequest, Chunk, RequestKind
+from gateway.canonical import CanonicalRequest, Chunk, RequestKind, Usage
 from gateway.config import Config
+from gateway.context import REQUEST_ID, RequestContext
 from gateway.dialects.defaults import sampling_defaults
 from gateway.dialects.errors import error_bytes, error_json
 from gateway.dialects.parse import parse_request
@@ -25,13 +31,15 @@ from gateway.dialects.registry import sniff_completion_dialect
 from gateway.dialects.render import RENDERERS, Renderer, sse
 from gateway.dialects.spec import Dialect
 from gateway.errors import Forbidden, GatewayError, InvalidRequest, Unauthorized
-from gateway.router import Route, Router, RunInfo
+from gateway.requests import decode_body, model_name, warning_header
+from gateway.router import Route, Router
 from gateway.streaming import Tally, gather
-from policies.base import Principal, Ticket
+from policies.base import Outcome, Principal
 from policies.factory import Policies
 from policies.tokens import count_prompt_tokens
 
-_decode = msgspec.json.decode
+log = logging.getLogger("switchyard")
+
 # Tokens reserved for a request that names no max_tokens and whose model's window is unknown;
 # settled to the real count afterwards.
 DEFAULT_RESERVATION = 1024
@@ -47,12 +55,31 @@ class Endpoint:
     model_optional: bool = False  # llama.cpp's native endpoint serves its one model unnamed
 
 
-@dataclass(slots=True)
-class Reply:
-    status: int
-    body: bytes | AsyncIterator[bytes]
-    headers: dict[str, str] = field(default_factory=dict)
-    media_type: str = JSON
+class Responder(Protocol):
+    """Where an answer goes (``gateway.asgi`` implements it over ASGI)."""
+
+    @property
+    def started(self) -> bool: ...
+
+    @property
+    def gone(self) -> bool:
+        """The client disconnected before the answer was complete."""
+        ...
+
+    async def whole(self, status: int, headers: dict[str, str], body: bytes,
+                    media_type: str = JSON) -> None: ...
+
+    async def start(self, status: int, headers: dict[str, str], media_type: str) -> None: ...
+
+    async def body(self, data: bytes) -> None: ...
+
+    async def end(self, data: bytes) -> None: ...
+
+    def watch(self, task: asyncio.Task[Any]) -> None:
+        """Cancel ``task`` if the client disconnects before the answer is complete."""
+        ...
+
+    def unwatch(self) -> None: ...
 
 
 def bearer_key(headers: Mapping[str, str]) -> str | None:
@@ -69,7 +96,20 @@ class Gateway:
         self.config = config
         self.router = router
         self.policies = policies
-        self._background: set[asyncio.Task[None]] = set()
+        # Called with every finished request's context (access log, metrics).
+        self.observers: list[Callable[[RequestContext], None]] = []
+        self.inflight = 0  # requests between their first byte in and their settlement
+        self._idle: asyncio.Event | None = None  # set when inflight drops to 0 (drain waits on it)
+
+    def begin(self) -> None:
+        self.inflight += 1
+
+    async def drain(self) -> None:
+        """Wait until every request in flight has finished and been settled (tests, shutdown)."""
+        while self.inflight:
+            if self._idle is None:
+                self._idle = asyncio.Event()
+            await self._idle.wait()
 
     async def authenticate(self, headers: Mapping[str, str]) -> Principal:
         raw = bearer_key(headers)
@@ -80,135 +120,175 @@ class Gateway:
             raise Unauthorized("invalid API key")  # never echo the key
         return principal
 
-    async def handle(self, ep: Endpoint, headers: Mapping[str, str], raw: bytes) -> Reply:
-        body: object = None
-        bad_json = False
+    def finished(self, ctx: RequestContext) -> None:
+        self.inflight -= 1
+        if not self.inflight and self._idle is not None:
+            self._idle.set()
+            self._idle = None
+        for observe in self.observers:
+            try:
+                observe(ctx)
+            except Exception:  # an observer's bug must not fail the request
+                log.exception("request observer failed")
+
+    async def serve(self, ctx: RequestContext, ep: Endpoint, headers: Mapping[str, str], raw: bytes,
+                    out: Responder) -> None:
+        """Answer one request on ``out``; settle it if it was admitted."""
         try:
-            body = _decode(raw)
-        except msgspec.DecodeError:
-            bad_json = True
-        if ep.model_optional and isinstance(body, dict) and body.get("model") is None:
-            body["model"] = "default"
+            req = await self._prepare(ctx, ep, headers, raw)
+        except GatewayError as e:
+            await self.send_error(ctx, out, e)
+            return
+        await self._run(ctx, req, out)
+
+    # -- steps before admission ------------------------------------------------------------
+
+    async def _prepare(self, ctx: RequestContext, ep: Endpoint, headers: Mapping[str, str],
+                       raw: bytes) -> CanonicalRequest:
+        body, bad = decode_body(raw, headers)
         try:
             dialect = ep.dialect or sniff_completion_dialect(body, headers)
-        except InvalidRequest as e:  # a header, not a body field: OpenAI's plain error shape
-            return self.error("chat", e)
-        shape = ep.renderer or dialect.name
-        try:
-            principal = await self.authenticate(headers)
-            if bad_json:
-                raise InvalidRequest("the request body is not valid JSON")
-            req = parse_request(dialect, body, kind=ep.kind, strict=principal.strict)
-            route = self._route(req, principal)
-            ticket, prompt_tokens = await self._admit(req, route, principal)
-        except GatewayError as e:
-            return self.error(shape, e)
-        out_headers = dict(ticket.headers)
-        dropped = self._dropped(req, route)
-        if dropped:
-            out_headers["x-switchyard-warning"] = "unknown parameter(s) dropped: " + ", ".join(dropped)
-        renderer = RENDERERS[shape](req)
-        info = RunInfo(prompt_tokens=prompt_tokens)
-        tally = Tally(prompt_tokens)
-        chunks = self.router.stream(req, route, info)
-        if req.stream:
-            return await self._stream(shape, renderer, chunks, tally, ticket, info, out_headers)
-        return await self._whole(shape, renderer, chunks, tally, ticket, info, out_headers)
+        except InvalidRequest:  # a header, not a body field: OpenAI's plain error shape
+            ctx.shape = "chat"
+            raise
+        ctx.dialect = dialect.name
+        ctx.shape = ep.renderer or dialect.name
+        principal = ctx.principal = await self.authenticate(headers)
+        if bad is not None:
+            raise bad
+        if isinstance(body, dict):
+            self._default_model(body, principal, ep)
+        req = parse_request(dialect, body, kind=ep.kind, strict=principal.strict)
+        ctx.requested_model = model_name(req.model)
+        ctx.stream = req.stream
+        route = ctx.route = self._route(req, principal)
+        timeout = req.timeout if req.timeout is not None else principal.timeout
+        if timeout is not None:
+            ctx.deadline = ctx.started + timeout
+            if req.timeout is None:  # the router's own deadline reads it (until it reads ctx)
+                req = replace(req, timeout=timeout)
+        prompt_tokens = await self._count(req, route)
+        ctx.run.prompt_tokens = prompt_tokens
+        ctx.ticket = await self.policies.policy.admit(
+            principal, route.group, prompt_tokens=prompt_tokens,
+            max_tokens=self._reservation(req, route, prompt_tokens), fail_open=route.fail_open)
+        ctx.tally = Tally(prompt_tokens)
+        ctx.warning = self._dropped(req, route)
+        return req
 
-    # -- steps ---------------------------------------------------------------------------
+    def _default_model(self, body: dict[str, Any], principal: Principal, ep: Endpoint) -> None:
+        """An unnamed model is the key's default, or the only one (answered by its real name)."""
+        if body.get("model") not in (None, "", "default"):
+            return
+        if principal.default_model:
+            body["model"] = principal.default_model
+        elif body.get("model") == "default" or (ep.model_optional and body.get("model") is None):
+            body["model"] = self.router.resolve("default").group
 
     def _route(self, req: CanonicalRequest, principal: Principal) -> Route:
-        if req.model in ("", "default") and principal.default_model:
-            req.model = principal.default_model
         route = self.router.resolve(req.model)
         if not (principal.may_use(route.group) and principal.may_use(req.model)):
             raise Forbidden(f"key {principal.key_id} may not use model {req.model}", param="model")
-        if req.model == "default":
-            req.model = route.group  # answer with the model that served, as llama.cpp does
-        if req.timeout is None and principal.timeout is not None:
-            req.timeout = principal.timeout
         return route
 
-    async def _admit(self, req: CanonicalRequest, route: Route,
-                     principal: Principal) -> tuple[Ticket, int]:
+    async def _count(self, req: CanonicalRequest, route: Route) -> int:
         backend = route.targets[0].backend
         counted = await backend.count_tokens(req) if backend.ready else None
-        prompt_tokens = counted if counted is not None else count_prompt_tokens(req, route.model)
+        return counted if counted is not None else count_prompt_tokens(req, route.model)
+
+    @staticmethod
+    def _reservation(req: CanonicalRequest, route: Route, prompt_tokens: int) -> int:
+        """Completion tokens to hold against the limits until the real count is known."""
         max_tokens = req.max_tokens
         if max_tokens is None or max_tokens < 0:
             default = sampling_defaults(req.dialect).get("max_tokens") if req.kind == "completion" else None
             max_tokens = default if isinstance(default, int) and default > 0 else (
                 max(route.model.context_window - prompt_tokens, 1) if route.model.context_window
                 else DEFAULT_RESERVATION)
-        choices = len(req.prompt or [None]) * max(req.best_of or 1, req.n or 1)
-        ticket = await self.policies.policy.admit(
-            principal, route.group, prompt_tokens=prompt_tokens, max_tokens=max_tokens * choices,
-            fail_open=route.fail_open)
-        return ticket, prompt_tokens
+        return max_tokens * len(req.prompt or [None]) * max(req.best_of or 1, req.n or 1)
 
     @staticmethod
-    def _dropped(req: CanonicalRequest, route: Route) -> list[str]:
+    def _dropped(req: CanonicalRequest, route: Route) -> str | None:
         if not req.extra:
-            return []
+            return None
         if all(t.deployment.backend == "upstream" and t.deployment.dialect == req.dialect
                for t in route.targets):
-            return []
-        return sorted(req.extra)
+            return None
+        return warning_header(sorted(req.extra))
 
-    def error(self, shape: str, e: GatewayError) -> Reply:
-        status, body = error_bytes(shape, e)
-        return Reply(status, body, dict(e.headers))
+    # -- after admission: one owner, one finally ---------------------------------------------
 
-    # -- answers -------------------------------------------------------------------------
+    async def _run(self, ctx: RequestContext, req: CanonicalRequest, out: Responder) -> None:
+        assert ctx.ticket is not None and ctx.route is not None and ctx.tally is not None
+        headers = dict(ctx.ticket.headers)
+        if ctx.warning:
+            headers["x-switchyard-warning"] = ctx.warning
+        chunks = self.router.stream(req, ctx.route, ctx.run)
+        task = asyncio.current_task()
+        assert task is not None
+        out.watch(task)
+        try:
+            renderer = RENDERERS[ctx.shape](req)
+            if req.stream:
+                await self._stream(ctx, renderer, chunks, headers, out)
+            else:
+                await self._whole(ctx, renderer, chunks, headers, out)
+        except asyncio.CancelledError:
+            if not out.gone:
+                raise  # the server is stopping: settle below, then let it stop
+            task.uncancel()
+            ctx.status, ctx.cut = 499, out.started
+        except Exception as e:  # a bug: answer 500 when nothing was sent yet, and settle all the same
+            log.exception("request %s failed", ctx.id)
+            ctx.error_type = type(e).__name__
+            if not out.started:
+                await self.send_error(ctx, out, GatewayError("internal error; it has been logged"))
+            else:
+                ctx.status, ctx.cut = 500, True
+                with contextlib.suppress(Exception):
+                    await out.end(b"")
+        finally:
+            out.unwatch()
+            await chunks.aclose()
+            await self._settle(ctx)
 
-    async def _whole(self, shape: str, renderer: Renderer, chunks: AsyncIterator[Chunk], tally: Tally,
-                     ticket: Ticket, info: RunInfo, headers: dict[str, str]) -> Reply:
+    async def _whole(self, ctx: RequestContext, renderer: Renderer, chunks: AsyncIterator[Chunk],
+                     headers: dict[str, str], out: Responder) -> None:
+        tally = ctx.tally
+        assert tally is not None
         got: list[Chunk] = []
-        status = 200
         try:
             async for ch in chunks:
                 tally.add(ch)
                 got.append(ch)
         except GatewayError as e:
-            status = e.status
-            await self._settle(ticket, tally, status, info)
-            reply = self.error(shape, e)
-            reply.headers.update(headers)
-            reply.headers.update(_served(info))  # which deployments were tried, how often
-            return reply
-        finally:
-            await chunks.aclose()
-        await self._settle(ticket, tally, status, info)
-        headers.update(_served(info))
+            headers.update(ctx.run.headers())  # which deployments were tried, how often
+            await self.send_error(ctx, out, e, headers)
+            return
+        headers.update(ctx.run.headers())
         body = msgspec.json.encode(renderer.completion(gather(got, tally.usage())))
-        return Reply(200, body, headers)
+        ctx.status = 200
+        await out.whole(200, headers, body)
 
-    async def _stream(self, shape: str, renderer: Renderer, chunks: AsyncIterator[Chunk], tally: Tally,
-                      ticket: Ticket, info: RunInfo, headers: dict[str, str]) -> Reply:
+    async def _stream(self, ctx: RequestContext, renderer: Renderer, chunks: AsyncIterator[Chunk],
+                      headers: dict[str, str], out: Responder) -> None:
+        tally = ctx.tally
+        assert tally is not None
         # Wait for the first chunk so that a failure before any byte gets a real status code.
         try:
-            first = await anext(chunks)
-        except StopAsyncIteration:
-            first = None
+            first = await anext(chunks, None)
         except GatewayError as e:
-            await chunks.aclose()
-            await self._settle(ticket, tally, e.status, info)
-            reply = self.error(shape, e)
-            reply.headers.update(headers)
-            reply.headers.update(_served(info))  # which deployments were tried, how often
-            return reply
-        headers.update(_served(info))
+            headers.update(ctx.run.headers())
+            await self.send_error(ctx, out, e, headers)
+            return
+        headers.update(ctx.run.headers())
         headers["cache-control"] = "no-cache"
-        return Reply(200, self._events(shape, renderer, first, chunks, tally, ticket, info), headers, SSE)
-
-    async def _events(self, shape: str, renderer: Renderer, first: Chunk | None,
-                      chunks: AsyncIterator[Chunk], tally: Tally, ticket: Ticket,
-                      info: RunInfo) -> AsyncIterator[bytes]:
-        status = 499  # until the stream ends normally: the client went away
+        ctx.status = 200
+        await out.start(200, headers, SSE)
         last: Chunk | None = None
+        ch = first
+        held: list[bytes] = []  # events already rendered while more chunks are in hand
         try:
-            ch = first
-            held: list[bytes] = []  # events already rendered while more chunks are in hand
             while ch is not None:
                 tally.add(ch)
                 if ch.text or ch.finish_reason or ch.logprobs or ch.role or ch.tool_calls:
@@ -217,39 +297,41 @@ class Gateway:
                 # The first event goes out at once (time to first byte); later ones that arrived
                 # together go out together.
                 if held and (not ch.more or ch is first):
-                    yield held[0] if len(held) == 1 else b"".join(held)
+                    await out.body(held[0] if len(held) == 1 else b"".join(held))
                     held = []
                 ch = await anext(chunks, None)
-            status = 200
-            held.append(renderer.closing(tally.usage(), last))
-            yield b"".join(held)
         except GatewayError as e:
-            status = e.status
-            yield sse(error_json(shape, e)[1])
-            yield renderer.end()
-        finally:
-            # A cancelled stream cannot await here safely: settle in a task of its own.
-            task = asyncio.ensure_future(self._close_and_settle(chunks, ticket, tally, status, info))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            ctx.status, ctx.error_type, ctx.cut = e.status, e.type, True
+            await out.end(b"".join(held) + sse(error_json(ctx.shape, e)[1]) + renderer.end())
+            return
+        held.append(renderer.closing(tally.usage(), last))
+        await out.end(b"".join(held))
 
-    async def _close_and_settle(self, chunks: AsyncIterator[Chunk], ticket: Ticket, tally: Tally,
-                                status: int, info: RunInfo) -> None:
-        try:
-            await chunks.aclose()
-        finally:
-            await self._settle(ticket, tally, status, info)
+    async def send_error(self, ctx: RequestContext, out: Responder, e: GatewayError,
+                         headers: dict[str, str] | None = None) -> None:
+        status, body = error_bytes(ctx.shape, e)
+        ctx.status, ctx.error_type = status, e.type
+        await out.whole(status, {**(headers or {}), **e.headers}, body)
 
-    async def _settle(self, ticket: Ticket, tally: Tally, status: int, info: RunInfo) -> None:
-        latency = (time.monotonic() - ticket.started) * 1000 if ticket.started else 0.0
-        await self.policies.policy.settle(ticket, tally.usage(), status=status,
-                                          deployment=info.deployment, latency_ms=latency)
-
-    async def drain(self) -> None:
-        """Wait for background settlements (shutdown, tests)."""
-        while self._background:
-            await asyncio.gather(*list(self._background), return_exceptions=True)
+    async def _settle(self, ctx: RequestContext) -> None:
+        ticket, tally, run = ctx.ticket, ctx.tally, ctx.run
+        assert ticket is not None and tally is not None
+        ttfb = ctx.ttfb
+        outcome = Outcome(
+            usage=_charged(tally, ctx.status), status=ctx.status or 499, called=run.attempts > 0,
+            deployment=run.deployment or "", latency_ms=ctx.latency * 1000,
+            ttfb_ms=-1.0 if ttfb is None else ttfb * 1000, attempts=run.attempts, cut=ctx.cut,
+            request_id=ctx.id, endpoint=ctx.endpoint, dialect=ctx.dialect,
+            requested_model=ctx.requested_model)
+        await self.policies.policy.settle(ticket, outcome)
 
 
-def _served(info: RunInfo) -> dict[str, str]:
-    return info.headers()  # x-switchyard-deployment, -attempts, and -fallback when one served
+def _charged(tally: Tally, status: int) -> Usage:
+    """What the backend reported it billed; else what was counted, for an answer that was given or
+    produced tokens; nothing for a request that failed before any token."""
+    if tally.reported is not None or tally.produced or status == 200:
+        return tally.usage()
+    return Usage()
+
+
+__all__ = ["JSON", "REQUEST_ID", "SSE", "Endpoint", "Gateway", "Responder", "bearer_key"]

@@ -62,6 +62,30 @@ class Ticket:
     local: bool = False  # admitted by the in-process fallback while the store was down (fail-open)
 
 
+@dataclass(slots=True)
+class Outcome:
+    """How a request ended, for its settlement and usage record.
+
+    ``usage`` is what to charge: what the backend reported it billed, else what was counted,
+    and nothing for a request that failed before any token. ``called`` is False when no model
+    was called at all (the gateway refused after admission): the request is given back to the
+    rpm limits too.
+    """
+
+    usage: Usage
+    status: int
+    called: bool = True
+    deployment: str = ""
+    latency_ms: float = 0.0
+    ttfb_ms: float = -1.0
+    attempts: int = 0
+    cut: bool = False
+    request_id: str = ""
+    endpoint: str = ""
+    dialect: str = ""
+    requested_model: str = ""
+
+
 class Policy(Protocol):
     async def admit(self, principal: Principal, model: str, *, prompt_tokens: int,
                     max_tokens: int, fail_open: bool = False) -> Ticket:
@@ -70,8 +94,7 @@ class Policy(Protocol):
         Retry-After) or ``Unavailable`` (503) when the store is down and ``fail_open`` is false."""
         ...
 
-    async def settle(self, ticket: Ticket, usage: Usage, *, status: int, deployment: str | None,
-                     latency_ms: float) -> None:
+    async def settle(self, ticket: Ticket, outcome: Outcome) -> None:
         """Replace the reservation by the real usage, release the concurrency slot, write the
         usage record and aggregates. Idempotent: a second call does nothing."""
         ...

@@ -4,7 +4,8 @@ Keys are stored and compared as sha256 digests, never kept or logged in plain. K
 config and from the store (created through the admin API, so every replica finds them); admin
 overrides (limits, allowlists, revocation) live in the store too. Answers are cached for ``ttl``
 seconds, so a revocation takes effect everywhere within that time. When the store is down the
-last known answer stands (config keys fall back to the config).
+last known answer stands, config keys fall back to the config, and any other key gets a 503
+(never a 401: the key may well be valid).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 from typing import Any
 
 from gateway.config import Config, KeyConfig, Limits, TeamConfig
+from gateway.errors import Unavailable
 from policies.base import Principal
 from policies.store import Store, StoreDown
 
@@ -89,7 +91,11 @@ class KeyRing:
         except StoreDown:
             if hit is not None:
                 return hit[1]
-            return self._by_digest.get(d)
+            known = self._by_digest.get(d)
+            if known is None:  # maybe a key made through the admin API: we cannot tell, not "invalid"
+                raise Unavailable("the policy store is unavailable, so this key cannot be checked; "
+                                  "try again shortly", headers={"Retry-After": "1"}) from None
+            return known
         if hit is not None and hit[1] is not None and hit[1] == found:
             found = hit[1]  # keep the object identical: the limiter caches plans by identity
         if len(self._cache) > 100_000:

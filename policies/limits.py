@@ -16,9 +16,8 @@ from collections import deque
 from collections.abc import Awaitable
 from typing import Any
 
-from gateway.canonical import Usage
 from gateway.errors import Forbidden, RateLimited, Unavailable
-from policies.base import Principal, Ticket
+from policies.base import Outcome, Principal, Ticket
 from policies.memory import MemoryStore
 from policies.plan import NANO, Plan, build_plan
 from policies.pricing import Pricing
@@ -154,10 +153,15 @@ class Limiter:
                                       usd=f"{adm.limit / NANO:g}")
         secs = max(1, math.ceil(adm.retry_ms / 1000))
         tail = "" if adm.kind == "too_large" else f"; retry in {secs} s"
-        return RateLimited(f"{scope.label}: {what}{tail}", headers={"Retry-After": str(secs)})
+        headers = {"Retry-After": str(secs)}
+        # As OpenAI does on its 429s: the limit that refused, nothing left, and when it resets.
+        if adm.kind == "rpm":
+            headers.update(ratelimit_headers(Admission(False, adm.now_ms, req=(adm.limit, 0, adm.retry_ms))))
+        elif adm.kind in ("tpm", "too_large"):
+            headers.update(ratelimit_headers(Admission(False, adm.now_ms, tok=(adm.limit, 0, adm.retry_ms))))
+        return RateLimited(f"{scope.label}: {what}{tail}", headers=headers)
 
-    async def settle(self, ticket: Ticket, usage: Usage, *, status: int, deployment: str | None,
-                     latency_ms: float) -> None:
+    async def settle(self, ticket: Ticket, outcome: Outcome) -> None:
         """Never raises: a store failure queues the settlement for replay."""
         if ticket.settled:
             return
@@ -165,34 +169,36 @@ class Limiter:
         if ticket.lease_id is not None:
             self._live.pop(ticket.lease_id, None)
         plan: Plan = ticket.plan
+        usage = outcome.usage
         cost = self.pricing.cost(ticket.model, usage)
         rec = UsageRecord(ts_ms=ticket.admitted_ms, key_id=ticket.principal.key_id, team=plan.team,
-                          model=ticket.model, deployment=deployment or "", prompt_tokens=usage.prompt_tokens,
-                          completion_tokens=usage.completion_tokens, cached_tokens=usage.cached_tokens,
-                          cost_nano=cost, status=status, latency_ms=round(latency_ms, 3),
-                          ticket_id=ticket.id)
+                          model=ticket.model, deployment=outcome.deployment,
+                          prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
+                          cached_tokens=usage.cached_tokens, cost_nano=cost, status=outcome.status,
+                          latency_ms=round(outcome.latency_ms, 3), request_id=outcome.request_id,
+                          ticket_id=ticket.id, endpoint=outcome.endpoint, dialect=outcome.dialect,
+                          requested_model=outcome.requested_model, attempts=outcome.attempts,
+                          ttfb_ms=round(outcome.ttfb_ms, 3), cut=outcome.cut)
         kw: dict[str, Any] = dict(plan=plan, admitted_ms=ticket.admitted_ms,
                                   token_delta=usage.total_tokens - ticket.reserved_tokens,
                                   spend_delta=cost - ticket.reserved_spend, lease_id=ticket.lease_id,
-                                  record=rec)
+                                  record=rec, refund_request=not outcome.called)
         if ticket.local:
             await self.fallback.settle(**kw)
             # The shared store never saw the reservation: add the real usage once it is back.
             self._queue(dict(kw, token_delta=usage.total_tokens, spend_delta=cost, lease_id=None,
-                             rates=False))
-            return
-        nowait = getattr(self.store, "settle_nowait", None)
-        if nowait is None:
-            await self._settle_store(self.store.settle(**kw), kw)
+                             rates=False, refund_request=False))
             return
         # Off the critical path once the command is on the wire (this replica's next admissions
         # queue behind it on the same connection): its reply is awaited in a task of its own,
         # which handles failure as above; aclose waits for it. Not sent yet (no connection):
-        # the whole call is awaited here, as before.
+        # the whole call is awaited here.
         try:
-            sent, pending = nowait(**kw)
+            sent, pending = self.store.settle_nowait(**kw)
         except Exception:
             log.exception("settle failed")
+            return
+        if pending is None:
             return
         if not sent:
             await self._settle_store(pending, kw)

@@ -10,7 +10,7 @@ import copy
 import math
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from policies.plan import KINDS, NONE, Plan
@@ -130,12 +130,23 @@ class MemoryStore:
             h["sm"] += spend
 
     async def settle(self, plan: Plan, *, admitted_ms: int, token_delta: int, spend_delta: int,
-                     lease_id: str | None, record: UsageRecord, rates: bool = True) -> None:
+                     lease_id: str | None, record: UsageRecord, rates: bool = True,
+                     refund_request: bool = False) -> None:
+        self.settle_nowait(plan, admitted_ms=admitted_ms, token_delta=token_delta,
+                           spend_delta=spend_delta, lease_id=lease_id, record=record, rates=rates,
+                           refund_request=refund_request)
+
+    def settle_nowait(self, plan: Plan, *, admitted_ms: int, token_delta: int, spend_delta: int,
+                      lease_id: str | None, record: UsageRecord, rates: bool = True,
+                      refund_request: bool = False) -> tuple[bool, Awaitable[None] | None]:
+        """Done at once: nothing to wait for."""
         day, month = admitted_ms // DAY_MS, month_of(admitted_ms)
         for s in plan.scopes:
-            _, tpm, conc, tpd, tpmo, spd, spmo = s.vector
+            rpm, tpm, conc, tpd, tpmo, spd, spmo = s.vector
             q, cc = s.keys
-            tk = (q, 1)
+            rq, tk = (q, 0), (q, 1)
+            if refund_request and rpm != NONE and rq in self._tat:
+                self._tat[rq] -= 60_000.0 / rpm  # as settle.lua: the request never reached a model
             if rates and tpm != NONE and token_delta:
                 # As settle.lua: a charge may put a full bucket into debt; a refund stops at full.
                 now = self._now()
@@ -153,6 +164,7 @@ class MemoryStore:
         for field, inc in agg_increments(record):
             aggs[field] += inc
         self._logs[plan.team].append(record)
+        return True, None
 
     async def renew(self, leases: list[tuple[Plan, str]], ttl_ms: int) -> None:
         exp = self._now() + ttl_ms

@@ -273,18 +273,19 @@ class RedisStore:
         return Admission(False, r[1], scope=r[2] - 1, kind=_KINDS[r[3]], retry_ms=r[4], limit=r[5])
 
     def settle_nowait(self, plan: Plan, *, admitted_ms: int, token_delta: int, spend_delta: int,
-                      lease_id: str | None, record: UsageRecord,
-                      rates: bool = True) -> tuple[bool, Awaitable[None]]:
+                      lease_id: str | None, record: UsageRecord, rates: bool = True,
+                      refund_request: bool = False) -> tuple[bool, Awaitable[None] | None]:
         """``settle`` in two halves: (sent, result). ``sent``: the command is already on the wire
         (the connection was up), so this replica's later admissions queue behind it on the same
         connection, and this store's own reads wait for it. Await ``result`` for the outcome
         (``StoreDown``); when not ``sent`` it does the whole call."""
+        mode = (b"2" if refund_request else b"1") if rates else b"0"
         aggs = agg_increments(record)
         keys = [*plan.keys, plan.agg_key(record.ts_ms // DAY_MS), plan.log]
         pk = self._packed(plan)
         parts = [b"*%d\r\n" % (3 + len(keys) + 8 + len(plan.vector) + 2 * len(aggs) + 2 * len(_REC)),
                  pk.settle_head, bulk(keys[-2]), pk.log, bulk(token_delta), bulk(spend_delta),
-                 bulk(lease_id or ""), bulk(admitted_ms), b"$1\r\n1\r\n" if rates else b"$1\r\n0\r\n",
+                 bulk(lease_id or ""), bulk(admitted_ms), bulk(mode),
                  bulk(self.max_records), bulk(len(aggs)), bulk(self.skew_ms), pk.vector]
         for field, inc in aggs:
             parts += (pk.field(field), bulk(inc))
@@ -293,7 +294,7 @@ class RedisStore:
         packed = b"".join(parts)
 
         def args() -> list[Any]:  # for redis-py, when the slot moved
-            a: list[Any] = [token_delta, spend_delta, lease_id or "", admitted_ms, 1 if rates else 0,
+            a: list[Any] = [token_delta, spend_delta, lease_id or "", admitted_ms, mode,
                             self.max_records, len(aggs), self.skew_ms, *plan.vector]
             for field, inc in aggs:
                 a += (field, inc)
@@ -308,11 +309,13 @@ class RedisStore:
         return fut is not None, self._fast(pk, packed, self._settle, keys, args, fut)
 
     async def settle(self, plan: Plan, *, admitted_ms: int, token_delta: int, spend_delta: int,
-                     lease_id: str | None, record: UsageRecord, rates: bool = True) -> None:
+                     lease_id: str | None, record: UsageRecord, rates: bool = True,
+                     refund_request: bool = False) -> None:
         _, result = self.settle_nowait(plan, admitted_ms=admitted_ms, token_delta=token_delta,
                                        spend_delta=spend_delta, lease_id=lease_id, record=record,
-                                       rates=rates)
-        await result
+                                       rates=rates, refund_request=refund_request)
+        if result is not None:
+            await result
 
     async def _settled(self) -> None:
         """Read-your-writes for this replica: wait for settlements already sent."""

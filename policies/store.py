@@ -7,6 +7,7 @@ runs the same suite against both.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -125,9 +126,19 @@ class Store(Protocol):
         ...
 
     async def settle(self, plan: Plan, *, admitted_ms: int, token_delta: int, spend_delta: int,
-                     lease_id: str | None, record: UsageRecord, rates: bool = True) -> None:
+                     lease_id: str | None, record: UsageRecord, rates: bool = True,
+                     refund_request: bool = False) -> None:
         """Move the reservation by the deltas (tpm only when ``rates``; quotas of the admission's
-        day/month), drop the lease, append the record and add it to the aggregates."""
+        day/month), drop the lease, append the record and add it to the aggregates.
+        ``refund_request``: give the request back to the rpm limits (no model was called)."""
+        ...
+
+    def settle_nowait(self, plan: Plan, *, admitted_ms: int, token_delta: int, spend_delta: int,
+                      lease_id: str | None, record: UsageRecord, rates: bool = True,
+                      refund_request: bool = False) -> tuple[bool, Awaitable[None] | None]:
+        """``settle`` without waiting for the store: (sent, pending). ``sent``: the command is on
+        its way ahead of any later call from this replica; ``pending`` (None when already done)
+        is awaited for the outcome (``StoreDown``), and does the whole call when not ``sent``."""
         ...
 
     async def renew(self, leases: list[tuple[Plan, str]], ttl_ms: int) -> None:

@@ -1,10 +1,11 @@
 -- Settle one request: move its reservation to the real usage, free its lease, record it.
 -- KEYS: 2 per scope (as admit.lua), then the team's day aggregate HASH, then its record STREAM.
 -- ARGV: token delta, spend delta (nano-USD), lease id ('' = none), admitted ms (dates the
---       quota periods), rates (1 = also move the tpm bucket), max records, n aggregate fields,
+--       quota periods), rates (0 = quotas only, 1 = also move the tpm bucket, 2 = that and give
+--       the request back to the rpm limits: no model was called), max records, n aggregate fields,
 --       clock skew ms (tests), 7 limits per scope, n (field, increment) pairs, then the record's field/value pairs.
 local td, sd = tonumber(ARGV[1]), tonumber(ARGV[2])
-local lease, admitted, rates = ARGV[3], tonumber(ARGV[4]), ARGV[5] == '1'
+local lease, admitted, rates, refund = ARGV[3], tonumber(ARGV[4]), ARGV[5] ~= '0', ARGV[5] == '2'
 local maxrec, nagg, skew = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local WINDOW, DAY = 60000, 86400000
 local nscopes = (#KEYS - 2) / 2
@@ -15,15 +16,19 @@ local now = nil
 
 for i = 1, nscopes do
   local c, z, a = KEYS[2 * i - 1], KEYS[2 * i], 8 + (i - 1) * 7
-  local tpm, conc = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  local rpm, tpm, conc = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   local quotas = tonumber(ARGV[a + 4]) >= 0 or tonumber(ARGV[a + 5]) >= 0
       or tonumber(ARGV[a + 6]) >= 0 or tonumber(ARGV[a + 7]) >= 0
   local bucket = rates and tpm >= 0 and td ~= 0
   local quota = quotas and (td ~= 0 or sd ~= 0)
-  if bucket or quota then
-    local h = redis.call('HMGET', c, 'tk', 'd', 'td', 'sd', 'm', 'tm', 'sm')
+  local unreq = refund and rpm >= 0
+  if bucket or quota or unreq then
+    local h = redis.call('HMGET', c, 'tk', 'd', 'td', 'sd', 'm', 'tm', 'sm', 'rq')
     local set = {}
     local px = WINDOW + 1000
+    if unreq and h[8] then
+      set[1], set[2] = 'rq', string.format('%.3f', tonumber(h[8]) - WINDOW / rpm)
+    end
     if bucket then
       if not now then
         local t = redis.call('TIME')
@@ -37,11 +42,12 @@ for i = 1, nscopes do
       elseif cur then  -- a refund, down to a full bucket
         tat = cur + td * per
       end
+      local n = #set
       if tat and tat > now then
-        set[1], set[2] = 'tk', string.format('%.3f', tat)
+        set[n + 1], set[n + 2] = 'tk', string.format('%.3f', tat)
         px = math.max(px, math.ceil(tat - now) + 1000)
       elseif cur then
-        set[1], set[2] = 'tk', '0'  -- a full bucket, as no value
+        set[n + 1], set[n + 2] = 'tk', '0'  -- a full bucket, as no value
       end
     end
     if quota then
@@ -67,7 +73,8 @@ for i = 1, nscopes do
     if quotas then px = 35 * DAY end
     if #set > 0 then
       redis.call('HSET', c, unpack(set))
-      redis.call('PEXPIRE', c, px)
+      -- A refunded request alone leaves the hash's expiry as admission set it.
+      if bucket or quota then redis.call('PEXPIRE', c, px) end
     end
   end
   if conc >= 0 and lease ~= '' then

@@ -28,9 +28,9 @@ def recording_policies(config: Config) -> tuple[Policies, list[Settled]]:
     seen: list[Settled] = []
     settle = policies.policy.settle
 
-    async def recording(ticket, usage, *, status, deployment, latency_ms):  # type: ignore[no-untyped-def]
-        seen.append(Settled(usage, status, deployment))
-        await settle(ticket, usage, status=status, deployment=deployment, latency_ms=latency_ms)
+    async def recording(ticket, outcome):  # type: ignore[no-untyped-def]
+        seen.append(Settled(outcome.usage, outcome.status, outcome.deployment or None))
+        await settle(ticket, outcome)
 
     policies.policy.settle = recording  # type: ignore[method-assign]
     return policies, seen

@@ -12,6 +12,7 @@ from litestar import Litestar
 
 from gateway.canonical import Usage
 from gateway.errors import Forbidden, RateLimited
+from policies.base import Outcome
 from policies.factory import Policies, build_policies
 from tests.policies.conftest import make_config
 
@@ -146,7 +147,7 @@ async def test_usage_query_over_http(client, replicas):
         p = await a.keys.lookup(raw)
         assert p is not None
         t = await a.policy.admit(p, model, prompt_tokens=usage.prompt_tokens, max_tokens=100)
-        await a.policy.settle(t, usage, status=status, deployment="d", latency_ms=2)
+        await a.policy.settle(t, Outcome(usage, status, deployment="d", latency_ms=2))
     q = await client.get("/admin/usage", headers=AUTH, params={"group_by": "team,key"})
     body = q.json()
     assert [(r["team"], r["key"], r["requests"]) for r in body["data"]] == [

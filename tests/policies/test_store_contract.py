@@ -9,7 +9,7 @@ import pytest
 from gateway.canonical import Usage
 from gateway.config import Limits
 from gateway.errors import RateLimited
-from policies.base import Principal, Ticket
+from policies.base import Outcome, Principal, Ticket
 from policies.limits import Limiter
 from policies.store import DAY_MS
 from tests.policies.conftest import make_config
@@ -37,7 +37,7 @@ async def refused(lim: Limiter, p: Principal, model: str = SMOL, prompt: int = 1
 
 
 async def settle(lim: Limiter, t: Ticket, prompt: int, completion: int, status: int = 200) -> None:
-    await lim.settle(t, Usage(prompt, completion), status=status, deployment="eng", latency_ms=1.0)
+    await lim.settle(t, Outcome(Usage(prompt, completion), status, deployment="eng", latency_ms=1.0))
 
 
 async def test_rpm_is_exact_under_concurrency(store, limiter_for):
@@ -249,8 +249,8 @@ async def test_usage_records_and_aggregates(store, limiter_for):
     lim = limiter_for(make_config())
     p = who(key_limits=Limits(rpm=100))
     await settle(lim, await admit(lim, p, GPT, 1000, 100), 1000, 100)
-    await lim.settle(await admit(lim, p, GPT, 10, 10), Usage(10, 0, cached_tokens=5), status=502,
-                     deployment="oai", latency_ms=7.5)
+    await lim.settle(await admit(lim, p, GPT, 10, 10),
+                     Outcome(Usage(10, 0, cached_tokens=5), 502, deployment="oai", latency_ms=7.5))
     await settle(lim, await admit(lim, who(key="bob"), SMOL, 5, 5), 5, 3)
     recs = await store.records("ml", 10)
     assert [(r.key_id, r.model, r.prompt_tokens, r.completion_tokens, r.status) for r in recs] == [

@@ -11,7 +11,7 @@ import pytest
 from gateway.canonical import Usage
 from gateway.config import Limits
 from gateway.errors import RateLimited, Unavailable
-from policies.base import Principal
+from policies.base import Outcome, Principal
 from policies.keys import KeyRing
 from policies.limits import Limiter
 from policies.pricing import Pricing
@@ -67,17 +67,21 @@ async def test_fail_open_serves_and_still_limits_locally():
     with pytest.raises(RateLimited):
         await lim.admit(P, "local/smol", prompt_tokens=1, max_tokens=1, fail_open=True)
     for t in tickets:
-        await lim.settle(t, Usage(1, 1), status=200, deployment="eng", latency_ms=1)  # must not raise
+        await lim.settle(t, Outcome(Usage(1, 1), 200, deployment="eng", latency_ms=1))  # must not raise
     assert lim.backlog == 3
     await lim.aclose()
 
 
 async def test_key_lookup_survives_a_down_store():
+    """Config keys still work; any other key is a 503 (it may be an admin-made key), never a 401."""
     cfg = make_config()
     ring = KeyRing.from_config(cfg, store=RedisStore.from_url(f"redis://127.0.0.1:{free_port()}/0", ns="d"))
     found = await ring.lookup("sk-alice")
     assert found is not None and found.key_id == "alice"
-    assert await ring.lookup("sk-nobody") is None
+    with pytest.raises(Unavailable) as e:
+        await ring.lookup("sk-nobody")
+    assert e.value.status == 503 and e.value.headers["Retry-After"] == "1"
+    assert "sk-nobody" not in e.value.message
 
 
 async def test_fail_open_usage_is_reconciled_into_redis_when_it_returns():
@@ -88,12 +92,12 @@ async def test_fail_open_usage_is_reconciled_into_redis_when_it_returns():
         try:
             t = await lim.admit(P, "openai/gpt-4o", prompt_tokens=100, max_tokens=100, fail_open=True)
             assert not t.local
-            await lim.settle(t, Usage(100, 50), status=200, deployment="oai", latency_ms=1)
+            await lim.settle(t, Outcome(Usage(100, 50), 200, deployment="oai", latency_ms=1))
             await lim.flush()  # settle returns once sent: let it land before Redis goes away
             stop(proc)
             t = await lim.admit(P, "openai/gpt-4o", prompt_tokens=200, max_tokens=100, fail_open=True)
             assert t.local
-            await lim.settle(t, Usage(200, 70), status=200, deployment="oai", latency_ms=1)
+            await lim.settle(t, Outcome(Usage(200, 70), 200, deployment="oai", latency_ms=1))
             assert lim.backlog == 1
             proc = start_redis(port, cwd=d)  # back, empty (no persistence): only the replay is there
             for _ in range(200):

@@ -1,0 +1,71 @@
+"""One request's context: made at the edge, carried along the path, read when the request ends.
+
+The canonical request says what the caller asked for and is not changed after parsing; everything
+the gateway learns or decides while serving it lives here: who asked, where it was routed, the
+admission ticket, what was produced, which deployments were tried, and how long each part took.
+The access log, the metrics and the trace read this object; nothing else needs to reach around an
+interface to find out what happened.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from gateway.routing.resolve import RunInfo
+from gateway.streaming import Tally
+
+if TYPE_CHECKING:
+    from gateway.routing.resolve import Route
+    from policies.base import Principal, Ticket
+
+REQUEST_ID = "x-request-id"
+# What a caller may send as its request id: it goes into logs, spans, headers and the ledger.
+_ID = re.compile(r"[A-Za-z0-9._:+=/-]{1,128}")
+
+
+def request_id(given: str | None) -> str:
+    """The caller's ``x-request-id`` when it is short and plain; otherwise a fresh one."""
+    if given and _ID.fullmatch(given):
+        return given
+    return secrets.token_hex(16)
+
+
+@dataclass(slots=True, eq=False)
+class RequestContext:
+    id: str
+    endpoint: str  # the path served
+    started: float = field(default_factory=time.monotonic)
+    dialect: str = ""  # the caller's dialect, once known
+    shape: str = "chat"  # the answer and error shape (a renderer name)
+    principal: Principal | None = None
+    requested_model: str = ""  # as the caller named it
+    route: Route | None = None
+    deadline: float | None = None  # time.monotonic() instant the request must end by
+    ticket: Ticket | None = None
+    tally: Tally | None = None
+    run: RunInfo = field(default_factory=RunInfo)
+    stream: bool = False
+    status: int = 0  # what the caller was told (499: it left first)
+    error_type: str | None = None
+    first_byte: float | None = None  # time.monotonic() of the first body byte sent
+    cut: bool = False  # a stream that ended before its last event
+    warning: str | None = None  # x-switchyard-warning, if any
+
+    @property
+    def latency(self) -> float:
+        """Seconds since the request arrived."""
+        return time.monotonic() - self.started
+
+    @property
+    def ttfb(self) -> float | None:
+        """Seconds to the first body byte, or None when none was sent."""
+        return None if self.first_byte is None else self.first_byte - self.started
+
+    @property
+    def group(self) -> str | None:
+        """The model group that admitted the request."""
+        return self.route.group if self.route is not None else None
