@@ -171,7 +171,8 @@ class Gateway:
         ctx.run.prompt_tokens = prompt_tokens
         ctx.ticket = await self.policies.policy.admit(
             principal, route.group, prompt_tokens=prompt_tokens,
-            max_tokens=self._reservation(req, route, prompt_tokens), fail_open=route.fail_open)
+            max_tokens=self._reservation(req, route, prompt_tokens), fail_open=route.fail_open,
+            group=route.model.name)
         ctx.tally = Tally(prompt_tokens)
         ctx.warning = self._dropped(req, route)
         return req

@@ -51,6 +51,9 @@ class Ticket:
     model: str
     reserved_tokens: int
     id: str = ""  # unique per admission: the usage record's ticket_id, and the lease's id
+    # The configured name usage is aggregated under: ``model`` itself, except that a wildcard
+    # route's callers may name any model, and they must not mint aggregate fields at will.
+    group: str = ""
     headers: dict[str, str] = field(default_factory=dict)
     lease_id: str | None = None
     started: float = 0.0  # time.monotonic() at admission
@@ -88,7 +91,7 @@ class Outcome:
 
 class Policy(Protocol):
     async def admit(self, principal: Principal, model: str, *, prompt_tokens: int,
-                    max_tokens: int, fail_open: bool = False) -> Ticket:
+                    max_tokens: int, fail_open: bool = False, group: str | None = None) -> Ticket:
         """Reserve ``prompt_tokens + max_tokens`` and a request against every applicable limit,
         all or nothing. Raises ``gateway.errors.RateLimited`` (429, naming the limit, with
         Retry-After) or ``Unavailable`` (503) when the store is down and ``fail_open`` is false."""

@@ -103,7 +103,7 @@ class Limiter:
         self._down_until = time.monotonic() + self.down_for
 
     async def admit(self, principal: Principal, model: str, *, prompt_tokens: int, max_tokens: int,
-                    fail_open: bool = False) -> Ticket:
+                    fail_open: bool = False, group: str | None = None) -> Ticket:
         if not principal.may_use(model):
             raise Forbidden(f"key {principal.key_id} may not use model {model}", param="model")
         plan = self.plan_for(principal, model)
@@ -127,6 +127,7 @@ class Limiter:
         if not adm.ok:
             raise self._refusal(plan, adm, reserve)
         t = Ticket(principal=principal, model=model, reserved_tokens=reserve, id=ticket_id,
+                   group=group or model,
                    headers=ratelimit_headers(adm),
                    lease_id=lease, started=time.monotonic(), prompt_tokens=prompt_tokens,
                    reserved_spend=spend, admitted_ms=adm.now_ms, plan=plan, local=local)
@@ -172,7 +173,7 @@ class Limiter:
         usage = outcome.usage
         cost = self.pricing.cost(ticket.model, usage)
         rec = UsageRecord(ts_ms=ticket.admitted_ms, key_id=ticket.principal.key_id, team=plan.team,
-                          model=ticket.model, deployment=outcome.deployment,
+                          model=ticket.group or ticket.model, deployment=outcome.deployment,
                           prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
                           cached_tokens=usage.cached_tokens, cost_nano=cost, status=outcome.status,
                           latency_ms=round(outcome.latency_ms, 3), request_id=outcome.request_id,

@@ -7,7 +7,7 @@ import asyncio
 import json
 
 from tests.fakes.upstream import Behaviour
-from tests.gateway.conftest import KEY, base_config, upstream_model
+from tests.gateway.conftest import KEY, MASTER, base_config, upstream_model
 from tests.gateway.helpers import StallingUpstream, recording_policies, wait_for
 
 MODEL = "v/m"
@@ -203,3 +203,17 @@ async def test_unknown_paths_and_methods_still_get_request_ids(upstream, gateway
     assert isinstance(r.json()["error"]["message"], str)
 
 
+
+
+async def test_wildcard_callers_cannot_mint_usage_fields(upstream, gateway_for):
+    cfg = base_config([{"name": "v/*", "deployments": [{"name": "d1", "base_url": upstream.url}]}])
+    async with gateway_for(cfg) as client:
+        for i in range(30):
+            r = await client.post("/v1/completions", json={"model": f"v/name-{i}", "prompt": "hi",
+                                                           "max_tokens": 1})
+            assert r.status_code == 200, r.text
+        await client.app.state.gateway.drain()  # type: ignore[attr-defined]
+        usage = await client.get("/admin/usage", params={"group_by": "model"},
+                                 headers={"authorization": f"Bearer {MASTER}"})
+    assert [row["model"] for row in usage.json()["data"]] == ["v/*"]
+    assert usage.json()["data"][0]["requests"] == 30
