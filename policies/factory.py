@@ -5,7 +5,7 @@
     principal = await policies.keys.lookup(raw_key)            # None -> 401
     ticket = await policies.policy.admit(principal, model, prompt_tokens=n, max_tokens=m,
                                          fail_open=deployment.on_store_error == "open")
-    try: ... finally: await policies.policy.settle(ticket, usage, status=s, deployment=d, latency_ms=t)
+    try: ... finally: await policies.policy.settle(ticket, Outcome(usage, status, ...))
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import math
 import os
 import time
 from collections import deque
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from gateway.errors import Forbidden, RateLimited, Unavailable
@@ -77,7 +77,8 @@ class Limiter:
         self._down_until = 0.0
         self._plans: dict[tuple[str, str], tuple[Principal, Plan]] = {}
         self._live: dict[str, Ticket] = {}  # lease id -> ticket, for renewal
-        self._backlog: deque[dict[str, Any]] = deque(maxlen=max_backlog)  # settles to replay
+        # Store calls to replay once it answers (settlements, cancelled admissions), in order.
+        self._backlog: deque[Callable[[], Awaitable[None]]] = deque(maxlen=max_backlog)
         self._tasks: set[asyncio.Task[None]] = set()
         self._renewer: asyncio.Task[None] | None = None
         self._reconciler: asyncio.Task[None] | None = None
@@ -120,9 +121,12 @@ class Limiter:
         else:
             try:
                 adm = await self.store.admit(plan, tokens=reserve, spend=spend, lease_id=lease,
-                                             lease_ttl_ms=self.lease_ttl_ms)
+                                             lease_ttl_ms=self.lease_ttl_ms, ticket=ticket_id)
             except StoreDown as e:
                 self._mark_down(e)
+                # It may still run when the store wakes up (a stall, not an outage): undo it then.
+                self._queue(lambda: self.store.cancel(plan, ticket=ticket_id, tokens=reserve, spend=spend,
+                                                      lease_id=lease))
                 adm, local = await self._degraded(plan, reserve, spend, lease, fail_open, e)
         if not adm.ok:
             raise self._refusal(plan, adm, reserve)
@@ -144,7 +148,7 @@ class Limiter:
                               headers={"Retry-After": "1"}) from err
         # Serve, counting against this replica's own copy of the limits; reconciled later.
         adm = await self.fallback.admit(plan, tokens=reserve, spend=spend, lease_id=lease,
-                                        lease_ttl_ms=self.lease_ttl_ms)
+                                        lease_ttl_ms=self.lease_ttl_ms, ticket=lease or "")
         return adm, True
 
     @staticmethod
@@ -187,8 +191,9 @@ class Limiter:
         if ticket.local:
             await self.fallback.settle(**kw)
             # The shared store never saw the reservation: add the real usage once it is back.
-            self._queue(dict(kw, token_delta=usage.total_tokens, spend_delta=cost, lease_id=None,
-                             rates=False, refund_request=False))
+            replay = dict(kw, token_delta=usage.total_tokens, spend_delta=cost, lease_id=None,
+                          rates=False, refund_request=False)
+            self._queue(lambda: self.store.settle(**replay))
             return
         # Off the critical path once the command is on the wire (this replica's next admissions
         # queue behind it on the same connection): its reply is awaited in a task of its own,
@@ -213,7 +218,7 @@ class Limiter:
             await pending
         except StoreDown as e:
             self._mark_down(e)
-            self._queue(kw)
+            self._queue(lambda: self.store.settle(**kw))
         except Exception:  # a bug must not turn a served request into a 500
             log.exception("settle failed")
 
@@ -222,8 +227,9 @@ class Limiter:
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
-    def _queue(self, kw: dict[str, Any]) -> None:
-        self._backlog.append(kw)
+    def _queue(self, op: Callable[[], Awaitable[None]]) -> None:
+        """Run ``op`` against the store once it answers again, in order with the others."""
+        self._backlog.append(op)
         if self._reconciler is None or self._reconciler.done():
             self._reconciler = asyncio.create_task(self._reconcile_loop())
 
@@ -233,7 +239,7 @@ class Limiter:
             try:
                 await self.store.ping()
                 while self._backlog:
-                    await self.store.settle(**self._backlog[0])
+                    await self._backlog[0]()
                     self._backlog.popleft()
                 self._down_until = 0.0
                 log.info("policy store back; usage reconciled")

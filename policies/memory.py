@@ -62,7 +62,7 @@ class MemoryStore:
         return self.clock() + self.skew_ms
 
     async def admit(self, plan: Plan, *, tokens: int, spend: int, lease_id: str | None,
-                    lease_ttl_ms: int) -> Admission:
+                    lease_ttl_ms: int, ticket: str = "") -> Admission:
         now = self._now()
         day, month = now // DAY_MS, month_of(now)
         req: tuple[int, int, int] | None = None
@@ -165,6 +165,9 @@ class MemoryStore:
             aggs[field] += inc
         self._logs[plan.team].append(record)
         return True, None
+
+    async def cancel(self, plan: Plan, *, ticket: str, tokens: int, spend: int, lease_id: str | None) -> None:
+        return None  # an admission here never outlives its caller's wait: nothing to undo
 
     async def renew(self, leases: list[tuple[Plan, str]], ttl_ms: int) -> None:
         exp = self._now() + ttl_ms

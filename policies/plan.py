@@ -57,6 +57,7 @@ class Plan:
     vector: tuple[int, ...]  # 7 per scope, flattened
     agg_prefix: str  # + ":<day>" -> the team's daily aggregates hash
     log: str  # the team's usage record stream
+    mark_prefix: str  # + ticket id -> the ticket's admission mark (admit.lua)
     has_concurrency: bool
     has_limits: bool
 
@@ -90,7 +91,7 @@ def build_plan(ns: str, key_id: str, team: str, model: str, key_limits: Limits,
         team=team, model=model, key_id=key_id, scopes=live,
         keys=tuple(k for s in live for k in s.keys),
         vector=tuple(v for s in live for v in s.vector),
-        agg_prefix=f"{t}:agg", log=f"{t}:log",
+        agg_prefix=f"{t}:agg", log=f"{t}:log", mark_prefix=f"{t}:adm:",
         has_concurrency=any(s.vector[2] != NONE for s in live),
         has_limits=bool(live),
     )

@@ -63,9 +63,10 @@ class _Packed:
         self.slot = key_slot(plan.log.encode())  # every key of the plan: the team's hash tag
         self.keys = resp(plan.keys)
         self.vector = resp(plan.vector)
-        n = 3 + len(plan.keys) + 5 + len(plan.vector)
-        self.admit_head = b"*%d\r\n" % n + resp(("EVALSHA", admit_sha, len(plan.keys))) + self.keys
-        self.settle_head = resp(("EVALSHA", settle_sha, len(plan.keys) + 2)) + self.keys
+        # Then the ticket's mark, as the last key of either script.
+        n = 3 + len(plan.keys) + 1 + 5 + len(plan.vector)
+        self.admit_head = b"*%d\r\n" % n + resp(("EVALSHA", admit_sha, len(plan.keys) + 1)) + self.keys
+        self.settle_head = resp(("EVALSHA", settle_sha, len(plan.keys) + 3)) + self.keys
         self.log = bulk(plan.log)
         self.fields: dict[str, bytes] = {}  # aggregate field names, encoded
 
@@ -261,11 +262,12 @@ class RedisStore:
         return await self._run(script, keys, args())  # the slot moved: redis-py follows it
 
     async def admit(self, plan: Plan, *, tokens: int, spend: int, lease_id: str | None,
-                    lease_ttl_ms: int) -> Admission:
+                    lease_ttl_ms: int, ticket: str) -> Admission:
         pk = self._packed(plan)
+        mark = plan.mark_prefix + ticket
         dyn = (tokens, spend, lease_id or "", lease_ttl_ms, self.skew_ms)
-        packed = pk.admit_head + resp(dyn) + pk.vector
-        r = await self._fast(pk, packed, self._admit, plan.keys, lambda: [*dyn, *plan.vector],
+        packed = pk.admit_head + bulk(mark) + resp(dyn) + pk.vector
+        r = await self._fast(pk, packed, self._admit, (*plan.keys, mark), lambda: [*dyn, *plan.vector],
                              self._write_now(pk, packed))
         if r[0] == 1:
             return Admission(True, r[1], req=(r[2], r[3], r[4]) if r[2] >= 0 else None,
@@ -280,16 +282,27 @@ class RedisStore:
         connection, and this store's own reads wait for it. Await ``result`` for the outcome
         (``StoreDown``); when not ``sent`` it does the whole call."""
         mode = (b"2" if refund_request else b"1") if rates else b"0"
-        aggs = agg_increments(record)
-        keys = [*plan.keys, plan.agg_key(record.ts_ms // DAY_MS), plan.log]
+        return self._settle_call(plan, record.ticket_id, mode, token_delta, spend_delta, lease_id,
+                                 admitted_ms, record.ts_ms // DAY_MS, agg_increments(record),
+                                 list(record.as_fields().values()))
+
+    async def cancel(self, plan: Plan, *, ticket: str, tokens: int, spend: int, lease_id: str | None) -> None:
+        _, result = self._settle_call(plan, ticket, b"c", -tokens, -spend, lease_id, 0, 0, [], [])
+        if result is not None:
+            await result
+
+    def _settle_call(self, plan: Plan, ticket: str, mode: bytes, token_delta: int, spend_delta: int,
+                     lease_id: str | None, admitted_ms: int, day: int, aggs: list[tuple[str, int]],
+                     rec: list[str]) -> tuple[bool, Awaitable[None] | None]:
+        keys = [*plan.keys, plan.agg_key(day), plan.log, plan.mark_prefix + ticket]
         pk = self._packed(plan)
-        parts = [b"*%d\r\n" % (3 + len(keys) + 8 + len(plan.vector) + 2 * len(aggs) + 2 * len(_REC)),
-                 pk.settle_head, bulk(keys[-2]), pk.log, bulk(token_delta), bulk(spend_delta),
-                 bulk(lease_id or ""), bulk(admitted_ms), bulk(mode),
+        parts = [b"*%d\r\n" % (3 + len(keys) + 8 + len(plan.vector) + 2 * len(aggs) + 2 * len(rec)),
+                 pk.settle_head, bulk(keys[-3]), pk.log, bulk(keys[-1]), bulk(token_delta),
+                 bulk(spend_delta), bulk(lease_id or ""), bulk(admitted_ms), bulk(mode),
                  bulk(self.max_records), bulk(len(aggs)), bulk(self.skew_ms), pk.vector]
         for field, inc in aggs:
             parts += (pk.field(field), bulk(inc))
-        for (_, head), value in zip(_REC, record.as_fields().values(), strict=True):
+        for (_, head), value in zip(_REC, rec, strict=False):
             parts += (head, bulk(value))
         packed = b"".join(parts)
 
@@ -298,8 +311,8 @@ class RedisStore:
                             self.max_records, len(aggs), self.skew_ms, *plan.vector]
             for field, inc in aggs:
                 a += (field, inc)
-            for k, v in record.as_fields().items():
-                a += (k, v)
+            for (name, _), value in zip(_REC, rec, strict=False):
+                a += (name, value)
             return a
 
         fut = self._write_now(pk, packed, defer=True)

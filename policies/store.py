@@ -120,9 +120,15 @@ class Store(Protocol):
     ns: str  # key namespace
 
     async def admit(self, plan: Plan, *, tokens: int, spend: int, lease_id: str | None,
-                    lease_ttl_ms: int) -> Admission:
+                    lease_ttl_ms: int, ticket: str) -> Admission:
         """Check every limit of every scope of ``plan``; if all pass, take one request, ``tokens``
-        tokens, ``spend`` nano-USD and (when a scope limits concurrency) a lease, atomically."""
+        tokens, ``spend`` nano-USD and (when a scope limits concurrency) a lease, atomically.
+        ``ticket`` (unique per call) names the admission for ``cancel``."""
+        ...
+
+    async def cancel(self, plan: Plan, *, ticket: str, tokens: int, spend: int, lease_id: str | None) -> None:
+        """Undo admission ``ticket`` if it happened (its caller timed out waiting, so it may have
+        run late or may still arrive: then it is refused). Idempotent."""
         ...
 
     async def settle(self, plan: Plan, *, admitted_ms: int, token_delta: int, spend_delta: int,

@@ -1,6 +1,7 @@
 -- Admit one request against every limit of every scope, all or nothing.
 -- KEYS: 2 per scope (all one hash tag): counters HASH (rq, tk: request / token GCRA theoretical
---       arrival ms; d td sd, m tm sm: quota day, tokens, spend, month, ...), lease ZSET.
+--       arrival ms; d td sd, m tm sm: quota day, tokens, spend, month, ...), lease ZSET; then the
+--       ticket's mark (STRING): the admission time while the request runs, 'x' once cancelled.
 -- ARGV: tokens, spend (nano-USD), lease id ('' = none), lease ttl ms, clock skew ms (tests),
 --       then 7 limits per scope (-1 = none): rpm tpm concurrency tokens/day tokens/month
 --       spend/day spend/month.
@@ -12,12 +13,15 @@ local tokens, spend = tonumber(ARGV[1]), tonumber(ARGV[2])
 local lease, ttl = ARGV[3], tonumber(ARGV[4])
 local WINDOW, DAY = 60000, 86400000
 local day = math.floor(now / DAY)
+local mark = KEYS[#KEYS]
+-- A cancelled ticket: its caller timed out and gave up on this call, which arrives late.
+if redis.call('EXISTS', mark) == 1 then return {0, now, 0, 'cancelled', 0, 0} end
 
 local month = month_of(day)
 local req_l, req_r, req_t = -1, -1, 0
 local tok_l, tok_r, tok_t = -1, -1, 0
 local writes = {}
-local nscopes = #KEYS / 2
+local nscopes = (#KEYS - 1) / 2
 
 for i = 1, nscopes do
   local c, z, a = KEYS[2 * i - 1], KEYS[2 * i], 5 + (i - 1) * 7
@@ -87,4 +91,6 @@ for _, w in ipairs(writes) do
     redis.call('PEXPIRE', w[1], w[3])
   end
 end
+-- Until settled (which deletes it): lets a caller that timed out cancel this admission exactly.
+redis.call('SET', mark, now, 'PX', 30000)
 return {1, now, req_l, req_r, req_t, tok_l, tok_r, tok_t}

@@ -1,14 +1,25 @@
 -- Settle one request: move its reservation to the real usage, free its lease, record it.
--- KEYS: 2 per scope (as admit.lua), then the team's day aggregate HASH, then its record STREAM.
+-- KEYS: 2 per scope (as admit.lua), then the team's day aggregate HASH, its record STREAM, and
+--       the ticket's mark (see admit.lua).
 -- ARGV: token delta, spend delta (nano-USD), lease id ('' = none), admitted ms (dates the
 --       quota periods), rates (0 = quotas only, 1 = also move the tpm bucket, 2 = that and give
---       the request back to the rpm limits: no model was called), max records, n aggregate fields,
+--       the request back to the rpm limits: no model was called; c = cancel an admission whose
+--       caller timed out, if it happened: deltas undo the reservation, nothing is recorded),
+--       max records, n aggregate fields,
 --       clock skew ms (tests), 7 limits per scope, n (field, increment) pairs, then the record's field/value pairs.
 local td, sd = tonumber(ARGV[1]), tonumber(ARGV[2])
-local lease, admitted, rates, refund = ARGV[3], tonumber(ARGV[4]), ARGV[5] ~= '0', ARGV[5] == '2'
+local lease, admitted, mode = ARGV[3], tonumber(ARGV[4]), ARGV[5]
+local rates, refund, cancel = mode ~= '0', mode == '2' or mode == 'c', mode == 'c'
 local maxrec, nagg, skew = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local WINDOW, DAY = 60000, 86400000
-local nscopes = (#KEYS - 2) / 2
+local nscopes = (#KEYS - 3) / 2
+local mark = KEYS[#KEYS]
+if cancel then
+  local at = redis.call('GET', mark)
+  redis.call('SET', mark, 'x', 'PX', 30000)  -- an admission still on its way will be refused
+  if not at or at == 'x' then return 0 end  -- it never happened, or was cancelled already
+  admitted = tonumber(at)
+end
 local day = math.floor(admitted / DAY)
 
 local month = month_of(day)
@@ -82,7 +93,9 @@ for i = 1, nscopes do
   end
 end
 
-local agg, log = KEYS[#KEYS - 1], KEYS[#KEYS]
+if cancel then return 1 end
+if rates then redis.call('DEL', mark) end  -- settled: nothing left to cancel
+local agg, log = KEYS[#KEYS - 2], KEYS[#KEYS - 1]
 local p = 9 + nscopes * 7
 for j = 0, nagg - 1 do
   redis.call('HINCRBY', agg, ARGV[p + 2 * j], ARGV[p + 2 * j + 1])

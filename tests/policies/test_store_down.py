@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import tempfile
 from collections.abc import AsyncIterator
 
@@ -68,7 +70,7 @@ async def test_fail_open_serves_and_still_limits_locally():
         await lim.admit(P, "local/smol", prompt_tokens=1, max_tokens=1, fail_open=True)
     for t in tickets:
         await lim.settle(t, Outcome(Usage(1, 1), 200, deployment="eng", latency_ms=1))  # must not raise
-    assert lim.backlog == 3
+    assert lim.backlog == 1 + 3  # the first admission's cancellation (it may run late), 3 replays
     await lim.aclose()
 
 
@@ -98,7 +100,7 @@ async def test_fail_open_usage_is_reconciled_into_redis_when_it_returns():
             t = await lim.admit(P, "openai/gpt-4o", prompt_tokens=200, max_tokens=100, fail_open=True)
             assert t.local
             await lim.settle(t, Outcome(Usage(200, 70), 200, deployment="oai", latency_ms=1))
-            assert lim.backlog == 1
+            assert lim.backlog == 2  # the failed shared admission's cancellation, then the replay
             proc = start_redis(port, cwd=d)  # back, empty (no persistence): only the replay is there
             for _ in range(200):
                 if lim.backlog == 0:
@@ -115,5 +117,40 @@ async def test_fail_open_usage_is_reconciled_into_redis_when_it_returns():
             t = await lim.admit(P, "openai/gpt-4o", prompt_tokens=1, max_tokens=1, fail_open=True)
             assert not t.local
         finally:
+            await lim.aclose()
+            stop(proc)
+
+
+async def test_admissions_that_time_out_in_a_redis_stall_leave_nothing_behind():
+    """SIGSTOP, not an outage: admissions the gateway gave up on run when Redis wakes. They must
+    not keep their tokens, their request or their concurrency slot."""
+    stalled = Principal(key_id="bob", team="ml",
+                        key_limits=Limits(rpm=100, tokens_per_day=1000, max_concurrency=1))
+    port = free_port()
+    with tempfile.TemporaryDirectory() as d:
+        proc = start_redis(port, cwd=d)
+        lim = limiter_at(f"redis://127.0.0.1:{port}/0", timeout=0.2)
+        lim.down_for = 0.0  # try the store on every call: each admission below reaches it
+        try:
+            t = await lim.admit(stalled, "local/smol", prompt_tokens=10, max_tokens=10)
+            await lim.settle(t, Outcome(Usage(10, 10), 200))
+            await lim.flush()
+            os.kill(proc.pid, signal.SIGSTOP)
+            for _ in range(4):
+                with pytest.raises(Unavailable):
+                    await lim.admit(stalled, "local/smol", prompt_tokens=100, max_tokens=100)
+            os.kill(proc.pid, signal.SIGCONT)
+            for _ in range(200):
+                if lim.backlog == 0:
+                    break
+                await asyncio.sleep(0.05)
+            assert lim.backlog == 0
+            # 20 tokens were really used today: 980 fit, and the one slot is free.
+            t = await lim.admit(stalled, "local/smol", prompt_tokens=480, max_tokens=500)
+            with pytest.raises(RateLimited):  # ... and now it is taken
+                await lim.admit(stalled, "local/smol", prompt_tokens=0, max_tokens=0)
+            await lim.settle(t, Outcome(Usage(480, 500), 200))
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
             await lim.aclose()
             stop(proc)
