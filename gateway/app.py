@@ -25,6 +25,7 @@ from gateway.openapi import add_completion_paths
 from gateway.pipeline import Endpoint, Gateway
 from gateway.router import Router
 from policies.factory import Policies, build_policies
+from policies.store import StoreDown
 
 COMPLETIONS = Endpoint("completion", None)
 FIREWORKS_COMPLETIONS = Endpoint("completion", FIREWORKS)
@@ -73,12 +74,24 @@ def create_app(config: Config, *, router: Router | None = None,
     async def health() -> dict[str, str]:
         return {"status": "ok"}
 
+    fail_closed = any(d.on_store_error == "closed" for m in config.models for d in m.deployments)
+
     @get("/ready")
     async def ready() -> Response[Any]:
+        """503 naming what is not ready: a model still loading, or the policy store out of reach
+        while some deployment fails closed (its requests would all get 503)."""
+        problems = []
         loading = [t.name for t in router.targets if not t.backend.ready]
         if loading:
-            return Response({"status": "loading", "message": "model is loading: " + ", ".join(loading)},
-                            status_code=503)
+            problems.append("model is loading: " + ", ".join(loading))
+        if fail_closed:
+            try:
+                await policies.store.ping()
+            except StoreDown as e:
+                problems.append(f"the policy store is unreachable ({e})")
+        if problems:
+            return Response({"status": "not ready", "message": "; ".join(problems)}, status_code=503,
+                            headers={"retry-after": "1"})
         return Response({"status": "ready"})
 
     def http_error(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:

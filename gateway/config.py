@@ -164,6 +164,8 @@ class ServerConfig(_Model):
     header_timeout: float = Field(60.0, gt=0, description="seconds for a request's headers to arrive")
     body_timeout: float = Field(60.0, gt=0, description="seconds for a request's body to arrive")
     idle_timeout: float = Field(75.0, gt=0, description="seconds a keep-alive connection may idle")
+    shutdown_grace: float = Field(30.0, ge=0,
+                                  description="seconds in-flight requests may finish after SIGTERM")
 
 
 class StoreConfig(_Model):

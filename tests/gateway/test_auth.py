@@ -157,7 +157,8 @@ async def test_ready_is_503_while_a_backend_loads(upstream, gateway_for) -> None
     router_targets[0].backend = Loading()  # type: ignore[assignment]
     async with gateway_for(cfg, router=router) as client:
         r = await client.get("/ready")
-    assert r.status_code == 503 and r.json()["status"] == "loading"
+    assert r.status_code == 503 and r.json()["status"] == "not ready"
+    assert "model is loading" in r.json()["message"]
 
 
 async def test_unknown_path_is_404_json(upstream, gateway_for) -> None:

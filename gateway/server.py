@@ -1,0 +1,149 @@
+"""Serving the gateway: uvicorn with limits on slow clients, one or several worker processes on
+one port, and a graceful stop.
+
+Several workers share one listening socket (uvicorn's supervisor restarts any that dies). Limits
+are only exact across processes when they live in a shared store, so ``--workers`` above 1 needs
+Redis. On SIGTERM every worker stops accepting, finishes what is in flight (streams included) for
+up to ``server.shutdown_grace`` seconds, settles usage, and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import signal
+import socket
+import sys
+from typing import Any
+
+import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from gateway.config import Config, ConfigError, ServerConfig, load_config
+
+CONFIG_ENV = "SWITCHYARD_CONFIG"  # the config file a worker process loads
+_TIMEOUT_REPLY = b"HTTP/1.1 408 Request Timeout\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
+
+
+class ServeConfig(uvicorn.Config):
+    """uvicorn's settings plus the gateway's limits on slow clients (read by ``GuardedHttp``)."""
+
+    def __init__(self, app: Any, server: ServerConfig, **kw: Any) -> None:
+        super().__init__(app, **kw)
+        self.header_timeout = server.header_timeout
+        # The completion endpoints answer a slow body with their own 408 (gateway.asgi); this
+        # backstop closes a connection whose body stalls anywhere else a little later.
+        self.body_timeout = server.body_timeout + 5.0
+
+
+class GuardedHttp(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a deadline for a request's headers (from the connection's
+    first byte, or the previous response, to the end of the headers) and for its body. Without
+    them a client that sends a header line a minute holds a connection forever (slowloris)."""
+
+    def __init__(self, config: ServeConfig, *args: Any, **kw: Any) -> None:
+        super().__init__(config, *args, **kw)  # type: ignore[arg-type]
+        self._limits = config
+        self._deadline: asyncio.TimerHandle | None = None
+
+    def _arm(self, seconds: float) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self._deadline = self.loop.call_later(seconds, self._expired)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _expired(self) -> None:
+        self._deadline = None
+        if self.transport.is_closing():
+            return
+        if self.cycle is None or self.cycle.response_complete:  # nothing answered yet: say why
+            self.transport.write(_TIMEOUT_REPLY)
+        self.transport.close()
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm(self._limits.header_timeout)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._arm(self._limits.header_timeout)
+
+    def on_headers_complete(self) -> None:
+        self._arm(self._limits.body_timeout)
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._disarm()
+        super().on_message_complete()
+
+
+def serve_config(app: Any, config: Config, host: str, port: int, **kw: Any) -> ServeConfig:
+    s = config.server
+    # No proxy-header rewriting, Server or Date headers: per-request work nobody here uses.
+    return ServeConfig(app, s, host=host, port=port, http=GuardedHttp, loop="uvloop",
+                       access_log=False, log_level="warning", lifespan="on", proxy_headers=False,
+                       server_header=False, date_header=False, timeout_keep_alive=int(s.idle_timeout),
+                       timeout_graceful_shutdown=int(s.shutdown_grace), **kw)
+
+
+def _tune_gc() -> None:
+    # Long-lived start-up objects leave the collector's view, and young collections run less
+    # often: a request allocates a few hundred objects, almost all freed by reference counting.
+    gc.freeze()
+    gc.set_threshold(20_000, 50, 50)
+
+
+def worker_app() -> Any:
+    """The app of one worker process (uvicorn calls this in each; the config path comes in the
+    environment)."""
+    from gateway.app import create_app
+    from gateway.logs import configure_logging
+
+    configure_logging()
+    app = create_app(load_config(os.environ[CONFIG_ENV]))
+    _tune_gc()
+    return app
+
+
+def serve(config: Config, config_path: str, host: str, port: int, workers: int = 1) -> int:
+    """Run until SIGTERM/SIGINT; the exit status (2: this config cannot be served so)."""
+    if workers > 1 and config.store.url.startswith("memory://"):
+        print(f"switchyard: --workers {workers} needs a shared store: with memory:// every worker "
+              "would keep its own limits and usage (set store.url to redis://...)", file=sys.stderr)
+        return 2
+    # uvicorn re-raises the stop signal once it has shut down gracefully: under the default
+    # handler that would end the process as "killed by SIGTERM" instead of a clean exit 0.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: None)
+    if workers == 1:
+        from gateway.app import create_app
+        from gateway.logs import configure_logging
+
+        configure_logging()
+        try:
+            app = create_app(config)
+        except ConfigError as e:
+            print(f"switchyard: cannot serve this config\n{e}", file=sys.stderr)
+            return 2
+        _tune_gc()
+        uvicorn.Server(serve_config(app, config, host, port)).run()
+        return 0
+    os.environ[CONFIG_ENV] = os.path.abspath(config_path)
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    cfg = serve_config("gateway.server:worker_app", config, host, port, factory=True, workers=workers)
+    from uvicorn.supervisors import Multiprocess
+
+    Multiprocess(cfg, sockets=[sock]).run()
+    return 0
