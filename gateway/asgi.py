@@ -16,6 +16,7 @@ from typing import Any
 from gateway.context import REQUEST_ID, RequestContext, request_id
 from gateway.errors import GatewayError, InvalidRequest, MethodNotAllowed, PayloadTooLarge
 from gateway.pipeline import JSON, Endpoint, Gateway
+from gateway.server import DISCONNECT, Disconnect
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -50,23 +51,33 @@ def headers_of(scope: Scope) -> dict[str, str]:
 
 
 async def read_body(receive: Receive, limit: int, timeout: float) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
+    msg = await receive()
+    if msg["type"] == "http.disconnect":
+        raise ClientGone
+    body = msg.get("body", b"")
+    if len(body) > limit:
+        raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes", param="body")
+    if not msg.get("more_body"):
+        return body  # the common case: the whole body came in one piece, no timer needed
     try:
         async with asyncio.timeout(timeout):
-            while True:
-                msg = await receive()
-                if msg["type"] == "http.disconnect":
-                    raise ClientGone
-                body = msg.get("body", b"")
-                size += len(body)
-                if size > limit:
-                    raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes", param="body")
-                chunks.append(body)
-                if not msg.get("more_body"):
-                    return b"".join(chunks)
+            return await _rest(receive, [body], len(body), limit)
     except TimeoutError:
         raise RequestTimeout(f"the request body did not arrive within {timeout:g} s", param="body") from None
+
+
+async def _rest(receive: Receive, chunks: list[bytes], size: int, limit: int) -> bytes:
+    while True:
+        msg = await receive()
+        if msg["type"] == "http.disconnect":
+            raise ClientGone
+        body = msg.get("body", b"")
+        size += len(body)
+        if size > limit:
+            raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes", param="body")
+        chunks.append(body)
+        if not msg.get("more_body"):
+            return b"".join(chunks)
 
 
 def encode_headers(headers: dict[str, str], media_type: str) -> list[tuple[bytes, bytes]]:
@@ -79,15 +90,16 @@ class AsgiResponder:
     """``pipeline.Responder`` over one ASGI request: the answer, the request id on it, and a watch
     for the client leaving."""
 
-    __slots__ = ("_watcher", "ctx", "finished", "gone", "receive", "send", "started")
+    __slots__ = ("_hook", "_watcher", "ctx", "finished", "gone", "receive", "send", "started")
 
-    def __init__(self, ctx: RequestContext, send: Send, receive: Receive) -> None:
+    def __init__(self, ctx: RequestContext, scope: Scope, send: Send, receive: Receive) -> None:
         self.ctx = ctx
         self.send = send
         self.receive = receive
         self.started = False
         self.finished = False
         self.gone = False
+        self._hook: Disconnect | None = (scope.get("extensions") or {}).get(DISCONNECT)
         self._watcher: asyncio.Future[None] | None = None
 
     async def whole(self, status: int, headers: dict[str, str], body: bytes, media_type: str = JSON) -> None:
@@ -95,7 +107,7 @@ class AsgiResponder:
         raw.append((b"content-length", str(len(body)).encode()))
         raw.append((REQUEST_ID.encode(), self.ctx.id.encode()))
         self.started = self.finished = True
-        self._stop()
+        self.unwatch()
         self.ctx.first_byte = time.monotonic()
         await self.send({"type": "http.response.start", "status": status, "headers": raw})
         await self.send({"type": "http.response.body", "body": body})
@@ -113,25 +125,32 @@ class AsgiResponder:
 
     async def end(self, data: bytes) -> None:
         self.finished = True
-        self._stop()
+        self.unwatch()
         if data and self.ctx.first_byte is None:
             self.ctx.first_byte = time.monotonic()
         await self.send({"type": "http.response.body", "body": data, "more_body": False})
 
     def watch(self, task: asyncio.Task[Any]) -> None:
-        async def watch() -> None:
-            while (await self.receive())["type"] != "http.disconnect":
-                pass
-            if not self.finished:  # after the last byte, the server reports a "disconnect" too
+        def left() -> None:
+            if not self.finished:
                 self.gone = True
                 task.cancel()
+
+        if self._hook is not None:  # our own server tells us (gateway.server.GuardedHttp)
+            self._hook.callback = left
+            return
+
+        async def watch() -> None:  # any other ASGI server: a task waits for the disconnect
+            while (await self.receive())["type"] != "http.disconnect":
+                pass
+            left()  # (after the last byte, the server reports a "disconnect" too: see ``left``)
 
         self._watcher = asyncio.ensure_future(watch())
 
     def unwatch(self) -> None:
-        self._stop()
-
-    def _stop(self) -> None:
+        if self._hook is not None:
+            self._hook.done = True
+            self._hook.callback = None
         if self._watcher is not None:
             self._watcher.cancel()
             self._watcher = None
@@ -145,7 +164,7 @@ def endpoint_app(gw: Gateway, ep: Endpoint, path: str) -> ASGIApp:
         raw_id = next((v for k, v in scope["headers"] if k == b"x-request-id"), None)
         ctx = RequestContext(request_id(raw_id.decode("latin-1") if raw_id else None), path)
         ctx.shape = default_shape
-        out = AsgiResponder(ctx, send, receive)
+        out = AsgiResponder(ctx, scope, send, receive)
         gw.begin()
         try:
             if scope["method"] != "POST":

@@ -14,6 +14,7 @@ import uvicorn
 
 from gateway.app import create_app
 from gateway.config import Config, parse_config
+from gateway.server import serve_config
 from tests.conftest import free_port
 from tests.fakes.upstream import FakeUpstream
 
@@ -38,12 +39,15 @@ def upstream_model(name: str, url: str, dialect: str = "openai", **dep: Any) -> 
 
 
 @asynccontextmanager
-async def serve(config: Config, **app_kw: Any) -> AsyncIterator[httpx.AsyncClient]:
-    """Start the gateway on a free port; yield a client pointed at it (with the test key)."""
+async def serve(config: Config, *, plain: bool = False, **app_kw: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """Start the gateway on a free port as ``switchyard serve`` does (``plain``: on uvicorn's own
+    protocol, as another ASGI server would); yield a client pointed at it (with the test key)."""
     app = create_app(config, **app_kw)
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           lifespan="on", loop="asyncio"))
+    cfg = (uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+           if plain else serve_config(app, config, "127.0.0.1", port))
+    cfg.loop = "asyncio"
+    server = uvicorn.Server(cfg)
     task = asyncio.create_task(server.serve())
     while not server.started:
         await asyncio.sleep(0.01)

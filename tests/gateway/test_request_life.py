@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+
 from tests.fakes.upstream import Behaviour
 from tests.gateway.conftest import KEY, MASTER, base_config, upstream_model
 from tests.gateway.helpers import StallingUpstream, recording_policies, wait_for
@@ -36,11 +38,12 @@ async def test_warning_header_from_hostile_field_names_still_answers_and_settles
     assert [s.status for s in settled] == [200, 200, 200]
 
 
-async def test_client_leaving_before_the_first_byte_frees_its_slot_at_once(gateway_for):
+@pytest.mark.parametrize("plain", [False, True], ids=["switchyard-server", "any-asgi-server"])
+async def test_client_leaving_before_the_first_byte_frees_its_slot_at_once(gateway_for, plain):
     async with StallingUpstream() as up:  # answers with one event, then stalls until released
         cfg = limited(up.url, max_concurrency=1)
         policies, settled = recording_policies(cfg)
-        async with gateway_for(cfg, policies=policies) as client:
+        async with gateway_for(cfg, policies=policies, plain=plain) as client:
             body = {"model": MODEL, "prompt": "hi", "max_tokens": 2}  # a whole answer: no byte yet
             task = asyncio.create_task(client.post("/v1/completions", json=body))
             await asyncio.wait_for(up.first_sent.wait(), 10)
@@ -54,10 +57,11 @@ async def test_client_leaving_before_the_first_byte_frees_its_slot_at_once(gatew
             assert r.status_code != 429, r.text  # the slot is free again
 
 
-async def test_dropped_streams_free_their_slot_before_the_next_request(upstream, gateway_for):
+@pytest.mark.parametrize("plain", [False, True], ids=["switchyard-server", "any-asgi-server"])
+async def test_dropped_streams_free_their_slot_before_the_next_request(upstream, gateway_for, plain):
     upstream.default = Behaviour(chunk_delay=0.05)  # 16 events over ~0.8 s
     cfg = limited(upstream.url, max_concurrency=1)
-    async with gateway_for(cfg) as client:
+    async with gateway_for(cfg, plain=plain) as client:
         body = {"model": MODEL, "prompt": "hi", "stream": True}
         for i in range(20):
             async with client.stream("POST", "/v1/completions", json=body) as r:
