@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from gateway.context import REQUEST_ID, RequestContext, request_id
+from gateway.dialects.errors import error_bytes
 from gateway.errors import GatewayError, InvalidRequest, MethodNotAllowed, PayloadTooLarge
 from gateway.pipeline import JSON, Endpoint, Gateway
 from gateway.server import DISCONNECT, Disconnect
@@ -212,4 +213,12 @@ class Switchyard:
                 msg["headers"] = [*msg.get("headers", ()), (b"x-request-id", rid)]
             await send(msg)
 
+        try:  # the admin API and /v1/models follow the completion endpoints' rule
+            headers_of(scope)
+        except InvalidRequest as e:
+            status, body = error_bytes("chat", e)
+            await send_with_id({"type": "http.response.start", "status": status,
+                                "headers": [(b"content-type", b"application/json"),
+                                            (b"content-length", str(len(body)).encode())]})
+            return await send_with_id({"type": "http.response.body", "body": body})
         await self.litestar(scope, receive, send_with_id)

@@ -173,8 +173,11 @@ async def test_two_credentials_headers_are_refused(upstream, gateway_for):
     async with gateway_for(base_config([upstream_model(MODEL, upstream.url)])) as client:
         r = await client.post("/v1/chat/completions", json={"model": MODEL, "messages": []},
                               headers=[("authorization", f"Bearer {KEY}"), ("authorization", "Bearer other")])
-    assert r.status_code == 400 and r.json()["error"]["param"] == "authorization"
-    assert KEY not in r.text
+        admin = await client.get("/admin/keys", headers=[("authorization", f"Bearer {MASTER}"),
+                                                          ("authorization", "Bearer other")])
+    for answer in (r, admin):
+        assert answer.status_code == 400 and answer.json()["error"]["param"] == "authorization"
+        assert KEY not in answer.text and MASTER not in answer.text
     assert upstream.requests == []
 
 
