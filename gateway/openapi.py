@@ -26,20 +26,49 @@ def param_schema(p: Param) -> Schema:
                   max_items=p.max_items, description=f"canonical: {p.to.split('.')[0]}")
 
 
-def dialect_schema(dialects: list[Dialect]) -> Schema:
+def dialect_schema(dialects: list[Dialect], models: list[str] | None = None) -> Schema:
     props: dict[str, Schema] = {}
     for d in dialects:
         for p in d.params:
             props.setdefault(p.name, param_schema(p))
+    if models and "model" in props:
+        props["model"].examples = list(models)  # the configured names (wildcards take any)
     return Schema(type=OpenAPIType.OBJECT, properties=props, required=["model"])
 
 
-def add_completion_paths(schema: OpenAPI, endpoints: dict[str, tuple[str, list[Dialect]]]) -> None:
-    """``endpoints``: path -> (summary, the dialects it reads)."""
+_ERROR = Schema(type=OpenAPIType.OBJECT, description="OpenAI's error shape (FastAPI's detail list for "
+                "the 422 of the dialects that document it)", properties={"error": Schema(
+                    type=OpenAPIType.OBJECT, properties={
+                        "message": Schema(type=OpenAPIType.STRING),
+                        "type": Schema(type=OpenAPIType.STRING),
+                        "param": Schema(type=OpenAPIType.STRING, description="the parameter at fault, "
+                                        "by the caller's name for it"),
+                        "code": Schema(type=OpenAPIType.STRING)})})
+ERRORS = {
+    "400": "A parameter is missing, of the wrong type or out of range (named in error.param)",
+    "401": "Missing or invalid API key",
+    "403": "The key may not use this model",
+    "404": "No such model",
+    "408": "The request body did not arrive in time",
+    "413": "The request body is larger than server.max_body_bytes",
+    "415": "The body is not uncompressed JSON",
+    "422": "Validation error in FastAPI's shape (dialects that document it)",
+    "429": "A limit or quota refused the request (Retry-After and x-ratelimit-* headers)",
+    "502": "The upstream failed or could not be reached (the message names the deployment)",
+    "503": "The model is loading, every deployment is cooling down, or the policy store is down",
+    "504": "The request's deadline or the upstream's timeout ran out",
+}
+
+
+def add_completion_paths(schema: OpenAPI, endpoints: dict[str, tuple[str, list[Dialect]]],
+                         models: list[str] | None = None) -> None:
+    """``endpoints``: path -> (summary, the dialects it reads); ``models``: configured names."""
     ok = OpenAPIResponse(description="The answer in the caller's dialect (JSON, or SSE when stream)")
+    errors = {status: OpenAPIResponse(description=text, content={
+        "application/json": OpenAPIMediaType(schema=_ERROR)}) for status, text in ERRORS.items()}
     for path, (summary, dialects) in endpoints.items():
         body = RequestBody(required=True, content={
-            "application/json": OpenAPIMediaType(schema=dialect_schema(dialects))})
-        op = Operation(summary=summary, request_body=body, responses={"200": ok},
+            "application/json": OpenAPIMediaType(schema=dialect_schema(dialects, models))})
+        op = Operation(summary=summary, request_body=body, responses={"200": ok, **errors},
                        operation_id="post" + path.replace("/", "_"))
         (schema.paths or {})[path] = PathItem(post=op)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import os
 import signal
 import socket
@@ -85,6 +86,15 @@ class GuardedHttp(HttpToolsProtocol):
             return
         if self.cycle is None or self.cycle.response_complete:  # nothing answered yet: say why
             self.transport.write(_TIMEOUT_REPLY)
+        self.transport.close()
+
+    def send_400_response(self, msg: str) -> None:
+        """A request the HTTP parser refused (a bad header byte, a broken request line): answered
+        in the gateway's error shape rather than uvicorn's plain text."""
+        body = json.dumps({"error": {"message": f"malformed HTTP request: {msg}", "param": "headers",
+                                     "type": "invalid_request_error", "code": None}}).encode()
+        self.transport.write(b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
+                             b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
         self.transport.close()
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]

@@ -19,7 +19,7 @@ Group = dict[str, tuple[Any, str]]  # part -> (value, the dialect's parameter na
 def parse_request(dialect: Dialect, body: Any, *, kind: RequestKind,
                   strict: bool = False) -> CanonicalRequest:
     if not isinstance(body, dict):
-        raise InvalidRequest("the request body must be a JSON object")
+        raise InvalidRequest("the request body must be a JSON object", param="body")
     values: dict[str, Any] = {}
     groups: dict[str, Group] = {}
     extra: dict[str, Any] = {}

@@ -1,0 +1,173 @@
+"""Bounded fuzzing through the HTTP surface: random types, sizes and encodings for every field of
+every completion endpoint (hypothesis), every operation of the OpenAPI document (schemathesis),
+and hostile bytes: invalid UTF-8, NaN/Infinity/1e400, 10k-deep nesting, duplicate keys, wrong
+content types, CR/LF/NUL in field names and header values.
+
+Every answer must be below 500, on a connection the server did not drop, within the timeout, and
+every 4xx must name the parameter at fault by the caller's own name for it."""
+
+from __future__ import annotations
+
+import json
+import socket
+from typing import Any
+
+import httpx
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from schemathesis.checks import not_a_server_error
+
+from gateway.app import HOT
+from gateway.openapi import add_completion_paths
+from tests.fuzz.conftest import KEY, MASTER, SECRETS, Live, fuzz_config
+
+MODELS = ["v/openai", "v/sgp", "v/llama", "v/anything"]
+# Names an error may blame that are not body fields: the body itself, a header, a path part.
+_NOT_FIELDS = {"body", "headers", "content-type", "content-encoding", "authorization", "x-api-key",
+               "x-switchyard-dialect", "x-request-id"}
+FUZZ = settings(max_examples=60, deadline=None, derandomize=True,
+                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+
+def _params(path: str) -> list[str]:
+    return sorted({p.name for d in HOT[path][2] for p in d.params})
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=40),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=10), inner, max_size=5),
+    max_leaves=15)
+hostile_names = st.text(alphabet=st.characters(codec="utf-8"), min_size=1, max_size=12) | st.sampled_from(
+    ["a\r\nx-evil: 1", "nul\x00", "caf\u00e9\u2603", "\ud7ff", " "])
+
+
+def bodies(path: str) -> st.SearchStrategy[dict[str, Any]]:
+    known = st.sampled_from(_params(path))
+    fields = st.dictionaries(known | hostile_names, json_values, max_size=6)
+    base = st.fixed_dictionaries({"model": st.sampled_from(MODELS) | json_values})
+    content = (st.fixed_dictionaries({"messages": st.lists(st.fixed_dictionaries(
+        {"role": st.sampled_from(["user", "system", "assistant", "tool"]), "content": json_values}),
+        max_size=3)}) if "chat" in path else st.fixed_dictionaries({"prompt": json_values}))
+    return st.tuples(base, content, fields).map(lambda t: {**t[0], **t[1], **t[2]})
+
+
+def blamed(resp: httpx.Response) -> str | None:
+    body = resp.json()
+    if "detail" in body:
+        return ".".join(str(x) for x in body["detail"][0]["loc"][1:]) or "body"
+    err = body.get("error")
+    if isinstance(err, dict):
+        return err.get("param")
+    return body.get("param")
+
+
+def check(resp: httpx.Response, path: str, sent: dict[str, Any] | None,
+          headers: dict[str, str] | None = None) -> None:
+    assert resp.status_code < 500, (resp.status_code, resp.text[:500])
+    for secret in SECRETS:
+        assert secret not in resp.text and secret not in str(resp.headers)
+    if resp.status_code in (400, 404, 413, 415, 422):
+        param = blamed(resp)
+        assert param, resp.text
+        head = param.split(".")[0].split("[")[0]
+        # The caller's vocabulary: what it sent, the endpoint's documented fields, headers.
+        names = set(sent or {}) | set(_params(path)) | {h.lower() for h in headers or {}} | _NOT_FIELDS
+        assert head in names or param in names, (param, sorted(names), resp.text[:300])
+
+
+@pytest.fixture
+def client(live: Live) -> httpx.Client:
+    with httpx.Client(base_url=live.url, timeout=10, headers={"authorization": f"Bearer {KEY}"}) as c:
+        yield c  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("path", sorted(HOT))
+def test_random_bodies(client: httpx.Client, path: str) -> None:
+    @FUZZ
+    @given(body=bodies(path), stream=st.booleans())
+    def run(body: dict[str, Any], stream: bool) -> None:
+        if stream and isinstance(body, dict):
+            body = {**body, "stream": True}
+        raw = json.dumps(body, ensure_ascii=False).encode("utf-8", "surrogatepass")
+        check(client.post(path, content=raw, headers={"content-type": "application/json"}), path, body)
+
+    run()
+
+
+HOSTILE_BYTES = [
+    b'{"model": "v/openai", "prompt": "\xff\xfe\xfa"}',
+    b'{"model": "v/openai", "prompt": "hi", "temperature": NaN}',
+    b'{"model": "v/openai", "prompt": "hi", "temperature": Infinity}',
+    b'{"model": "v/openai", "prompt": "hi", "temperature": 1e400}',
+    b'{"model": "v/openai", "prompt": ' + b"[" * 10_000 + b"]" * 10_000 + b"}",
+    b'{"model": "v/openai", "prompt": ' + b'{"a":' * 10_000 + b"1" + b"}" * 10_000 + b"}",
+    b'{"model": "v/openai", "model": "v/sgp", "prompt": "hi", "max_tokens": 1}',
+    b'{"model": "v/openai", "prompt": "\\ud800"}',
+    b"",
+    b"null",
+    b"[1, 2]",
+    b'"just a string"',
+]
+
+
+@pytest.mark.parametrize("path", sorted(HOT))
+@pytest.mark.parametrize("raw", HOSTILE_BYTES, ids=[f"bytes{i}" for i in range(len(HOSTILE_BYTES))])
+def test_hostile_bytes(client: httpx.Client, path: str, raw: bytes) -> None:
+    check(client.post(path, content=raw, headers={"content-type": "application/json"}), path, None)
+
+
+@pytest.mark.parametrize("headers", [
+    {"content-type": "application/json", "content-encoding": "gzip"},
+    {"content-type": "multipart/form-data; boundary=x"},
+    {"content-type": "application/json", "x-switchyard-dialect": "caf\u00e9"},
+    {"content-type": "application/json", "x-request-id": "\u00ff" * 300},
+    {"content-type": "application/json", "x-api-key": "x\x7fy"},
+    {"content-type": "application/json", "inference_extra_headers": "a"},
+])
+def test_hostile_headers(client: httpx.Client, headers: dict[str, str]) -> None:
+    body = {"model": "v/openai", "prompt": "hi", "max_tokens": 1}
+    raw = [(k.encode(), v.encode("latin-1", "replace")) for k, v in headers.items()]
+    r = client.post("/v1/completions", content=json.dumps(body).encode(), headers=raw)
+    check(r, "/v1/completions", body, headers)
+
+
+@pytest.mark.parametrize("line", [b"x-extra: a\x00b", b"x-extra: a\rb", b"x-\xff: 1", b"bad header",
+                                  b"authorization: Bearer " + KEY.encode() + b"\x00"])
+def test_raw_header_bytes_get_a_json_400(live: Live, line: bytes) -> None:
+    """What HTTP clients refuse to send: the server's parser answers, in the gateway's shape."""
+    host, port = live.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\n" + line + b"\r\ncontent-length: 2\r\n\r\n{}")
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400"), data[:200]
+    assert json.loads(body)["error"]["param"] == "headers"
+    assert KEY.encode() not in data
+
+
+def _openapi() -> dict[str, Any]:
+    """The gateway's own OpenAPI document, as ``GET /schema/openapi.json`` serves it."""
+    app = __import__("gateway.app", fromlist=["create_app"]).create_app(fuzz_config("http://127.0.0.1:9/v1"))
+    schema = app.litestar.openapi_schema
+    add_completion_paths(schema, {p: (summary, dialects) for p, (_, summary, dialects) in HOT.items()},
+                         MODELS)
+    return schema.to_schema()
+
+
+SCHEMA = schemathesis.openapi.from_dict(_openapi())
+
+
+@SCHEMA.parametrize()
+@settings(max_examples=25, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                 HealthCheck.filter_too_much])
+def test_every_operation(case: Any, live: Live) -> None:
+    auth = MASTER if case.path.startswith("/admin") else KEY
+    resp = case.call(base_url=live.url, headers={"authorization": f"Bearer {auth}"}, timeout=10)
+    case.validate_response(resp, checks=[not_a_server_error])
+    assert all(s not in resp.text for s in SECRETS)
