@@ -72,6 +72,11 @@ class DeploymentConfig(_Model):
     timeout: float = Field(600.0, gt=0, description="seconds for a whole upstream call")
     connect_timeout: float = Field(5.0, gt=0)
     headers: dict[str, str] = Field(default_factory=dict)
+    # What callers may pass through beyond the canonical request (see gateway/dialects/passthrough.py):
+    # header names for SGP inference_extra_headers, body fields for inference_extra_params and
+    # unknown (vendor) fields; "*" allows any. Empty by default: nothing from the side.
+    allow_extra_headers: list[str] = Field(default_factory=list)
+    allow_extra_params: list[str] = Field(default_factory=list)
     weight: float = Field(1.0, gt=0)
     rpm: int | None = Field(None, ge=1, description="this deployment's own rate limit")
     tpm: int | None = Field(None, ge=1)
@@ -83,6 +88,11 @@ class DeploymentConfig(_Model):
     @classmethod
     def _secret(cls, v: str | None) -> str | None:
         return resolve_secret(v)
+
+    @field_validator("allow_extra_headers")
+    @classmethod
+    def _header_names(cls, v: list[str]) -> list[str]:
+        return [n.lower() for n in v]
 
     @model_validator(mode="after")
     def _backend_fields(self) -> DeploymentConfig:

@@ -27,6 +27,7 @@ from gateway.context import REQUEST_ID, RequestContext
 from gateway.dialects.defaults import sampling_defaults
 from gateway.dialects.errors import error_bytes, error_json
 from gateway.dialects.parse import parse_request
+from gateway.dialects.passthrough import vendor_fields
 from gateway.dialects.registry import sniff_completion_dialect
 from gateway.dialects.render import RENDERERS, Renderer, sse
 from gateway.dialects.spec import Dialect
@@ -210,12 +211,16 @@ class Gateway:
 
     @staticmethod
     def _dropped(req: CanonicalRequest, route: Route) -> str | None:
+        """The warning for unknown fields that not every deployment of the route receives."""
         if not req.extra:
             return None
-        if all(t.deployment.backend == "upstream" and t.deployment.dialect == req.dialect
-               for t in route.targets):
-            return None
-        return warning_header(sorted(req.extra))
+        dropped: set[str] = set()
+        for t in route.targets:
+            d = t.deployment
+            kept = (vendor_fields(req.extra, d.allow_extra_params)
+                    if d.backend == "upstream" and d.dialect == req.dialect else {})
+            dropped.update(k for k in req.extra if k not in kept)
+        return warning_header(sorted(dropped)) if dropped else None
 
     # -- after admission: one owner, one finally ---------------------------------------------
 

@@ -18,6 +18,8 @@ import httptools
 import httpx
 
 _HIGH_WATER = 64  # body chunks buffered before we stop reading from the socket
+IDLE_TIMEOUT = 30.0  # seconds a pooled connection is trusted idle, unless Keep-Alive says less
+MAX_HEAD = 64 * 1024  # bytes of status line and headers an answer may have
 
 
 class _Conn(asyncio.Protocol):
@@ -28,6 +30,11 @@ class _Conn(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.closed = False
         self.watchdog: asyncio.TimerHandle | None = None
+        self.busy = False  # a request is out and its answer not yet handed back
+        self.poisoned = False  # bytes came that no request asked for: never reuse
+        self.idle_since = 0.0  # loop time it went back to the pool
+        self.idle_for = IDLE_TIMEOUT  # how long the server keeps it open (Keep-Alive: timeout=N)
+        self.reused = False  # taken from the pool (it may have been closed by the server meanwhile)
         self._reset()
 
     def _reset(self) -> None:
@@ -41,33 +48,71 @@ class _Conn(asyncio.Protocol):
         self.keep_alive = False
         self.error: BaseException | None = None
         self.paused = False
+        self.received = 0  # bytes of this answer so far
+        self.framed = False  # content-length or chunked: the body's end is in the message
 
     # -- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
+        if not self.busy or self.complete:
+            # Bytes nobody asked for: a response smuggled ahead, or one for a request we never
+            # sent. The next caller on this connection would read them as its own answer.
+            self.poisoned = True
+            self.close()
+            return
+        self.received += len(data)
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as e:
             self._fail(httpx.RemoteProtocolError(f"malformed HTTP response: {e}"))
             self.close()
+            return
+        if not self.head.done() and self.received > MAX_HEAD:  # still no end of the head in sight
+            self._too_big()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        if not self.complete:
-            self._fail(httpx.ReadError("connection closed by the upstream"))
+        if self.complete:
+            return
+        if self.head.done() and not self.framed and self.error is None:
+            # No content-length, not chunked: the body was delimited by the close (RFC 9112 6.3).
+            self.complete = True
+            self._wake()
+            return
+        self._fail(httpx.ReadError("connection closed by the upstream"))
 
     # -- httptools callbacks
+    def on_message_begin(self) -> None:
+        if self.complete:  # a second response in the same read as the first
+            self.poisoned = True
+
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name, value))
+        if not self.complete:  # (a poisoned second response's are not ours)
+            self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
+        if self.complete:
+            return
+        if sum(len(k) + len(v) + 4 for k, v in self.headers) > MAX_HEAD:
+            self._too_big()
+            return
         self.status = self.parser.get_status_code()
+        for name, value in self.headers:
+            n = name.lower()
+            if n in (b"content-length", b"transfer-encoding"):
+                self.framed = True
+            elif n == b"keep-alive":
+                self.idle_for = min(self.idle_for, _keep_alive_timeout(value))
+        if self.status in (204, 304) or 100 <= self.status < 200:
+            self.framed = True
         if not self.head.done():
             self.head.set_result(None)
 
     def on_body(self, body: bytes) -> None:
+        if self.complete:
+            return
         self.chunks.append(body)
         if len(self.chunks) > _HIGH_WATER and self.transport is not None and not self.paused:
             self.paused = True
@@ -75,12 +120,18 @@ class _Conn(asyncio.Protocol):
         self._wake()
 
     def on_message_complete(self) -> None:
+        if self.complete:
+            return
         # llhttp answers should_keep_alive() only inside its callbacks; afterwards it is reset.
         self.keep_alive = self.parser.should_keep_alive()
         self.complete = True
         self._wake()
 
     # -- helpers
+    def _too_big(self) -> None:
+        self._fail(httpx.RemoteProtocolError(f"the upstream's response head exceeds {MAX_HEAD} bytes"))
+        self.close()
+
     def _wake(self) -> None:
         if self.waiter is not None and not self.waiter.done():
             self.waiter.set_result(None)
@@ -106,7 +157,8 @@ class _Conn(asyncio.Protocol):
 
     @property
     def reusable(self) -> bool:
-        return self.complete and self.keep_alive and not self.closed and self.error is None
+        return (self.complete and self.keep_alive and not self.closed and self.error is None
+                and not self.poisoned)
 
     async def next_chunk(self) -> bytes | None:
         """The next body chunk, or None at the end of the body."""
@@ -166,6 +218,20 @@ class Answer(httpx.AsyncByteStream):
 Origin = tuple[bytes, bytes, int]
 
 
+def _keep_alive_timeout(value: bytes) -> float:
+    """``Keep-Alive: timeout=5, max=100`` -> 5 less a margin (the server may close at its edge:
+    a second, or a quarter of a short timeout)."""
+    for part in value.split(b","):
+        k, _, v = part.strip().partition(b"=")
+        if k.lower() == b"timeout":
+            try:
+                t = float(v)
+            except ValueError:
+                break
+            return max(t - min(1.0, t / 4), 0.0)
+    return IDLE_TIMEOUT
+
+
 def origin_of(url: httpx.URL) -> Origin:
     return (url.raw_scheme, url.raw_host, url.port or (443 if url.raw_scheme == b"https" else 80))
 
@@ -195,25 +261,36 @@ class H1Transport(httpx.AsyncBaseTransport):
         await slots.acquire()
         conn: _Conn | None = None
         try:
-            conn = await self._connection(origin, connect_timeout or self.connect_timeout)
-            conn._reset()
-            conn.transport.write(wire)  # type: ignore[union-attr]
-            if deadline is not None:
-                conn.watchdog = asyncio.get_running_loop().call_at(deadline, conn.expire)
-            await conn.head
+            for fresh in (False, True):
+                conn = await self._connection(origin, connect_timeout or self.connect_timeout, fresh)
+                conn._reset()
+                conn.busy = True
+                conn.transport.write(wire)  # type: ignore[union-attr]
+                if deadline is not None:
+                    conn.watchdog = asyncio.get_running_loop().call_at(deadline, conn.expire)
+                try:
+                    await conn.head
+                    break
+                except httpx.ReadError:
+                    # A pooled connection the server had already closed: nothing of an answer
+                    # came, so the request never ran there. Once more on a new connection.
+                    if conn.reused and conn.received == 0 and not fresh:
+                        self._drop(conn)
+                        continue
+                    raise
         except BaseException:
             slots.release()
             if conn is not None:
-                if conn.watchdog is not None:
-                    conn.watchdog.cancel()
-                conn.close()
+                self._drop(conn)
             raise
 
         def done(c: _Conn) -> None:
+            c.busy = False
             if c.watchdog is not None:
                 c.watchdog.cancel()
                 c.watchdog = None
             if c.reusable:
+                c.idle_since = asyncio.get_running_loop().time()
                 self._idle.setdefault(origin, []).append(c)
             else:
                 c.close()  # a half-read body: the connection cannot be reused
@@ -231,12 +308,17 @@ class H1Transport(httpx.AsyncBaseTransport):
                                  connect_timeout=timeout.get("connect"))
         return httpx.Response(answer.status, headers=answer.conn.headers, stream=answer, request=request)
 
-    async def _connection(self, origin: Origin, timeout: float) -> _Conn:
+    async def _connection(self, origin: Origin, timeout: float, fresh: bool = False) -> _Conn:
+        """A pooled connection still fit for use (most recent first), else a new one."""
         idle = self._idle.get(origin)
-        while idle:
+        now = asyncio.get_running_loop().time()
+        while idle and not fresh:
             conn = idle.pop()
-            if not conn.closed and conn.transport is not None and not conn.transport.is_closing():
+            if (not conn.closed and not conn.poisoned and conn.transport is not None
+                    and not conn.transport.is_closing() and now - conn.idle_since < conn.idle_for):
+                conn.reused = True
                 return conn
+            conn.close()
         scheme, host, port = origin
         ctx = None
         if scheme == b"https":
@@ -249,7 +331,15 @@ class H1Transport(httpx.AsyncBaseTransport):
             raise httpx.ConnectTimeout(f"connecting to {host.decode()}:{port} timed out") from None
         except OSError as e:
             raise httpx.ConnectError(f"cannot connect to {host.decode()}:{port}: {e.strerror or e}") from None
+        conn.reused = False
         return conn
+
+    @staticmethod
+    def _drop(conn: _Conn) -> None:
+        if conn.watchdog is not None:
+            conn.watchdog.cancel()
+            conn.watchdog = None
+        conn.close()
 
     async def aclose(self) -> None:
         for conns in self._idle.values():

@@ -19,9 +19,10 @@ from backends.upstream.parse import chunks_of, decode_answer
 from backends.upstream.sse import sse_batches
 from gateway.canonical import CanonicalRequest, Chunk
 from gateway.config import DeploymentConfig
+from gateway.dialects import passthrough
 from gateway.dialects.outgoing import Emulation, render_request
 from gateway.dialects.registry import DIALECTS
-from gateway.errors import UpstreamError
+from gateway.errors import InvalidRequest, UpstreamError
 from gateway.stops import StopScanner
 
 _decode = msgspec.json.decode
@@ -51,6 +52,7 @@ class UpstreamBackend:
                 self._headers["x-api-key"] = deployment.api_key
             else:
                 self._headers["authorization"] = f"Bearer {deployment.api_key}"
+        self._own_headers = frozenset(k.lower() for k in self._headers)  # never from a caller
 
     ready = True
 
@@ -71,15 +73,26 @@ class UpstreamBackend:
             self._exchange = None
 
     def generate(self, req: CanonicalRequest, upstream_model: str | None = None) -> AsyncIterator[Chunk]:
-        body, emulation = render_request(self.dialect, req, upstream_model or self.upstream_model)
-        return self._run(req, body, emulation)
+        # Everything, refusals included, happens inside the iterator: the router's bookkeeping
+        # for an attempt starts when it asks for the first chunk.
+        return self._run(req, upstream_model or self.upstream_model)
 
-    async def _run(self, req: CanonicalRequest, body: dict[str, Any],
-                   emulation: Emulation) -> AsyncIterator[Chunk]:
+    def _render(self, req: CanonicalRequest, upstream_model: str) -> tuple[dict[str, Any], Emulation]:
+        dep = self.deployment
+        passthrough.check_allowed(dep.name, dep.allow_extra_headers, dep.allow_extra_params,
+                                  req.extra_headers, req.extra_params)
+        if req.extra_headers and not self._own_headers.isdisjoint(req.extra_headers):
+            name = sorted(self._own_headers.intersection(req.extra_headers))[0]
+            raise InvalidRequest(f"{passthrough.HEADERS_FIELD}.{name}: deployment {dep.name} sets this "
+                                 "header itself", param=f"{passthrough.HEADERS_FIELD}.{name}")
+        return render_request(self.dialect, req, upstream_model, dep.allow_extra_params)
+
+    async def _run(self, req: CanonicalRequest, upstream_model: str) -> AsyncIterator[Chunk]:
+        body, emulation = self._render(req, upstream_model)
         if self._exchange is None:
             await self.start()
         assert self._exchange is not None
-        extra = ({str(k): str(v) for k, v in req.extra_headers.items()} if req.extra_headers else None)
+        extra = req.extra_headers or None  # checked when parsed and against the allow-list
         timeout = self.deployment.timeout if req.timeout is None else min(req.timeout,
                                                                            self.deployment.timeout)
         chat = req.kind == "chat"

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.canonical import CanonicalRequest
+from gateway.dialects import passthrough
 from gateway.dialects.chat import chat_emits
 from gateway.dialects.constraints import Unsupported
 from gateway.dialects.defaults import sampling_defaults
@@ -60,8 +61,10 @@ def caller_param(req: CanonicalRequest, field: str) -> str:
     return names[0] if names else field
 
 
-def render_request(dialect: Dialect, req: CanonicalRequest, upstream_model: str) -> tuple[dict[str, Any],
-                                                                                           Emulation]:
+def render_request(dialect: Dialect, req: CanonicalRequest, upstream_model: str,
+                   allow_params: list[str] | None = None) -> tuple[dict[str, Any], Emulation]:
+    """The upstream body and what the gateway emulates. ``allow_params``: the deployment's
+    ``allow_extra_params`` (what passes through beyond the canonical request)."""
     chat = req.kind == "chat"
     emits = chat_emits(dialect) if chat else dialect.emits
     body: dict[str, Any] = {"model": upstream_model}
@@ -98,11 +101,16 @@ def render_request(dialect: Dialect, req: CanonicalRequest, upstream_model: str)
             body["stream_options"] = {"include_usage": True}
     if req.timeout is not None and "timeout" in emits:
         body.update(emits["timeout"](req.timeout))
-    if req.extra_params:
-        body.update(emits["extra_params"](req.extra_params) if "extra_params" in emits
-                    else req.extra_params)
+    allowed = allow_params or []
+    if req.extra_params:  # checked against the deployment's allow-list by its backend
+        if "extra_params" in emits:
+            body.update(emits["extra_params"](req.extra_params))
+        else:  # merged, never over a field the gateway wrote
+            body.update({k: v for k, v in req.extra_params.items() if k not in body})
     if req.extra and req.dialect == dialect.name:
-        body.update(req.extra)  # vendor extensions reach a server of the caller's own dialect
+        # Vendor extensions reach a server of the caller's own dialect, as far as allowed.
+        extras = passthrough.vendor_fields(req.extra, allowed)
+        body.update({k: v for k, v in extras.items() if k not in body})
     return body, emulation
 
 

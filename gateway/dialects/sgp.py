@@ -6,6 +6,7 @@ from typing import Any
 
 from gateway.dialects import common as c
 from gateway.dialects import constraints as k
+from gateway.dialects import passthrough
 from gateway.dialects.spec import BOOL, INT, LIST, NUMBER, OBJECT, STR, Dialect, ErrorShape, Param
 
 
@@ -43,8 +44,8 @@ SGP = Dialect(
             Param("guided_grammar", "constraint.grammar", STR, parse=k.gbnf("guided_grammar")),
             Param("response_format", "constraint.rf", OBJECT, parse=k.response_format),
             Param("inference_timeout", "timeout", parse=_timeout),
-            Param("inference_extra_params", "extra_params", OBJECT),
-            Param("inference_extra_headers", "extra_headers", OBJECT),
+            Param("inference_extra_params", "extra_params", OBJECT, parse=passthrough.extra_params),
+            Param("inference_extra_headers", "extra_headers", OBJECT, parse=passthrough.extra_headers),
             Param("repetition_penalty", "repetition_penalty", NUMBER, gt=0, le=2),),
     # SGP documents no echo: the gateway emulates it (the "echo" emitter is left out).
     emits={**{f: e for f, e in c.OPENAI_EMITS.items() if f != "echo"},

@@ -150,6 +150,16 @@ def test_raw_header_bytes_get_a_json_400(live: Live, line: bytes) -> None:
     assert KEY.encode() not in data
 
 
+@FUZZ
+@given(value=st.text(alphabet=st.characters(codec="utf-8"), max_size=30),
+       name=st.text(alphabet=st.characters(codec="latin-1", exclude_categories=("Cc",)), min_size=1,
+                    max_size=15))
+def test_extra_headers_values_and_names(live: Live, value: str, name: str) -> None:
+    body = {"model": "v/sgp", "prompt": "hi", "max_new_tokens": 1, "inference_extra_headers": {name: value}}
+    with httpx.Client(base_url=live.url, timeout=10, headers={"authorization": f"Bearer {KEY}"}) as c:
+        check(c.post("/v4/beta/completions", json=body), "/v4/beta/completions", body)
+
+
 def _openapi() -> dict[str, Any]:
     """The gateway's own OpenAPI document, as ``GET /schema/openapi.json`` serves it."""
     app = __import__("gateway.app", fromlist=["create_app"]).create_app(fuzz_config("http://127.0.0.1:9/v1"))

@@ -26,8 +26,8 @@ def req(caller: str, kind: str = "completion", **fields: Any):
     return parse_request(DIALECTS[caller], body, kind="completion")
 
 
-def render(upstream: str, r):
-    return render_request(DIALECTS[upstream], r, "up-model")
+def render(upstream: str, r, allow: list[str] | None = None):
+    return render_request(DIALECTS[upstream], r, "up-model", allow)
 
 
 def refused(upstream: str, r) -> InvalidRequest:
@@ -286,10 +286,20 @@ def test_inference_extras() -> None:
     assert body["foo"] == 1 and "inference_timeout" not in body and "inference_extra_params" not in body
 
 
-def test_vendor_extras_only_reach_the_callers_own_dialect() -> None:
-    r = req("llamacpp", n_keep=4)
-    assert render("llamacpp", r)[0]["n_keep"] == 4
-    assert "n_keep" not in render("openai", r)[0]
+def test_vendor_extras_only_reach_the_callers_own_dialect_where_allowed() -> None:
+    r = req("llamacpp", n_keep=4, samplers=["top_k"])
+    assert render("llamacpp", r, ["n_keep"])[0]["n_keep"] == 4
+    assert "samplers" not in render("llamacpp", r, ["n_keep"])[0]
+    assert render("llamacpp", r, ["*"])[0]["samplers"] == ["top_k"]
+    assert "n_keep" not in render("llamacpp", r)[0]  # nothing passes by default
+    assert "n_keep" not in render("openai", r, ["*"])[0]
+
+
+def test_passed_through_fields_never_set_what_the_gateway_owns() -> None:
+    # an unknown field of the caller's dialect that another dialect owns: never forwarded
+    r = req("openai", max_completion_tokens=4000, n_predict=9)
+    body = render("openai", r, ["*"])[0]
+    assert "max_completion_tokens" not in body and "n_predict" not in body
 
 
 # --- refusals of what has no place upstream -----------------------------------------------------

@@ -186,7 +186,9 @@ async def test_refusal_names_param_and_model(upstream, gateway_for) -> None:
 
 
 async def test_sgp_extra_headers_and_params_reach_upstream(upstream, gateway_for) -> None:
-    async with gateway_for(_config(upstream.url, "openai")) as client:
+    cfg = base_config([upstream_model(MODEL, upstream.url, dialect="openai", model="upstream-name",
+                                      allow_extra_headers=["X-Trace"], allow_extra_params=["priority"])])
+    async with gateway_for(cfg) as client:
         r = await client.post("/v4/beta/completions", json={
             "model": MODEL, "prompt": "x", "max_new_tokens": 1, "inference_extra_headers": {"x-trace": "t1"},
             "inference_extra_params": {"priority": 3}})

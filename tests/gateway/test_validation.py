@@ -221,7 +221,8 @@ async def test_http_validation_error_in_callers_shape(upstream, gateway_for, pat
 
 
 async def test_unknown_field_passes_through_to_own_dialect(upstream, gateway_for) -> None:
-    cfg = base_config([upstream_model("v/m", upstream.url, dialect="llamacpp")])
+    cfg = base_config([upstream_model("v/m", upstream.url, dialect="llamacpp",
+                                      allow_extra_params=["samplers", "n_keep"])])
     async with gateway_for(cfg) as client:
         r = await client.post("/v1/completions", json={"model": "v/m", "prompt": "hi", "n_predict": 2,
                                                         "samplers": ["top_k"], "n_keep": 4})
