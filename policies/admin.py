@@ -65,7 +65,7 @@ def admin_router(registry: Registry, usage: UsageQuery, master_key: str | None) 
     async def create_key(request: Request[Any, Any, Any]) -> dict[str, Any]:
         b = await _body(request)
         if not isinstance(b.get("team"), str):
-            raise InvalidRequest("team is required", param="team")
+            raise InvalidRequest("team is required (a string)", param="team")
         raw, info = await registry.create_key(b["team"], key_id=b.get("id"), models=b.get("models"),
                                               limits=b.get("limits"))
         return {**info, "key": raw}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import secrets
 import time
 from typing import Any
@@ -14,6 +15,15 @@ from policies.keys import KeyRing, digest, doc_names
 from policies.store import Store
 
 _UNSET: Any = object()
+# Key ids and team names become parts of store keys, usage records, log lines and metric labels.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}")
+
+
+def check_name(value: Any, param: str) -> str:
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
+        raise InvalidRequest(f"{param} must be a string of 1 to 64 letters, digits and ._:@- "
+                             "(starting with a letter or digit)", param=param)
+    return value
 
 
 def merge_limits(current: Limits, patch: dict[str, Any] | None) -> Limits:
@@ -71,8 +81,7 @@ class Registry:
     async def update_team(self, name: str, *, limits: dict[str, Any] | None = None, models: Any = _UNSET,
                           model_limits: dict[str, Any] | None = None) -> dict[str, Any]:
         """Creates the team when neither the config nor the store knows it."""
-        if not name or "/" in name:
-            raise InvalidRequest("team names are non-empty and have no '/'", param="name")
+        check_name(name, "name")
         try:
             cur = await self.team(name)
         except NotFound:
@@ -102,7 +111,7 @@ class Registry:
         """Returns the raw key (shown this once; only its sha256 is stored) and the key's info."""
         if team not in await self.team_names():
             raise NotFound(f"no team {team!r}", param="team")
-        key_id = key_id or f"key-{secrets.token_hex(6)}"
+        key_id = check_name(key_id, "id") if key_id is not None else f"key-{secrets.token_hex(6)}"
         if key_id in self._cfg_keys or (await self.store.get_docs([self.n["keyid"] + key_id]))[0]:
             raise InvalidRequest(f"a key with id {key_id!r} exists", param="id")
         raw = "sk-sy-" + secrets.token_urlsafe(32)

@@ -164,3 +164,13 @@ async def test_usage_query_over_http(client, replicas):
     assert q["total"]["requests"] == 0
     recs = (await client.get("/admin/usage/records", headers=AUTH, params={"team": "ml", "limit": 2})).json()
     assert [(r["key_id"], r["status"]) for r in recs["data"]] == [("bob", 500), ("alice", 200)]
+
+
+async def test_key_ids_and_team_names_are_checked(client):
+    for body in ({"team": "ml", "id": 5}, {"team": "ml", "id": "a b"}, {"team": "ml", "id": "x\x1fy"},
+                 {"team": "ml", "id": "k" * 65}, {"team": 7}):
+        r = await client.post("/admin/keys", headers=AUTH, json=body)
+        assert r.status_code == 400, (body, r.text)
+        assert r.json()["error"]["param"] in ("id", "team")
+    r = await client.put("/admin/teams/bad%1Fname", headers=AUTH, json={})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "name"
