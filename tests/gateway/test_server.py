@@ -17,15 +17,12 @@ from typing import Any
 import httpx
 import pytest
 import redis.asyncio as aioredis
-import uvicorn
 import yaml
 
-from gateway.app import create_app
 from gateway.cli import main, package_version
-from gateway.server import serve_config
 from tests.conftest import free_port
 from tests.fakes.upstream import Behaviour
-from tests.gateway.conftest import KEY, base_config, upstream_model
+from tests.gateway.conftest import KEY, base_config, serve, upstream_model
 from tests.gateway.helpers import sse_events
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,18 +33,8 @@ MODEL = "v/m"
 async def guarded(**server: Any) -> AsyncIterator[int]:
     """The gateway served as ``switchyard serve`` serves it (our protocol, our timeouts)."""
     config = base_config([upstream_model(MODEL, "http://127.0.0.1:9/v1")], server=server)
-    port = free_port()
-    cfg = serve_config(create_app(config), config, "127.0.0.1", port)
-    cfg.loop = "asyncio"
-    srv = uvicorn.Server(cfg)
-    task = asyncio.create_task(srv.serve())
-    while not srv.started:
-        await asyncio.sleep(0.01)
-    try:
-        yield port
-    finally:
-        srv.should_exit = True
-        await task
+    async with serve(config) as client:
+        yield client.base_url.port
 
 
 async def closed_by_server(reader: asyncio.StreamReader, within: float) -> bytes:
