@@ -27,11 +27,14 @@ MAX_EXTRA_HEADERS = 32
 # Never from a caller: credentials (the gateway's own go upstream), and what frames or routes the
 # message on the shared connection.
 DENIED_HEADERS = frozenset({
-    "authorization", "x-api-key", "api-key", "cookie", "set-cookie", "host", "content-length",
-    "content-type", "transfer-encoding", "connection", "keep-alive", "te", "trailer", "upgrade",
-    "expect", "forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-real-ip",
-    "x-request-id", "traceparent", "tracestate",
+    "authorization", "x-api-key", "api-key", "x-goog-api-key", "cookie", "cookie2", "set-cookie",
+    "host", "content-length", "content-type", "content-encoding", "transfer-encoding", "connection",
+    "keep-alive", "te", "trailer", "upgrade", "expect", "via", "http2-settings", "forwarded",
+    "x-real-ip", "x-request-id", "traceparent", "tracestate",
 })
+# ... nor any of these families: proxy credentials and hop-by-hop fields, client identity as a
+# proxy reports it, browser fetch metadata, the gateway's own namespace.
+DENIED_PREFIXES = ("proxy-", "x-forwarded-", "sec-", "x-switchyard-")
 HEADERS_FIELD = "inference_extra_headers"
 PARAMS_FIELD = "inference_extra_params"
 
@@ -55,6 +58,21 @@ def owned_fields() -> frozenset[str]:
                                                                "stream_options"})
 
 
+def denied_header(low: str) -> bool:
+    """A header name (lower case) never taken from a caller."""
+    return low in DENIED_HEADERS or low.startswith(DENIED_PREFIXES)
+
+
+def header_problem(name: str, value: str) -> str | None:
+    """Why ``name: value`` cannot be a header line (RFC 9110), or None."""
+    if not _TOKEN.fullmatch(name):
+        return "a header name is 1 to 128 token characters (RFC 9110)"
+    if not _VALUE.fullmatch(value):
+        return ("a header value is at most 4096 Latin-1 characters without CR, LF, NUL or other "
+                "control characters")
+    return None
+
+
 def extra_headers(value: Any) -> dict[str, str]:
     """``inference_extra_headers``, checked (a ``Param.parse``)."""
     if len(value) > MAX_EXTRA_HEADERS:
@@ -65,16 +83,15 @@ def extra_headers(value: Any) -> dict[str, str]:
         shown = name.encode("unicode_escape").decode()[:64]  # control characters escaped too
         where = f"{HEADERS_FIELD}.{shown}"
         if not _TOKEN.fullmatch(name):
-            raise InvalidRequest(f"{where}: a header name is 1 to 128 token characters (RFC 9110)",
-                                 param=where)
+            raise InvalidRequest(f"{where}: {header_problem(name, '')}", param=where)
         low = name.lower()
-        if low in DENIED_HEADERS or low.startswith(("proxy-", "sec-")):
+        if denied_header(low):
             raise InvalidRequest(f"{where}: the {low} header is never taken from a caller", param=where)
         if not isinstance(v, str):
             raise InvalidRequest(f"{where} must be a string", param=where)
-        if not _VALUE.fullmatch(v):
-            raise InvalidRequest(f"{where}: a header value is at most 4096 Latin-1 characters without "
-                                 "CR, LF, NUL or other control characters", param=where)
+        why = header_problem(name, v)
+        if why is not None:
+            raise InvalidRequest(f"{where}: {why}", param=where)
         if low in out:
             raise InvalidRequest(f"{where}: given twice", param=where)
         out[low] = v
