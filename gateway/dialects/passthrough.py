@@ -6,8 +6,9 @@ Passed-through bytes share the upstream connection and the upstream's trust in t
 - header names and values are checked against RFC 9110 (a token; a field value without CR, LF or
   NUL, in Latin-1) when the request is parsed, before anything is sent;
 - credentials, hop-by-hop and framing headers are never taken from a caller;
-- no passed-through field may set anything the canonical request owns (the model, the prompt,
-  max_tokens under any name, n, stream ...): those went through the key's limits;
+- no passed-through field may set anything the canonical request owns (any field a dialect table
+  reads: the model, the prompt, max_tokens under any name, n, stream, sampling ...): those were
+  validated and went through the key's limits;
 - and beyond that only what the deployment allows (``allow_extra_headers``,
   ``allow_extra_params``, both empty by default) reaches it.
 """
@@ -39,23 +40,23 @@ HEADERS_FIELD = "inference_extra_headers"
 PARAMS_FIELD = "inference_extra_params"
 
 
-# Canonical fields the key's limits, the accounting or the answer's shape depend on (a dotted
-# target's group, e.g. "max" for every max_tokens alias).
-_ACCOUNTED = frozenset({"model", "prompt", "messages", "stream", "include_usage", "max", "n", "best_of",
-                        "lp", "logprobs", "echo", "timeout", "overflow", "extra_params", "extra_headers"})
+# Canonical fields that are no dialect's body field (the request's envelope as rendered).
+_ENVELOPE = frozenset({"model", "prompt", "messages", "stream", "stream_options"})
 
 
 @cache
 def owned_fields() -> frozenset[str]:
-    """Every body field, in any dialect, that sets what the gateway counts against the key's
-    limits or shapes the answer by: it must never arrive at an upstream from the side."""
+    """Every body field any dialect table reads into the canonical request (model, prompt,
+    max_tokens under every name, n, best_of, stream, logprobs, echo, sampling, constraints ...):
+    what the gateway validates, accounts for and writes itself. Derived from the tables, so a
+    field a dialect gains is owned at once; passed-through fields may only be what no table
+    knows (vendor extensions)."""
     from gateway.dialects.chat import CHAT
     from gateway.dialects.llamacpp import LLAMACPP_NATIVE
     from gateway.dialects.registry import DIALECTS
 
-    return frozenset({p.name for d in (*DIALECTS.values(), CHAT, LLAMACPP_NATIVE) for p in d.params
-                      if p.to.split(".")[0] in _ACCOUNTED} | {"model", "prompt", "messages", "stream",
-                                                               "stream_options"})
+    return frozenset({p.name for d in (*DIALECTS.values(), CHAT, LLAMACPP_NATIVE) for p in d.params}
+                     | _ENVELOPE)
 
 
 def denied_header(low: str) -> bool:
@@ -103,7 +104,8 @@ def extra_params(value: Any) -> dict[str, Any]:
     for name in value:
         if name in owned_fields():
             raise InvalidRequest(f"{PARAMS_FIELD} cannot set {name}: the gateway sets it from the "
-                                 "request itself (and counts it against the key's limits)",
+                                 "request's own fields (validated, and counted against the key's "
+                                 "limits); send it there",
                                  param=f"{PARAMS_FIELD}.{name}")
     return value
 
