@@ -282,3 +282,28 @@ def test_header_lines_never_write_a_line_break(name: bytes, value: bytes):
     with pytest.raises(ValueError, match="CR, LF, NUL"):
         header_lines([(name, value)])
     assert header_lines([(b"x-a", b"fine \tvalue")]) == b"x-a: fine \tvalue\r\n"
+
+
+async def test_a_server_that_closes_idle_connections_costs_no_failure():
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        n = 0
+        while True:
+            try:  # an idle timeout of 50 ms, then the server closes (a FIN while we hold it idle)
+                await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 0.05 if n else 5)
+                await reader.readexactly(2)
+            except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
+                break
+            n += 1
+            writer.write(ok(b"served"))
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    t = H1Transport()
+    assert await fetch(t, port) == (200, b"served")
+    await asyncio.sleep(0.2)  # the server has closed it by now
+    assert await fetch(t, port) == (200, b"served")  # on a new connection, without an error
+    assert await fetch(t, port) == (200, b"served")  # and that one is reused at once
+    await t.aclose()
+    server.close()
