@@ -12,8 +12,11 @@ class Backend(Protocol):
     """One deployment's way of turning a canonical request into canonical chunks.
 
     ``generate`` yields chunks as they come (a non-streaming upstream answer is one chunk per
-    choice) and raises ``gateway.errors.GatewayError`` subclasses; ``UpstreamError.retryable``
-    tells the router whether another deployment may be tried (only before any chunk was yielded).
+    choice) and raises ``gateway.errors.GatewayError`` subclasses, everything (refusals included)
+    from inside the iterator. Each error declares what the router needs: ``retryable`` (another
+    attempt may help; honoured only before any chunk was yielded), ``deployment_fault`` (counts
+    against this deployment's health) and ``retry_after``. The router bounds the wait for the first
+    chunk by the request's deadline; a backend may enforce ``req.timeout`` further itself.
     Closing the iterator early (``aclose``) must free the upstream stream or engine sequence.
     """
 

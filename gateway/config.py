@@ -71,7 +71,8 @@ class DeploymentConfig(_Model):
     model: str | None = Field(None, description="the model name the upstream knows; default: model_name")
     timeout: float = Field(600.0, gt=0, description="seconds for a whole upstream call")
     connect_timeout: float = Field(5.0, gt=0)
-    headers: dict[str, str] = Field(default_factory=dict)
+    headers: dict[str, str] = Field(default_factory=dict, description="sent on every call; values "
+                                    "may be env:NAME")
     # What callers may pass through beyond the canonical request (see gateway/dialects/passthrough.py):
     # header names for SGP inference_extra_headers, body fields for inference_extra_params and
     # unknown (vendor) fields; "*" allows any. Empty by default: nothing from the side.
@@ -89,10 +90,43 @@ class DeploymentConfig(_Model):
     def _secret(cls, v: str | None) -> str | None:
         return resolve_secret(v)
 
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, v: dict[str, str]) -> dict[str, str]:
+        from gateway.dialects.passthrough import header_problem
+
+        out = {}
+        for name, value in v.items():
+            value = resolve_secret(value, f" (headers.{name})") or ""
+            why = header_problem(name, value)
+            if why is not None:
+                raise ValueError(f"headers.{name}: {why}")
+            out[name] = value
+        return out
+
     @field_validator("allow_extra_headers")
     @classmethod
     def _header_names(cls, v: list[str]) -> list[str]:
+        from gateway.dialects.passthrough import denied_header, header_problem
+
+        for name in v:
+            if name != "*" and header_problem(name, "") is not None:
+                raise ValueError(f"{name!r} is not a header name")
+            if denied_header(name.lower()):
+                raise ValueError(f"{name!r} is never taken from callers (credentials, framing, "
+                                 "hop-by-hop or the gateway's own headers)")
         return [n.lower() for n in v]
+
+    @field_validator("allow_extra_params")
+    @classmethod
+    def _param_names(cls, v: list[str]) -> list[str]:
+        from gateway.dialects.passthrough import owned_fields
+
+        for name in v:
+            if name in owned_fields():
+                raise ValueError(f"{name!r} is set by the gateway from the request itself; it cannot "
+                                 "be passed through")
+        return v
 
     @model_validator(mode="after")
     def _backend_fields(self) -> DeploymentConfig:

@@ -5,8 +5,17 @@ from __future__ import annotations
 
 
 class GatewayError(Exception):
+    """``retryable``: another attempt (elsewhere, or later) may succeed; the router retries only
+    before the first chunk. ``deployment_fault``: the deployment that answered is to blame, so the
+    failure counts against its health. ``retry_after``: seconds the deployment asked us to stay
+    away. The router reads these three and nothing else (no status codes): one policy, declared
+    where the error is made."""
+
     status: int = 500
     type: str = "server_error"
+    retryable: bool = False
+    deployment_fault: bool = False
+    retry_after: float | None = None
 
     def __init__(
         self,
@@ -67,21 +76,69 @@ class RateLimited(GatewayError):
 
 
 class Unavailable(GatewayError):
-    """The model is loading, every deployment is cooling down, or the store is down (fail-closed)."""
+    """The model is loading, a backend cannot serve now, or the store is down (fail-closed). From a
+    backend it is that deployment's state: another deployment may serve."""
 
     status = 503
     type = "service_unavailable"
+    retryable = True
+    deployment_fault = True
 
 
 class UpstreamError(GatewayError):
-    """An upstream answered with an error (its status passes through) or could not be reached
-    (502) or timed out (504). ``retryable`` tells the router whether another attempt may help."""
+    """An upstream answered with an error, could not be reached, or timed out. Make them with the
+    constructors below: they are the retry policy (``from_status`` for HTTP errors)."""
 
     type = "upstream_error"
 
     def __init__(self, message: str, *, status: int, retryable: bool = False,
-                 retry_after: float | None = None, param: str | None = None,
-                 type: str | None = None) -> None:
+                 deployment_fault: bool = True, retry_after: float | None = None,
+                 param: str | None = None, type: str | None = None) -> None:
         super().__init__(message, status=status, param=param, type=type)
         self.retryable = retryable
+        self.deployment_fault = deployment_fault
         self.retry_after = retry_after
+
+    @classmethod
+    def from_status(cls, deployment: str, status: int, message: str | None,
+                    retry_after: float | None = None) -> UpstreamError:
+        """An upstream's HTTP error. Retried (before the first byte): 408, 429, 500, 502, 503,
+        504. A 4xx other than 408/429 is the caller's request refused: its status and message
+        pass through and the deployment is not blamed. 401/403/407 mean the upstream refused the
+        gateway's own credentials: a 502 in the gateway's words (the upstream's text may quote
+        the key). 501 is a feature the upstream lacks: passed through, not blamed."""
+        if status in CREDENTIAL_REFUSED:
+            return cls(f"upstream {deployment} refused the gateway's credentials (HTTP {status})",
+                       status=502)
+        caller = (400 <= status < 500 and status not in (408, 429)) or status == 501
+        return cls(f"upstream {deployment}: {message or f'HTTP {status}'}", status=status,
+                   retryable=status in RETRY_STATUSES, deployment_fault=not caller,
+                   retry_after=retry_after if status in (429, 503) else None,
+                   type="rate_limit_error" if status == 429 else
+                   "invalid_request_error" if caller and status < 500 else None)
+
+    @classmethod
+    def unreachable(cls, deployment: str, why: str) -> UpstreamError:
+        """No answer began: connect error, reset, malformed head. Retried."""
+        return cls(f"upstream {deployment} is unreachable: {why}", status=502, retryable=True)
+
+    @classmethod
+    def timed_out(cls, deployment: str, *, callers_deadline: bool,
+                  mid_response: bool = False) -> UpstreamError:
+        """A timeout: retried before the first byte; blamed on the deployment only when its own
+        timeout ran out (a caller's short deadline is the caller's choice)."""
+        where = " mid-response" if mid_response else ""
+        return cls(f"upstream {deployment} timed out{where}", status=504, retryable=not mid_response,
+                   deployment_fault=not callers_deadline)
+
+    @classmethod
+    def broken(cls, deployment: str, what: str) -> UpstreamError:
+        """The upstream answered, but not with a usable success (a broken stream, a malformed or
+        error-carrying body): not retried (it may have done, and billed, the work)."""
+        return cls(f"upstream {deployment} {what}", status=502)
+
+
+# Statuses worth another attempt before the first byte: request timeout, rate limited, and the
+# server errors that mean "not now" rather than "never".
+RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+CREDENTIAL_REFUSED = frozenset({401, 403, 407})

@@ -11,7 +11,7 @@ from typing import Protocol
 
 import httpx
 
-from backends.upstream.h1 import H1Transport, origin_of
+from backends.upstream.h1 import H1Transport, header_lines, origin_of
 
 Kind = str  # "completion" | "chat"
 
@@ -37,15 +37,15 @@ class WireExchange:
         self.transport = transport
         self.origins = {k: origin_of(u) for k, u in urls.items()}
         host = next(iter(urls.values())).netloc
-        fixed = b"".join(b"%s: %s\r\n" % (k.encode("latin-1"), v.encode("latin-1"))
-                         for k, v in headers.items())
+        fixed = header_lines((k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items())
         self.prefix = {k: b"POST %s HTTP/1.1\r\nhost: %s\r\n%s" % (u.raw_path, host, fixed)
                        for k, u in urls.items()}
 
     async def send(self, kind: Kind, body: bytes, extra_headers: dict[str, str] | None,
                    timeout: float, connect_timeout: float) -> Answered:
-        extra = b"".join(b"%s: %s\r\n" % (k.encode("latin-1"), v.encode("latin-1"))
-                         for k, v in (extra_headers or {}).items())
+        # Caller headers (checked when parsed) and, later, the gateway's own (request id, trace).
+        extra = header_lines((k.encode("latin-1"), v.encode("latin-1"))
+                             for k, v in extra_headers.items()) if extra_headers else b""
         wire = b"%s%scontent-length: %d\r\n\r\n%s" % (self.prefix[kind], extra, len(body), body)
         deadline = asyncio.get_running_loop().time() + timeout
         return await self.transport.open(self.origins[kind], wire, deadline=deadline,

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import re
 import ssl
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 
 import httptools
 import httpx
@@ -50,6 +51,7 @@ class _Conn(asyncio.Protocol):
         self.paused = False
         self.received = 0  # bytes of this answer so far
         self.framed = False  # content-length or chunked: the body's end is in the message
+        self.interim = False  # parsing a 1xx answer (103 Early Hints ...): skipped
 
     # -- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -65,8 +67,11 @@ class _Conn(asyncio.Protocol):
         self.received += len(data)
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserError as e:
-            self._fail(httpx.RemoteProtocolError(f"malformed HTTP response: {e}"))
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as e:
+            if self.complete:  # garbage after a whole answer: the answer stands, the connection not
+                self.poisoned = True
+            else:
+                self._fail(httpx.RemoteProtocolError(f"malformed HTTP response: {e}"))
             self.close()
             return
         if not self.head.done() and self.received > MAX_HEAD:  # still no end of the head in sight
@@ -76,8 +81,9 @@ class _Conn(asyncio.Protocol):
         self.closed = True
         if self.complete:
             return
-        if self.head.done() and not self.framed and self.error is None:
-            # No content-length, not chunked: the body was delimited by the close (RFC 9112 6.3).
+        if exc is None and self.head.done() and not self.framed and self.error is None:
+            # No content-length, not chunked: the body was delimited by the close (RFC 9112 6.3);
+            # a reset (exc) is no end of a body.
             self.complete = True
             self._wake()
             return
@@ -99,13 +105,21 @@ class _Conn(asyncio.Protocol):
             self._too_big()
             return
         self.status = self.parser.get_status_code()
+        if 100 <= self.status < 200:
+            if self.status == 101:  # we never ask to switch protocols
+                self._fail(httpx.RemoteProtocolError("the upstream switched protocols unasked (101)"))
+                return
+            # An interim answer (100 Continue, 103 Early Hints): the real one follows.
+            self.interim = True
+            self.headers = []
+            return
         for name, value in self.headers:
             n = name.lower()
             if n in (b"content-length", b"transfer-encoding"):
                 self.framed = True
             elif n == b"keep-alive":
                 self.idle_for = min(self.idle_for, _keep_alive_timeout(value))
-        if self.status in (204, 304) or 100 <= self.status < 200:
+        if self.status in (204, 304):
             self.framed = True
         if not self.head.done():
             self.head.set_result(None)
@@ -122,6 +136,9 @@ class _Conn(asyncio.Protocol):
     def on_message_complete(self) -> None:
         if self.complete:
             return
+        if self.interim:
+            self.interim = False
+            return
         # llhttp answers should_keep_alive() only inside its callbacks; afterwards it is reset.
         self.keep_alive = self.parser.should_keep_alive()
         self.complete = True
@@ -137,7 +154,8 @@ class _Conn(asyncio.Protocol):
             self.waiter.set_result(None)
 
     def _fail(self, exc: BaseException) -> None:
-        self.error = exc
+        if self.error is None:  # the first cause is the one to report
+            self.error = exc
         if not self.head.done():
             self.head.set_exception(exc)
             self.head.exception()  # mark retrieved: the caller may be gone already
@@ -173,10 +191,10 @@ class _Conn(asyncio.Protocol):
                     self.paused = False
                     self.transport.resume_reading()
                 return chunk
-            if self.error is not None:
-                raise self.error
             if self.complete:
                 return None
+            if self.error is not None:
+                raise self.error
             self.waiter = asyncio.get_running_loop().create_future()
             await self.waiter
 
@@ -216,6 +234,18 @@ class Answer(httpx.AsyncByteStream):
 
 
 Origin = tuple[bytes, bytes, int]
+_BREAKS = re.compile(rb"[\x00\r\n]")
+
+
+def header_lines(headers: Iterable[tuple[bytes, bytes]]) -> bytes:
+    """Header lines for the wire. Whatever checked them before (callers' headers are checked, with
+    a 400, when the request is parsed), nothing that could end a line or the head is written."""
+    out = []
+    for name, value in headers:
+        if _BREAKS.search(name) or _BREAKS.search(value) or b":" in name:
+            raise ValueError(f"header {name[:64]!r} carries CR, LF, NUL or a colon")
+        out.append(b"%s: %s\r\n" % (name, value))
+    return b"".join(out)
 
 
 def _keep_alive_timeout(value: bytes) -> float:
@@ -250,6 +280,7 @@ class H1Transport(httpx.AsyncBaseTransport):
         self.ssl_context = ssl_context
         self._idle: dict[Origin, list[_Conn]] = {}
         self._slots: dict[Origin, asyncio.Semaphore] = {}
+        self._sweeper: asyncio.TimerHandle | None = None  # closes expired idle connections
 
     async def open(self, origin: Origin, wire: bytes, *, deadline: float | None = None,
                    connect_timeout: float | None = None) -> Answer:
@@ -290,8 +321,11 @@ class H1Transport(httpx.AsyncBaseTransport):
                 c.watchdog.cancel()
                 c.watchdog = None
             if c.reusable:
-                c.idle_since = asyncio.get_running_loop().time()
+                loop = asyncio.get_running_loop()
+                c.idle_since = loop.time()
                 self._idle.setdefault(origin, []).append(c)
+                if self._sweeper is None:
+                    self._sweeper = loop.call_later(IDLE_TIMEOUT, self._sweep)
             else:
                 c.close()  # a half-read body: the connection cannot be reused
             slots.release()
@@ -301,7 +335,7 @@ class H1Transport(httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url
         head = b"%s %s HTTP/1.1\r\n" % (request.method.encode(), url.raw_path)
-        lines = b"".join(b"%s: %s\r\n" % kv for kv in request.headers.raw)
+        lines = header_lines(request.headers.raw)
         timeout = request.extensions.get("timeout", {})
         answer = await self.open(origin_of(url), head + lines + b"\r\n" + request.content,
                                  deadline=request.extensions.get("deadline"),
@@ -341,7 +375,28 @@ class H1Transport(httpx.AsyncBaseTransport):
             conn.watchdog = None
         conn.close()
 
+    def _sweep(self) -> None:
+        """Close the pool's expired connections (a busy pool reuses the newest first, so the
+        oldest would otherwise sit open for as long as the server lets them)."""
+        self._sweeper = None
+        now = asyncio.get_running_loop().time()
+        left = False
+        for conns in self._idle.values():
+            fit = [c for c in conns if not c.closed and not c.poisoned and now - c.idle_since < c.idle_for]
+            if len(fit) < len(conns):
+                keep = set(map(id, fit))
+                for c in conns:
+                    if id(c) not in keep:
+                        c.close()
+                conns[:] = fit
+            left = left or bool(fit)
+        if left:
+            self._sweeper = asyncio.get_running_loop().call_later(IDLE_TIMEOUT, self._sweep)
+
     async def aclose(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         for conns in self._idle.values():
             for c in conns:
                 c.close()

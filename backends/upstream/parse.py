@@ -38,10 +38,12 @@ class _Choice(msgspec.Struct):
 
 class Answer(msgspec.Struct):
     """The fields of an OpenAI-shaped answer (or stream event) the gateway reads; the rest of
-    the object is skipped by the decoder without being built."""
+    the object is skipped by the decoder without being built. ``error``: an upstream that failed
+    after sending 200 (or mid-stream) says so here."""
 
     choices: list[_Choice] | None = None
     usage: _Usage | None = None
+    error: Any = None
 
 
 # strict=False: "index": "0" and the like from a lax upstream still read.

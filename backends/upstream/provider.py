@@ -14,7 +14,9 @@ import httpx
 import msgspec
 
 from backends.upstream.client import make_transport
+from backends.upstream.emulation import Emulator
 from backends.upstream.exchange import Answered, Exchange, make_exchange
+from backends.upstream.failures import Scrubber, error_in_answer, error_message, http_error
 from backends.upstream.parse import chunks_of, decode_answer
 from backends.upstream.sse import sse_batches
 from gateway.canonical import CanonicalRequest, Chunk
@@ -23,7 +25,6 @@ from gateway.dialects import passthrough
 from gateway.dialects.outgoing import Emulation, render_request
 from gateway.dialects.registry import DIALECTS
 from gateway.errors import InvalidRequest, UpstreamError
-from gateway.stops import StopScanner
 
 _decode = msgspec.json.decode
 _encode = msgspec.json.encode
@@ -31,7 +32,6 @@ _encode = msgspec.json.encode
 # Path below base_url, per upstream dialect and request kind.
 _PATHS = {"sgp": {"completion": "/beta/completions", "chat": "/beta/chat/completions"}}
 _DEFAULT_PATHS = {"completion": "/completions", "chat": "/chat/completions"}
-_RETRYABLE = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
 
 class UpstreamBackend:
@@ -53,6 +53,7 @@ class UpstreamBackend:
             else:
                 self._headers["authorization"] = f"Bearer {deployment.api_key}"
         self._own_headers = frozenset(k.lower() for k in self._headers)  # never from a caller
+        self._scrub = Scrubber(deployment.api_key)
 
     ready = True
 
@@ -92,139 +93,108 @@ class UpstreamBackend:
         if self._exchange is None:
             await self.start()
         assert self._exchange is not None
+        dep = self.deployment
         extra = req.extra_headers or None  # checked when parsed and against the allow-list
-        timeout = self.deployment.timeout if req.timeout is None else min(req.timeout,
-                                                                           self.deployment.timeout)
-        chat = req.kind == "chat"
+        # Whose clock runs out: the caller's deadline (its choice) or the deployment's timeout.
+        callers = req.timeout is not None and req.timeout < dep.timeout
+        timeout = min(req.timeout, dep.timeout) if req.timeout is not None else dep.timeout
         try:
-            resp = await self._exchange.send(req.kind, _encode(body), extra, timeout,
-                                             self.deployment.connect_timeout)
-        except httpx.TimeoutException as e:
-            raise UpstreamError(f"upstream {self.deployment.name} timed out: {e}", status=504,
-                                retryable=True) from None
+            resp = await self._exchange.send(req.kind, _encode(body), extra, timeout, dep.connect_timeout)
+        except httpx.TimeoutException:
+            raise UpstreamError.timed_out(dep.name, callers_deadline=callers) from None
         except httpx.TransportError as e:
-            raise UpstreamError(f"upstream {self.deployment.name} is unreachable: {type(e).__name__}",
-                                status=502, retryable=True) from None
+            raise UpstreamError.unreachable(dep.name, type(e).__name__) from None
         try:
             if resp.status >= 400:
-                await self._raise_for(resp)
-            stops = _Stops(emulation)
-            if not req.stream:
-                obj = decode_answer(await resp.read())
-                for ch in stops.apply(chunks_of(obj, chat=chat, delta=False)):
-                    yield ch
-                return
-            async for batch in sse_batches(aiter(resp)):
-                out: list[Chunk] = []
-                done = False
-                try:
-                    for data in batch:
-                        if data == b"[DONE]":
-                            done = True
-                            break
-                        out.extend(stops.apply(chunks_of(decode_answer(data), chat=chat, delta=True)))
-                except msgspec.DecodeError:
-                    for ch in out:  # what was good still reaches the caller
+                raise http_error(dep.name, resp.status, await resp.read(), resp.header("retry-after"),
+                                 self._scrub)
+            answer = self._stream(req, resp) if req.stream else self._whole(req, resp)
+            stops = Emulator(emulation)
+            try:
+                async for batch in answer:  # the chunks of events that arrived together
+                    out = stops.apply(batch)
+                    for ch in out[:-1]:
+                        ch.more = True
+                    for ch in out:
                         yield ch
-                    raise
-                for ch in out[:-1]:
-                    ch.more = True
-                for ch in out:
-                    yield ch
-                if done or stops.all_stopped(req):
-                    break  # [DONE], or every choice hit a gateway-applied stop: close the upstream
+                    if stops.all_stopped(req):
+                        break  # every choice hit a gateway-applied stop: close the upstream
+            finally:
+                await answer.aclose()
         except httpx.TimeoutException:
-            raise UpstreamError(f"upstream {self.deployment.name} timed out mid-response",
-                                status=504) from None
+            raise UpstreamError.timed_out(dep.name, callers_deadline=callers, mid_response=True) from None
         except httpx.TransportError as e:
-            raise UpstreamError(f"upstream {self.deployment.name} broke off the response: "
-                                f"{type(e).__name__}", status=502) from None
-        except msgspec.DecodeError:
-            raise UpstreamError(f"upstream {self.deployment.name} sent a malformed response",
-                                status=502) from None
+            raise UpstreamError.broken(dep.name, f"broke off the response: {type(e).__name__}") from None
         finally:
             await resp.aclose()
 
-    async def _raise_for(self, resp: Answered) -> None:
-        raw = await resp.read()
-        message = _error_message(raw) or f"HTTP {resp.status}"
-        status = resp.status
-        retry_after = _retry_after(resp.header("retry-after"))
-        retryable = status in _RETRYABLE
-        # 4xx (other than 429/408) passes through: the caller's request is what the upstream refused.
-        raise UpstreamError(f"upstream {self.deployment.name}: {message}", status=status,
-                            retryable=retryable, retry_after=retry_after,
-                            type=_error_type(status))
+    async def _whole(self, req: CanonicalRequest, resp: Answered) -> AsyncIterator[list[Chunk]]:
+        try:
+            obj = decode_answer(await resp.read())
+        except msgspec.DecodeError:
+            raise UpstreamError.broken(self.deployment.name, "sent a malformed answer") from None
+        if obj.error is not None:
+            raise error_in_answer(self.deployment.name, obj.error, self._scrub, mid_stream=False)
+        if not obj.choices:
+            raise UpstreamError.broken(self.deployment.name, "sent an answer without any choice")
+        yield chunks_of(obj, chat=req.kind == "chat", delta=False)
+
+    async def _stream(self, req: CanonicalRequest, resp: Answered) -> AsyncIterator[list[Chunk]]:
+        """The chunks of each arrival of events. A stream must be one (its content type), its
+        events must read, an ``error`` event is a failure (after what came before it), and a
+        stream with no event, or cut before its end ([DONE] or a finish_reason), is no success."""
+        name = self.deployment.name
+        ctype = resp.header("content-type") or ""
+        if not ctype.lower().startswith(SSE):
+            raw = await _read_some(resp, 4096)
+            said = error_message(raw) if raw else None
+            raise UpstreamError.broken(name, f"answered a streamed request with {ctype or 'no content type'}"
+                                       f", not an event stream" + (f": {self._scrub(said)}" if said else ""))
+        chat = req.kind == "chat"
+        events = 0
+        finished = done = False
+        async for batch in sse_batches(aiter(resp)):
+            out: list[Chunk] = []
+            failure: UpstreamError | None = None
+            for data in batch:
+                if data == b"[DONE]":
+                    done = True
+                    break
+                try:
+                    ans = decode_answer(data)
+                except msgspec.DecodeError:
+                    failure = UpstreamError.broken(name, "sent a malformed stream event")
+                    break
+                if ans.error is not None:
+                    failure = error_in_answer(name, ans.error, self._scrub, mid_stream=True)
+                    break
+                if ans.choices is not None or ans.usage is not None:
+                    events += 1
+                    got = chunks_of(ans, chat=chat, delta=True)
+                    finished = finished or any(c.finish_reason for c in got)
+                    out.extend(got)
+            if out:
+                yield out  # what was good still reaches the caller (and its usage counts)
+            if failure is not None:
+                raise failure
+            if done:
+                break
+        if events == 0:
+            raise UpstreamError.broken(name, "sent a stream without any event")
+        if not (done or finished):  # the body ended (a close) before [DONE] or any finish_reason
+            raise UpstreamError.broken(name, "ended the stream before it finished")
 
 
-class _Stops:
-    """Gateway-applied stop sequences and echo, per choice."""
-
-    def __init__(self, emulation: Emulation) -> None:
-        self.emulation = emulation
-        self.scanners: dict[int, StopScanner] = {}
-        self.echoed: set[int] = set()
-        self.stopped: set[int] = set()
-
-    def apply(self, chunks: list[Chunk]) -> list[Chunk]:
-        em = self.emulation
-        if em.stop is None and em.echo is None:
-            return chunks
-        out = []
-        for ch in chunks:
-            i = ch.index
-            if i in self.stopped:
-                if ch.usage is not None:  # usage still counts after a gateway stop
-                    out.append(Chunk(index=i, usage=ch.usage))
-                continue
-            if em.echo is not None and i not in self.echoed and (ch.text or ch.finish_reason):
-                self.echoed.add(i)
-                ch.text = em.echo + ch.text
-            if em.stop is not None:
-                sc = self.scanners.get(i)
-                if sc is None:
-                    sc = self.scanners[i] = StopScanner(em.stop, em.include_stop)
-                ch.text = sc.feed(ch.text)
-                if sc.word is not None:
-                    ch.finish_reason, ch.stop_word = "stop", sc.word
-                    self.stopped.add(i)
-                elif ch.finish_reason is not None:
-                    ch.text += sc.flush()
-            out.append(ch)
-        return out
-
-    def all_stopped(self, req: CanonicalRequest) -> bool:
-        total = len(req.prompt or [None]) * req.choices_per_prompt
-        return bool(self.stopped) and len(self.stopped) >= total
+SSE = "text/event-stream"
 
 
-def _error_type(status: int) -> str:
-    if status == 429:
-        return "rate_limit_error"
-    return "invalid_request_error" if 400 <= status < 500 else "upstream_error"
-
-
-def _error_message(raw: bytes) -> str | None:
-    try:
-        obj = _decode(raw)
-    except msgspec.DecodeError:
-        text = raw.decode(errors="replace").strip()
-        return text[:500] or None
-    if isinstance(obj, dict):
-        err = obj.get("error", obj)
-        if isinstance(err, dict):
-            msg = err.get("message") or err.get("detail")
-            return str(msg) if msg else None
-        if isinstance(err, str):
-            return err
-        detail = obj.get("detail")
-        if detail:
-            return str(detail)
-    return None
-
-
-def _retry_after(value: str | None) -> float | None:
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None
+async def _read_some(resp: Answered, limit: int) -> bytes:
+    """At most about ``limit`` bytes of a body we only quote from."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in resp:
+        parts.append(chunk)
+        size += len(chunk)
+        if size >= limit:
+            break
+    return b"".join(parts)[:limit]

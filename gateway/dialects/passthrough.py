@@ -6,8 +6,9 @@ Passed-through bytes share the upstream connection and the upstream's trust in t
 - header names and values are checked against RFC 9110 (a token; a field value without CR, LF or
   NUL, in Latin-1) when the request is parsed, before anything is sent;
 - credentials, hop-by-hop and framing headers are never taken from a caller;
-- no passed-through field may set anything the canonical request owns (the model, the prompt,
-  max_tokens under any name, n, stream ...): those went through the key's limits;
+- no passed-through field may set anything the canonical request owns (any field a dialect table
+  reads: the model, the prompt, max_tokens under any name, n, stream, sampling ...): those were
+  validated and went through the key's limits;
 - and beyond that only what the deployment allows (``allow_extra_headers``,
   ``allow_extra_params``, both empty by default) reaches it.
 """
@@ -27,32 +28,50 @@ MAX_EXTRA_HEADERS = 32
 # Never from a caller: credentials (the gateway's own go upstream), and what frames or routes the
 # message on the shared connection.
 DENIED_HEADERS = frozenset({
-    "authorization", "x-api-key", "api-key", "cookie", "set-cookie", "host", "content-length",
-    "content-type", "transfer-encoding", "connection", "keep-alive", "te", "trailer", "upgrade",
-    "expect", "forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-real-ip",
-    "x-request-id", "traceparent", "tracestate",
+    "authorization", "x-api-key", "api-key", "x-goog-api-key", "cookie", "cookie2", "set-cookie",
+    "host", "content-length", "content-type", "content-encoding", "transfer-encoding", "connection",
+    "keep-alive", "te", "trailer", "upgrade", "expect", "via", "http2-settings", "forwarded",
+    "x-real-ip", "x-request-id", "traceparent", "tracestate",
 })
+# ... nor any of these families: proxy credentials and hop-by-hop fields, client identity as a
+# proxy reports it, browser fetch metadata, the gateway's own namespace.
+DENIED_PREFIXES = ("proxy-", "x-forwarded-", "sec-", "x-switchyard-")
 HEADERS_FIELD = "inference_extra_headers"
 PARAMS_FIELD = "inference_extra_params"
 
 
-# Canonical fields the key's limits, the accounting or the answer's shape depend on (a dotted
-# target's group, e.g. "max" for every max_tokens alias).
-_ACCOUNTED = frozenset({"model", "prompt", "messages", "stream", "include_usage", "max", "n", "best_of",
-                        "lp", "logprobs", "echo", "timeout", "overflow", "extra_params", "extra_headers"})
+# Canonical fields that are no dialect's body field (the request's envelope as rendered).
+_ENVELOPE = frozenset({"model", "prompt", "messages", "stream", "stream_options"})
 
 
 @cache
 def owned_fields() -> frozenset[str]:
-    """Every body field, in any dialect, that sets what the gateway counts against the key's
-    limits or shapes the answer by: it must never arrive at an upstream from the side."""
+    """Every body field any dialect table reads into the canonical request (model, prompt,
+    max_tokens under every name, n, best_of, stream, logprobs, echo, sampling, constraints ...):
+    what the gateway validates, accounts for and writes itself. Derived from the tables, so a
+    field a dialect gains is owned at once; passed-through fields may only be what no table
+    knows (vendor extensions)."""
     from gateway.dialects.chat import CHAT
     from gateway.dialects.llamacpp import LLAMACPP_NATIVE
     from gateway.dialects.registry import DIALECTS
 
-    return frozenset({p.name for d in (*DIALECTS.values(), CHAT, LLAMACPP_NATIVE) for p in d.params
-                      if p.to.split(".")[0] in _ACCOUNTED} | {"model", "prompt", "messages", "stream",
-                                                               "stream_options"})
+    return frozenset({p.name for d in (*DIALECTS.values(), CHAT, LLAMACPP_NATIVE) for p in d.params}
+                     | _ENVELOPE)
+
+
+def denied_header(low: str) -> bool:
+    """A header name (lower case) never taken from a caller."""
+    return low in DENIED_HEADERS or low.startswith(DENIED_PREFIXES)
+
+
+def header_problem(name: str, value: str) -> str | None:
+    """Why ``name: value`` cannot be a header line (RFC 9110), or None."""
+    if not _TOKEN.fullmatch(name):
+        return "a header name is 1 to 128 token characters (RFC 9110)"
+    if not _VALUE.fullmatch(value):
+        return ("a header value is at most 4096 Latin-1 characters without CR, LF, NUL or other "
+                "control characters")
+    return None
 
 
 def extra_headers(value: Any) -> dict[str, str]:
@@ -65,16 +84,15 @@ def extra_headers(value: Any) -> dict[str, str]:
         shown = name.encode("unicode_escape").decode()[:64]  # control characters escaped too
         where = f"{HEADERS_FIELD}.{shown}"
         if not _TOKEN.fullmatch(name):
-            raise InvalidRequest(f"{where}: a header name is 1 to 128 token characters (RFC 9110)",
-                                 param=where)
+            raise InvalidRequest(f"{where}: {header_problem(name, '')}", param=where)
         low = name.lower()
-        if low in DENIED_HEADERS or low.startswith(("proxy-", "sec-")):
+        if denied_header(low):
             raise InvalidRequest(f"{where}: the {low} header is never taken from a caller", param=where)
         if not isinstance(v, str):
             raise InvalidRequest(f"{where} must be a string", param=where)
-        if not _VALUE.fullmatch(v):
-            raise InvalidRequest(f"{where}: a header value is at most 4096 Latin-1 characters without "
-                                 "CR, LF, NUL or other control characters", param=where)
+        why = header_problem(name, v)
+        if why is not None:
+            raise InvalidRequest(f"{where}: {why}", param=where)
         if low in out:
             raise InvalidRequest(f"{where}: given twice", param=where)
         out[low] = v
@@ -86,7 +104,8 @@ def extra_params(value: Any) -> dict[str, Any]:
     for name in value:
         if name in owned_fields():
             raise InvalidRequest(f"{PARAMS_FIELD} cannot set {name}: the gateway sets it from the "
-                                 "request itself (and counts it against the key's limits)",
+                                 "request's own fields (validated, and counted against the key's "
+                                 "limits); send it there",
                                  param=f"{PARAMS_FIELD}.{name}")
     return value
 

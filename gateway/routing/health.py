@@ -4,6 +4,10 @@ The breaker is closed (traffic flows) until ``threshold`` consecutive failures o
 ``cooldown`` seconds. After the cooldown it is half-open: exactly one request probes; success
 closes it, failure reopens it for another cooldown. An upstream's Retry-After holds it open for
 that long even before the threshold (the upstream told us when to come back).
+
+An open breaker only sheds load to healthy siblings: the router keeps sending a group's traffic to
+its deployments when none of them is healthy (see ``Router._pick``), so no run of failures, nor
+one caller's requests that make an upstream fail, can take a model away from everyone.
 """
 
 from __future__ import annotations
@@ -49,9 +53,12 @@ class Breaker:
         self.state = CLOSED
         self.probing = False
 
-    def failure(self, now: float, hold: float | None = None) -> None:
-        """A request failed for the deployment's sake; ``hold``: its Retry-After, seconds."""
-        self.failures += 1
+    def failure(self, now: float, hold: float | None = None, count: bool = True) -> None:
+        """A request failed for the deployment's sake; ``hold``: its Retry-After, seconds.
+        ``count=False``: the same request failed here before and was counted then (one request
+        counts once, however often it is retried)."""
+        if count:
+            self.failures += 1
         if self.state == HALF_OPEN or self.failures >= self.threshold:
             self._open(now + self.cooldown)
         if hold is not None and hold > 0:

@@ -1,4 +1,5 @@
-"""When to try again, and how long to wait first."""
+"""How long to wait before trying again. Whether to try again is the error's to say
+(``GatewayError.retryable``, set where the error is made: see ``UpstreamError.from_status``)."""
 
 from __future__ import annotations
 
@@ -7,15 +8,6 @@ import random
 
 from gateway.config import RouterConfig
 from gateway.errors import GatewayError
-
-# Statuses worth another attempt: request timeout, conflict, too early, rate limited. Every other
-# 4xx is the caller's fault and passes through untouched.
-_RETRY_4XX = frozenset({408, 409, 425, 429})
-
-
-def retryable(e: GatewayError) -> bool:
-    """Connect errors (502), timeouts (504), 429 and every 5xx may succeed elsewhere or later."""
-    return e.status >= 500 or e.status in _RETRY_4XX
 
 
 def backoff(cfg: RouterConfig, attempt: int, rng: random.Random) -> float:
@@ -30,8 +22,9 @@ def deadline_exceeded(timeout: float | None, attempts: int) -> GatewayError:
                         status=504, type="timeout_error")
 
 
-def retry_after_header(e: GatewayError, seconds: float | None) -> GatewayError:
+def retry_after_header(e: GatewayError) -> GatewayError:
     """Pass an upstream's Retry-After on to the caller when we give up on a 429 or 503."""
+    seconds = e.retry_after
     if seconds is not None and seconds > 0 and e.status in (429, 503):
         e.headers.setdefault("retry-after", str(max(1, math.ceil(seconds))))
     return e

@@ -2,10 +2,11 @@
 deployments are slow, failing or rate-limited.
 
 Per request: fit the context window (maybe switching to ``context_fallback``), then for the group
-and each of its ``fallbacks`` in turn, up to ``1 + retries`` attempts on healthy deployments
-(fresh ones first; re-trying one already tried waits a jittered backoff), all inside the request's
-deadline. Only failures before the first chunk are retried: once a chunk went out, an error
-propagates as is.
+and each of its ``fallbacks`` in turn, up to ``1 + retries`` attempts (healthy deployments first,
+fresh ones first; re-trying one already tried waits a jittered backoff), all inside the request's
+deadline. Only failures the error declares ``retryable`` are retried, and only before the first
+chunk: once a chunk went out, an error propagates as is. A failure counts against a deployment's
+health only when the error says it is the deployment's fault, and once per request.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from gateway.errors import GatewayError, InvalidRequest, RateLimited, Unavailabl
 from gateway.routing.fanout import fan_out, needs_fanout
 from gateway.routing.health import Health
 from gateway.routing.resolve import Resolver, Route, RunInfo, Target
-from gateway.routing.retry import backoff, deadline_exceeded, retry_after_header, retryable
+from gateway.routing.retry import backoff, deadline_exceeded, retry_after_header
 from gateway.routing.strategies import PICKERS, by_usage
 from gateway.routing.usage import Counters, LocalCounters, counters_for
 
@@ -73,7 +74,7 @@ class Router:
                         tokens = ch.usage.completion_tokens
                     yield ch
         except GatewayError as e:
-            if retryable(e):  # the deployment broke off mid-answer: counts against its health
+            if e.deployment_fault:  # the deployment broke off mid-answer
                 h.breaker.failure(self.clock())
             raise
         finally:
@@ -88,10 +89,10 @@ class Router:
         rc = self.rc
         last: GatewayError | None = None
         saturated = False
+        blamed: set[Target] = set()  # deployments this request already counted a failure against
         for r in self._chain(req, route, info):
             tried: list[Target] = []
             budget = 1 + rc.retries
-            waited = False
             while budget > 0:
                 now = self.clock()
                 if deadline is not None and now >= deadline:
@@ -99,77 +100,77 @@ class Router:
                 target, full = await self._pick(r, tried, now, info)
                 saturated |= full
                 if target is None:
-                    # Everything is cooling down: wait for the soonest when the wait is short.
-                    wait = self._soonest(r, now)
-                    limit = deadline - now if deadline is not None else rc.backoff_max
-                    if not tried or wait is None or wait <= 0 or wait > limit:
-                        break  # (wait 0: another request is probing; not worth spinning on)
-                    await asyncio.sleep(wait)
-                    waited = True
-                    continue
-                if target in tried and not waited:
-                    pause = backoff(rc, len(tried), self.rng)
+                    break
+                if target in tried:
+                    # Again on a deployment this request tried: after a backoff, or after its
+                    # Retry-After / cooldown when that is longer and fits the wait we allow.
+                    hold = target.health.breaker.retry_in(now)
+                    if hold > (deadline - now if deadline is not None else rc.backoff_max):
+                        break  # not worth waiting for: the fallbacks, or the last error
+                    pause = max(hold, backoff(rc, len(tried), self.rng))
                     if deadline is not None and now + pause >= deadline:
                         raise deadline_exceeded(req.timeout, info.attempts)
                     await asyncio.sleep(pause)
-                    if not target.health.breaker.allows(self.clock()):
-                        continue  # another request took the probe meanwhile: pick again
-                waited = False
                 budget -= 1
                 tried.append(target)
                 info.attempts += 1
                 info.tried.append(target.name)
                 info.deployment = target.name
                 info.fallback = r.group if r.group != asked else None
-                out = await self._try(target, req, r, info, deadline)
+                out = await self._try(target, req, r, info, deadline, blamed)
                 if not isinstance(out, GatewayError):
                     return target, r, out
-                if not retryable(out):
+                if not out.retryable:
                     raise out
                 last = out
         if last is not None:
-            raise retry_after_header(last, getattr(last, "retry_after", None))
-        raise self._none_available(req, route, info, saturated)
+            raise retry_after_header(last)
+        raise self._none_available(route, saturated)
 
     async def _try(self, target: Target, req: CanonicalRequest, route: Route, info: RunInfo,
-                   deadline: float | None) -> Attempt | GatewayError:
-        """One attempt, up to its first chunk. A retryable failure is returned, not raised."""
+                   deadline: float | None, blamed: set[Target]) -> Attempt | GatewayError:
+        """One attempt, up to its first chunk. A failure is returned, not raised."""
         h = target.health
         start = self.clock()
         h.breaker.acquire(start)
         h.inflight += 1
-        if deadline is not None:
-            req.timeout = deadline - start  # the upstream's own timeout ends with the request's
-        gen = self._open(target, req, route)
+        gen: AsyncIterator[Chunk] | None = None
         try:
-            if deadline is None or target.deployment.backend == "upstream":
-                # An upstream call enforces req.timeout itself (httpx timeouts): no timer needed.
+            if deadline is None:
+                gen = self._open(target, req, route)
                 first = await anext(gen)
             else:
+                req.timeout = deadline - start  # a backend's own timeout ends with the request's
                 async with asyncio.timeout(deadline - start):
+                    gen = self._open(target, req, route)
                     first = await anext(gen)
         except StopAsyncIteration:
             first = None
         except GatewayError as e:
             h.inflight -= 1
-            await gen.aclose()
-            if retryable(e):
+            if gen is not None:
+                await gen.aclose()
+            if e.deployment_fault:
                 now = self.clock()
                 h.observe(now - start)  # a failure is slow news too: keeps the latency strategy honest
-                hold = getattr(e, "retry_after", None) if e.status in (429, 503) else None
-                h.breaker.failure(now, hold)
+                h.breaker.failure(now, e.retry_after, count=target not in blamed)
+                blamed.add(target)
             else:
                 h.breaker.release()  # the caller's fault says nothing about the deployment
             return e
         except TimeoutError:
+            # The caller's deadline ran out (a deployment's own timeout is an UpstreamError):
+            # the caller's choice, not the deployment's failure.
             h.inflight -= 1
-            await gen.aclose()
-            h.breaker.failure(self.clock())
+            h.breaker.release()
+            if gen is not None:
+                await gen.aclose()
             raise deadline_exceeded(req.timeout, info.attempts) from None
         except BaseException:
             h.inflight -= 1
             h.breaker.release()
-            await gen.aclose()
+            if gen is not None:
+                await gen.aclose()
             raise
         h.breaker.success()
         h.observe(self.clock() - start)
@@ -189,13 +190,19 @@ class Router:
 
     async def _pick(self, route: Route, tried: list[Target], now: float,
                     info: RunInfo) -> tuple[Target | None, bool]:
-        """A deployment to try, and whether the usage strategy found every one at its limit."""
+        """A deployment to try, and whether the usage strategy found every one at its limit.
+
+        Healthy deployments (breaker closed, or due for its probe) first: an open breaker sheds
+        load to those. When none is healthy, every ready deployment stays a candidate: the last
+        ones are never taken out of rotation (each request probes them)."""
         cands = [t for t in route.targets if t.backend.ready and t.health.breaker.allows(now)]
+        if not cands:
+            cands = [t for t in route.targets if t.backend.ready]
+            if not cands:
+                return None, False
         if tried and len(cands) > 1:
             fresh = [t for t in cands if t not in tried]
             cands = fresh or cands
-        if not cands:
-            return None, False
         strategy = route.model.strategy
         if strategy != "usage":
             return PICKERS[strategy](cands, self.rng), False
@@ -206,11 +213,6 @@ class Router:
             return None, True
         await self.counters.add(t.name, 1, prompt)
         return t, False
-
-    @staticmethod
-    def _soonest(route: Route, now: float) -> float | None:
-        waits = [t.health.breaker.retry_in(now) for t in route.targets if t.backend.ready]
-        return min(waits) if waits else None
 
     # -- fallbacks ---------------------------------------------------------------------------
 
@@ -250,20 +252,13 @@ class Router:
             if window is None or self._need(req, r, info) <= window:
                 yield r
 
-    def _none_available(self, req: CanonicalRequest, route: Route, info: RunInfo,
-                        saturated: bool) -> GatewayError:
-        now = self.clock()
-        routes = list(self._chain(req, route, info))
+    def _none_available(self, route: Route, saturated: bool) -> GatewayError:
+        """No attempt was made: every deployment is at its own rate limit, or none is ready."""
         if saturated:
             secs = max(1, math.ceil(60 - time.time() % 60))
             return RateLimited(f"every deployment of model {route.group} is at its own rate limit",
                                headers={"retry-after": str(secs)})
-        ready = [t for r in routes for t in r.targets if t.backend.ready]
-        if not ready:
-            return Unavailable(f"model {route.group} is loading", headers={"retry-after": "5"})
-        wait = min(t.health.breaker.retry_in(now) for t in ready)
-        return Unavailable(f"every deployment of model {route.group} is cooling down after failures",
-                           headers={"retry-after": str(max(1, math.ceil(wait)))})
+        return Unavailable(f"model {route.group} is loading", headers={"retry-after": "5"})
 
     # -- lifecycle ---------------------------------------------------------------------------
 

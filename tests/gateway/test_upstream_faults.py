@@ -162,7 +162,8 @@ async def test_sse_comments_crlf_and_multiline_data() -> None:
     raw = (b": keep-alive\r\n\r\n" + b"data: " + text_event("x").encode() + b"\r\n\r\n"
            + b"event: ping\ndata: [DONE]\n\n")
     router = respx.Router()
-    router.post(f"{BASE}/completions").mock(return_value=httpx.Response(200, content=pieces(raw)))
+    router.post(f"{BASE}/completions").mock(return_value=httpx.Response(
+        200, headers={"content-type": "text/event-stream; charset=utf-8"}, content=pieces(raw)))
     chunks = await run(backend(router), creq(stream=True))
     assert [c.text for c in chunks] == ["x"]
 
@@ -263,6 +264,7 @@ async def test_stream_fault_after_first_byte_is_reported_in_the_stream(gateway_f
 async def test_stream_from_a_transport_that_answered_already_read() -> None:
     router = respx.Router()
     router.post(f"{BASE}/completions").mock(return_value=httpx.Response(
-        200, content=sse(text_event("ok", "stop")) + b"data: [DONE]\n\n"))
+        200, headers={"content-type": "text/event-stream"},
+        content=sse(text_event("ok", "stop")) + b"data: [DONE]\n\n"))
     chunks = await run(backend(router), creq(stream=True))
     assert [c.text for c in chunks] == ["ok"]

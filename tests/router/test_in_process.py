@@ -11,6 +11,7 @@ import pytest
 from gateway.canonical import CanonicalRequest, Chunk
 from gateway.errors import GatewayError, UpstreamError
 from gateway.routing import Router, RunInfo
+from gateway.routing.health import CLOSED
 from tests.router.conftest import config, group
 
 
@@ -99,13 +100,21 @@ async def test_closing_early_frees_the_deployment():
     assert r.resolve("m/x").targets[0].health.inflight == 0
 
 
-async def test_a_probe_in_flight_is_not_shared_and_not_spun_on():
+async def test_the_last_deployment_stays_in_rotation_while_another_request_probes_it():
     b = Scripted("ok")
     r = router(b)
     breaker = r.resolve("m/x").targets[0].health.breaker
     breaker.failure(0.0, hold=0.001)  # opened, and long since due for a probe
     breaker.acquire(r.clock())  # another request is probing right now
+    assert await run(r, req(timeout=5), RunInfo()) == ["a", "b"]  # served all the same, no 503
+    assert b.calls == 1 and breaker.state == CLOSED
+
+
+async def test_a_callers_deadline_does_not_count_against_the_deployment():
+    b = Scripted("stall", "ok")
+    r = router(b)
     with pytest.raises(GatewayError) as e:
-        await run(r, req(timeout=5), RunInfo())
-    assert e.value.status == 503 and e.value.headers["retry-after"] == "1"
-    assert b.calls == 0
+        await run(r, req(timeout=0.05), RunInfo())
+    assert e.value.status == 504
+    breaker = r.resolve("m/x").targets[0].health.breaker
+    assert breaker.failures == 0 and breaker.state == CLOSED and not breaker.probing

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from gateway.routing import Router
+from gateway.routing.health import CLOSED, OPEN
 from tests.fakes.upstream import Behaviour, refused_url
 from tests.gateway.conftest import serve
 from tests.router.conftest import completion, config, dep, group, records
@@ -78,8 +79,10 @@ async def test_429_with_retry_after_beyond_the_deadline_passes_through(upstreams
         again = await client.post("/v1/completions", json=completion("m/x"))
     assert r.status_code == 429
     assert int(r.headers["retry-after"]) >= 29
-    assert len(up.requests) == 1  # no second call while the upstream asked us to stay away
-    assert again.status_code == 503 and int(again.headers["retry-after"]) >= 28
+    # The request does not wait 30 s for its retry; but the next request is sent: a group's last
+    # deployment is never taken out of rotation (the upstream answers for itself).
+    assert again.status_code == 200, again.text
+    assert len(up.requests) == 2
 
 
 async def test_stream_cut_mid_way_is_never_retried(upstreams):
@@ -142,15 +145,22 @@ async def test_failing_deployment_cools_down_then_probes(upstreams):
         assert health.breaker.state == 0
 
 
-async def test_every_deployment_cooling_down_is_503_with_retry_after(upstreams):
+async def test_failing_deployments_stay_in_rotation_and_each_request_counts_once(upstreams):
     a, b = upstreams[0], upstreams[1]
     a.default = b.default = Behaviour(status=500)
-    cfg = config(group("m/x", dep("a", a.url), dep("b", b.url)),
-                 router={"retries": 3, "cooldown_failures": 2, "cooldown_seconds": 20})
-    async with serve(cfg) as client:
+    router = Router(config(group("m/x", dep("a", a.url), dep("b", b.url)),
+                           router={"retries": 3, "cooldown_failures": 2, "cooldown_seconds": 20}))
+    breakers = [router.resolve(f"m/x/{n}").targets[0].health.breaker for n in "ab"]
+    async with serve(router.config, router=router) as client:
         first = await client.post("/v1/completions", json=completion("m/x"))
+        assert first.status_code == 500 and first.headers["x-switchyard-attempts"] == "4"
+        assert [br.failures for br in breakers] == [1, 1]  # 4 attempts, each deployment blamed once
+        await client.post("/v1/completions", json=completion("m/x"))
+        assert [br.state for br in breakers] == [OPEN, OPEN]
+        sent = len(a.requests) + len(b.requests)
+        a.default = b.default = Behaviour()  # both recover while their breakers are open
         r = await client.post("/v1/completions", json=completion("m/x"))
-    assert first.status_code == 500 and first.headers["x-switchyard-attempts"] == "4"
-    assert r.status_code == 503
-    assert 1 <= int(r.headers["retry-after"]) <= 20
-    assert len(a.requests) + len(b.requests) == 4
+    # Never "every deployment is cooling down": with no healthy deployment, the open ones are tried.
+    assert r.status_code == 200, r.text
+    assert len(a.requests) + len(b.requests) == sent + 1
+    assert CLOSED in [br.state for br in breakers]

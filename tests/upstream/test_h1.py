@@ -4,13 +4,15 @@ a response can be framed, servers that close, stall or send what nobody asked fo
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import httpx
 import pytest
 
-from backends.upstream.h1 import MAX_HEAD, H1Transport
+from backends.upstream.h1 import MAX_HEAD, H1Transport, header_lines
 
 REQUEST = b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}"
 
@@ -205,3 +207,103 @@ async def test_closed_without_an_answer_on_a_new_connection_is_a_read_error():
             await fetch(t, port)
         assert conns == [1]  # a new connection is not retried: the request may have run
         await t.aclose()
+
+
+async def test_interim_answers_are_skipped():
+    early = b"HTTP/1.1 103 Early Hints\r\nlink: </x>; rel=preload\r\n\r\n"
+    async with raw_server(lambda n, _: early + ok(b"real %d" % n, b"x-final: 1\r\n")) as (port, conns):
+        t = H1Transport()
+        ans = await t.open((b"http", b"127.0.0.1", port), REQUEST,
+                           deadline=asyncio.get_running_loop().time() + 5)
+        assert ans.status == 200 and ans.header("x-final") == "1" and ans.header("link") is None
+        assert await ans.read() == b"real 1"
+        await ans.aclose()
+        assert await fetch(t, port) == (200, b"real 2")
+        assert conns == [1, 1]  # still in step: reused
+        await t.aclose()
+
+
+async def test_an_unasked_protocol_switch_is_a_protocol_error():
+    async with raw_server(lambda n, _: b"HTTP/1.1 101 Switching Protocols\r\nupgrade: h2c\r\n"
+                                       b"connection: upgrade\r\n\r\n") as (port, _):
+        t = H1Transport()
+        with pytest.raises(httpx.RemoteProtocolError, match="switched protocols"):
+            await fetch(t, port)
+        await t.aclose()
+
+
+async def test_a_reset_never_ends_a_close_delimited_body():
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        await reader.readexactly(2)
+        writer.write(b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\npart of it")
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()  # RST, not FIN
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    t = H1Transport()
+    with pytest.raises(httpx.ReadError):
+        await fetch(t, port)
+    await t.aclose()
+    server.close()
+
+
+async def test_garbage_after_a_whole_answer_keeps_the_answer_and_drops_the_connection():
+    async with raw_server(lambda n, _: ok(b"whole %d" % n) + (b"\x00garbage\r\n" if n == 1 else b"")
+                          ) as (port, conns):
+        t = H1Transport()
+        assert await fetch(t, port) == (200, b"whole 1")
+        assert await fetch(t, port) == (200, b"whole 2")
+        assert conns == [1, 2]
+        await t.aclose()
+
+
+async def test_the_sweep_closes_expired_idle_connections():
+    async with raw_server(lambda n, _: ok(b"x")) as (port, _):
+        t = H1Transport()
+        await fetch(t, port)
+        assert t._sweeper is not None  # armed while connections idle in the pool
+        (conn,) = t._idle[(b"http", b"127.0.0.1", port)]
+        t._sweep()
+        assert not conn.closed and t._sweeper is not None  # still fresh: kept, and re-armed
+        conn.idle_since -= 31.0  # half a minute later (moving the clock, not sleeping)
+        t._sweep()
+        assert conn.closed and t._idle[(b"http", b"127.0.0.1", port)] == [] and t._sweeper is None
+        await t.aclose()
+
+
+@pytest.mark.parametrize(("name", "value"), [(b"x-a", b"1\r\nhost: evil"), (b"x-a", b"\n"),
+                                             (b"x-a", b"nul\x00"), (b"x-a\r\nx-b", b"1"), (b"x:a", b"1")])
+def test_header_lines_never_write_a_line_break(name: bytes, value: bytes):
+    with pytest.raises(ValueError, match="CR, LF, NUL"):
+        header_lines([(name, value)])
+    assert header_lines([(b"x-a", b"fine \tvalue")]) == b"x-a: fine \tvalue\r\n"
+
+
+async def test_a_server_that_closes_idle_connections_costs_no_failure():
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        n = 0
+        while True:
+            try:  # an idle timeout of 50 ms, then the server closes (a FIN while we hold it idle)
+                await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 0.05 if n else 5)
+                await reader.readexactly(2)
+            except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
+                break
+            n += 1
+            writer.write(ok(b"served"))
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    t = H1Transport()
+    assert await fetch(t, port) == (200, b"served")
+    await asyncio.sleep(0.2)  # the server has closed it by now
+    assert await fetch(t, port) == (200, b"served")  # on a new connection, without an error
+    assert await fetch(t, port) == (200, b"served")  # and that one is reused at once
+    await t.aclose()
+    server.close()
