@@ -106,12 +106,15 @@ class UpstreamError(GatewayError):
         504. A 4xx other than 408/429 is the caller's request refused: its status and message
         pass through and the deployment is not blamed. 401/403/407 mean the upstream refused the
         gateway's own credentials: a 502 in the gateway's words (the upstream's text may quote
-        the key). 501 is a feature the upstream lacks: passed through, not blamed."""
+        the key). 501 is a feature the upstream lacks: not blamed. The caller sees upstream
+        server errors as 502 (503 and 504 keep their meaning), naming the status it got."""
         if status in CREDENTIAL_REFUSED:
             return cls(f"upstream {deployment} refused the gateway's credentials (HTTP {status})",
                        status=502)
         caller = (400 <= status < 500 and status not in (408, 429)) or status == 501
-        return cls(f"upstream {deployment}: {message or f'HTTP {status}'}", status=status,
+        shown = 502 if status >= 500 and status not in (503, 504) else status
+        said = f"HTTP {status}: {message}" if message and shown != status else message or f"HTTP {status}"
+        return cls(f"upstream {deployment}: {said}", status=shown,
                    retryable=status in RETRY_STATUSES, deployment_fault=not caller,
                    retry_after=retry_after if status in (429, 503) else None,
                    type="rate_limit_error" if status == 429 else

@@ -95,7 +95,7 @@ async def test_upstream_failure_before_any_token_charges_nothing(upstream, gatew
     async with gateway_for(cfg, policies=policies) as client:
         r = await client.post("/v1/completions", json={"model": MODEL, "prompt": "a b c d", "max_tokens": 2})
         await client.app.state.gateway.drain()  # type: ignore[attr-defined]
-    assert r.status_code == 500
+    assert r.status_code == 502
     assert settled[0].status == 500 and settled[0].usage.total_tokens == 0
 
 
