@@ -48,6 +48,8 @@ class MemoryStore:
     def __init__(self, ns: str = "sy", clock: Callable[[], int] = wall_ms,
                  max_records: int = 100_000) -> None:
         self.ns = ns
+        self.client = None  # in-process: nothing shared across replicas
+        self.timeout = 0.0
         self.clock = clock
         self.skew_ms = 0  # as RedisStore.skew_ms: tests move the clock with it
         self._tat: dict[tuple[str, int], float] = {}  # (counters key, 0 = requests / 1 = tokens)

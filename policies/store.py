@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from policies.plan import Plan
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis, RedisCluster
 
 DAY_MS = 86_400_000
 
@@ -118,6 +121,10 @@ def month_of(ms: int) -> int:
 
 class Store(Protocol):
     ns: str  # key namespace
+    # Where components that share state across replicas (the router's load counters) keep it:
+    # the store's Redis client, or None for an in-process store. ``timeout`` bounds each call.
+    client: Redis | RedisCluster | None
+    timeout: float
 
     async def admit(self, plan: Plan, *, tokens: int, spend: int, lease_id: str | None,
                     lease_ttl_ms: int, ticket: str) -> Admission:

@@ -16,7 +16,7 @@ import math
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 from backends.base import Backend
 from gateway.canonical import CanonicalRequest, Chunk
@@ -28,6 +28,9 @@ from gateway.routing.resolve import Resolver, Route, RunInfo, Target
 from gateway.routing.retry import backoff, deadline_exceeded, retry_after_header
 from gateway.routing.strategies import PICKERS, by_usage
 from gateway.routing.usage import Counters, LocalCounters, counters_for
+
+if TYPE_CHECKING:
+    from policies.store import Store
 
 Attempt = tuple[AsyncIterator[Chunk], Chunk | None]
 
@@ -44,7 +47,7 @@ class Router:
         self.clock = clock
         self.counters: Counters = LocalCounters()
 
-    def use_store(self, store: Any) -> None:
+    def use_store(self, store: Store) -> None:
         """Count per-deployment usage (the ``usage`` strategy) where the policy store lives."""
         self.counters = counters_for(store)
 

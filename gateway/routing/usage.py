@@ -12,7 +12,10 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from policies.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +100,8 @@ class RedisCounters:
             log.warning("usage counters unavailable: %s", e)
 
 
-def counters_for(store: Any) -> Counters:
-    """Counters living where ``store`` (a ``policies.store.Store``) lives."""
-    client = getattr(store, "client", None)
-    if client is None:
+def counters_for(store: Store) -> Counters:
+    """Counters living where ``store`` lives: shared through its Redis, or in this process."""
+    if store.client is None:
         return LocalCounters()
-    return RedisCounters(client, getattr(store, "ns", "sy"), getattr(store, "timeout", 0.25))
+    return RedisCounters(store.client, store.ns, store.timeout)

@@ -96,7 +96,7 @@ async def test_upstream_failure_before_any_token_charges_nothing(upstream, gatew
         r = await client.post("/v1/completions", json={"model": MODEL, "prompt": "a b c d", "max_tokens": 2})
         await client.app.state.gateway.drain()  # type: ignore[attr-defined]
     assert r.status_code == 502
-    assert settled[0].status == 500 and settled[0].usage.total_tokens == 0
+    assert settled[0].status == 502 and settled[0].usage.total_tokens == 0
 
 
 async def test_429_carries_ratelimit_headers(upstream, gateway_for):

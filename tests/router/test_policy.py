@@ -38,7 +38,7 @@ async def test_caller_and_credential_failures_are_never_retried(upstreams, statu
     router = Router(config(group("m/x", dep("a", a.url), dep("b", b.url))))
     async with serve(router.config, router=router) as client:
         r = await client.post("/v1/completions", json=completion("m/x"))
-    assert r.status_code == (502 if status in (401, 403) else status), r.text
+    assert r.status_code == (502 if status in (401, 403, 501) else status), r.text
     assert r.headers["x-switchyard-attempts"] == "1"
     assert len(a.requests) + len(b.requests) == 1  # no retry, no other deployment
     failures = sum(t.health.breaker.failures for t in router.resolve("m/x").targets)
@@ -53,7 +53,7 @@ async def test_501_is_not_retried_nor_held_against_the_deployment(upstreams):
     async with serve(router.config, router=router) as client:
         for _ in range(3):
             r = await client.post("/v1/completions", json=completion("m/x"))
-            assert r.status_code == 501 and "not implemented" in r.text
+            assert r.status_code == 502 and "HTTP 501: logprobs are not implemented" in r.text
         up.default = Behaviour()
         ok = await client.post("/v1/completions", json=completion("m/x"))
     assert ok.status_code == 200 and len(up.requests) == 4
@@ -97,11 +97,13 @@ def test_the_policy_table():
         e = UpstreamError.from_status("d1", status, "said", retry_after=3)
         return e.status, e.retryable, e.deployment_fault
 
-    assert [of(s) for s in RETRIED] == [(s, True, True) for s in RETRIED]
-    assert [of(s) for s in (400, 404, 409, 413, 422, 501)] == [(s, False, False)
-                                                              for s in (400, 404, 409, 413, 422, 501)]
+    # The caller sees 502 for any upstream server error but 503 and 504, which keep their meaning.
+    assert [of(s) for s in RETRIED] == [(502 if s in (500, 502) else s, True, True) for s in RETRIED]
+    assert [of(s) for s in (400, 404, 409, 413, 422)] == [(s, False, False)
+                                                         for s in (400, 404, 409, 413, 422)]
+    assert of(501) == (502, False, False)  # a feature the upstream lacks: not its health
     assert [of(s) for s in (401, 403, 407)] == [(502, False, True)] * 3
-    assert of(505) == (505, False, True)
+    assert of(505) == (502, False, True)
     assert UpstreamError.from_status("d1", 429, None, retry_after=3).retry_after == 3
     assert UpstreamError.from_status("d1", 500, None, retry_after=3).retry_after is None
     assert UpstreamError.timed_out("d1", callers_deadline=True).deployment_fault is False

@@ -153,7 +153,7 @@ async def test_failing_deployments_stay_in_rotation_and_each_request_counts_once
     breakers = [router.resolve(f"m/x/{n}").targets[0].health.breaker for n in "ab"]
     async with serve(router.config, router=router) as client:
         first = await client.post("/v1/completions", json=completion("m/x"))
-        assert first.status_code == 500 and first.headers["x-switchyard-attempts"] == "4"
+        assert first.status_code == 502 and first.headers["x-switchyard-attempts"] == "4"
         assert [br.failures for br in breakers] == [1, 1]  # 4 attempts, each deployment blamed once
         await client.post("/v1/completions", json=completion("m/x"))
         assert [br.state for br in breakers] == [OPEN, OPEN]

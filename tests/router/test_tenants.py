@@ -61,7 +61,7 @@ async def test_each_poisonous_request_counts_once_against_the_deployment():
         breaker = router.resolve("m/x").targets[0].health.breaker
         async with serve(router.config, router=router) as client:
             bad = await client.post("/v1/completions", json=req("poison"))
-    assert bad.status_code == 500 and bad.headers["x-switchyard-attempts"] == "3" and len(conns) == 3
+    assert bad.status_code == 502 and bad.headers["x-switchyard-attempts"] == "3" and len(conns) == 3
     assert breaker.failures == 1 and breaker.state == CLOSED  # three attempts, one request
 
 
