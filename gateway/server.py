@@ -10,12 +10,14 @@ up to ``server.shutdown_grace`` seconds, settles usage, and the process exits 0.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import os
 import signal
 import socket
 import sys
+import tempfile
 from collections.abc import Callable
 from typing import Any
 
@@ -185,5 +187,15 @@ def serve(config: Config, config_path: str, host: str, port: int, workers: int =
     cfg = serve_config("gateway.server:worker_app", config, host, port, factory=True, workers=workers)
     from uvicorn.supervisors import Multiprocess
 
-    Multiprocess(cfg, sockets=[sock]).run()
+    with tempfile.TemporaryDirectory(prefix="switchyard-") as run_dir, _engines(config, run_dir):
+        Multiprocess(cfg, sockets=[sock]).run()
     return 0
+
+
+def _engines(config: Config, run_dir: str) -> contextlib.AbstractContextManager[None]:
+    """The built-in engines, loaded once in this process and shared by the workers."""
+    if not any(d.backend == "engine" for m in config.models for d in m.deployments):
+        return contextlib.nullcontext()
+    from backends.engine.host import hosting  # only an engine config needs the engine package
+
+    return hosting(config, run_dir)

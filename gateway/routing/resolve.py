@@ -94,8 +94,11 @@ def build_backend(model: ModelConfig, dep: DeploymentConfig) -> Backend:
             raise ConfigError(f"models.{model.name}: deployment {dep.name} uses the built-in engine, "
                               "which needs the 'engine' extra (pip install 'switchyard[engine]')")
         from backends.engine import EngineBackend
+        from backends.engine.host import HostedEngine, hosted_sockets
 
-        return EngineBackend(dep)
+        # Under ``--workers N`` the supervisor runs the engine once and each worker attaches.
+        path = hosted_sockets().get(f"{model.name}/{dep.name}")
+        return HostedEngine(dep, path) if path else EngineBackend(dep)
     from backends.upstream import UpstreamBackend
 
     return UpstreamBackend(dep, model.name)
