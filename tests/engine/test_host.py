@@ -19,7 +19,7 @@ from gateway.errors import InvalidRequest
 from tests.conftest import free_port
 from tests.engine.test_backend import wait_ready
 from tests.gateway.conftest import KEY
-from tests.gateway.test_server import start
+from tests.gateway.test_server import running
 
 
 def req(**kw) -> CanonicalRequest:
@@ -91,8 +91,7 @@ async def test_serve_with_two_workers_loads_the_model_once(tiny_dir, redis_url, 
     }
     path = tmp_path / "switchyard.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    proc, port = await start(path, "--workers", "2")
-    try:
+    async with running(path, "--workers", "2") as (proc, port):
         limits = httpx.Limits(max_keepalive_connections=0)  # a new connection each: both workers serve
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60, limits=limits,
                                      headers={"authorization": f"Bearer {KEY}"}) as client:
@@ -107,7 +106,3 @@ async def test_serve_with_two_workers_loads_the_model_once(tiny_dir, redis_url, 
         assert len(engine_processes(proc.pid)) == 1
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.wait(), 30) == 0
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()

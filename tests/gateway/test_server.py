@@ -105,6 +105,18 @@ async def start(path: Path, *args: str) -> tuple[asyncio.subprocess.Process, int
     pytest.fail("switchyard serve did not come up within 60 s")
 
 
+@contextlib.asynccontextmanager
+async def running(path: Path, *args: str) -> AsyncIterator[tuple[asyncio.subprocess.Process, int]]:
+    """``switchyard serve`` started as ``start`` does, killed at the end if still running."""
+    proc, port = await start(path, *args)
+    try:
+        yield proc, port
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
 async def records(redis_url: str, team: str) -> list[dict[bytes, bytes]]:
     r = aioredis.from_url(redis_url)
     try:
@@ -117,8 +129,7 @@ async def test_sigterm_finishes_the_stream_in_flight_settles_it_and_exits_0(
         upstream, redis_url, tmp_path):
     team = f"graceful{os.getpid()}"
     upstream.default = Behaviour(chunk_delay=0.1)  # 16 events over ~1.6 s
-    proc, port = await start(write_config(tmp_path, upstream.url, redis_url, team))
-    try:
+    async with running(write_config(tmp_path, upstream.url, redis_url, team)) as (proc, port):
         async with (httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30,
                                       headers={"authorization": f"Bearer {KEY}"}) as client,
                     client.stream("POST", "/v1/completions",
@@ -134,10 +145,6 @@ async def test_sigterm_finishes_the_stream_in_flight_settles_it_and_exits_0(
         events = sse_events("\n".join([first, *rest]))
         assert events[-1] == "[DONE]" and len(events) == 17  # every event, then [DONE]
         assert await asyncio.wait_for(proc.wait(), 30) == 0
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
     recs = await records(redis_url, team)
     assert len(recs) == 1
     assert recs[0][b"status"] == b"200" and recs[0][b"completion_tokens"] == b"16"
@@ -150,9 +157,8 @@ def children(pid: int) -> list[int]:
 
 async def test_two_workers_share_a_port_and_exact_limits(upstream, redis_url, tmp_path):
     team = f"workers{os.getpid()}"
-    proc, port = await start(write_config(tmp_path, upstream.url, redis_url, team, rpm=20),
-                             "--workers", "2")
-    try:
+    async with running(write_config(tmp_path, upstream.url, redis_url, team, rpm=20),
+                       "--workers", "2") as (proc, port):
         workers = children(proc.pid)
         assert len(workers) >= 2, workers
         sem = asyncio.Semaphore(12)
@@ -170,10 +176,6 @@ async def test_two_workers_share_a_port_and_exact_limits(upstream, redis_url, tm
         assert codes.count(200) == 20 and codes.count(429) == 40, sorted(codes)
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.wait(), 30) == 0
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
 
 
 def test_several_workers_refuse_a_per_process_store(tmp_path, capsys):
