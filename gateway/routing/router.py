@@ -12,6 +12,7 @@ health only when the error says it is the deployment's fault, and once per reque
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import random
 import time
@@ -143,9 +144,10 @@ class Router:
                 gen = self._open(target, req, route)
                 first = await anext(gen)
             else:
-                req.timeout = deadline - start  # a backend's own timeout ends with the request's
+                # A backend's own timeout ends with the request's: it sees the time left.
+                left = dataclasses.replace(req, timeout=deadline - start)
                 async with asyncio.timeout(deadline - start):
-                    gen = self._open(target, req, route)
+                    gen = self._open(target, left, route)
                     first = await anext(gen)
         except StopAsyncIteration:
             first = None
