@@ -51,8 +51,11 @@ class Dry:
     sequence_breakers: list[str] = field(default_factory=lambda: ["\n", ":", '"', "*"])
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, frozen=True)
 class CanonicalRequest:
+    """What the caller asked for, read from its dialect. Frozen: what the gateway decides while
+    serving it lives on the request context (``gateway.context``); a changed request is a copy."""
+
     kind: RequestKind
     model: str  # exactly as the caller named it; responses echo this name
     dialect: str  # the caller's dialect ("openai", "llamacpp", "mistralrs", "fireworks", "sgp", ...)
