@@ -1,0 +1,112 @@
+"""Writing usage records into PostgreSQL: one statement per batch, idempotent on the ticket id.
+
+The statement inserts the batch into ``usage_records`` (``ON CONFLICT DO NOTHING``) and adds the
+rows that were really inserted to ``usage_hourly``, atomically: a batch written twice (a replay
+after a crash between the commit and the XACK) changes nothing the second time.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import Any
+
+from policies.ledger.schema import migrate
+from policies.store import UsageRecord
+
+log = logging.getLogger("switchyard.ledger")
+
+COLUMNS = ("ticket_id", "ts", "request_id", "key_id", "team", "model", "requested_model", "deployment",
+           "endpoint", "dialect", "status", "prompt_tokens", "completion_tokens", "cached_tokens",
+           "cost_nano", "latency_ms", "ttfb_ms", "attempts", "cut")
+_TYPES = ("text", "timestamptz", "text", "text", "text", "text", "text", "text", "text", "text",
+          "smallint", "bigint", "bigint", "bigint", "bigint", "float8", "float8", "smallint", "bool")
+_GROUP = "hour, team, key_id, model, deployment, status"
+_SUMS = ("prompt_tokens", "completion_tokens", "cached_tokens", "cost_nano", "latency_ms")
+
+INSERT = f"""
+WITH batch AS (
+  SELECT * FROM unnest({", ".join(f"${i}::{t}[]" for i, t in enumerate(_TYPES, 1))})
+    AS b({", ".join(COLUMNS)})
+), ins AS (
+  INSERT INTO usage_records ({", ".join(COLUMNS)}) SELECT * FROM batch
+  ON CONFLICT (ticket_id) DO NOTHING
+  RETURNING *
+), roll AS (
+  INSERT INTO usage_hourly ({_GROUP}, requests, errors, {", ".join(_SUMS)})
+  SELECT date_trunc('hour', ts, 'UTC') AS hour, team, key_id, model, deployment, status, count(*),
+         count(*) FILTER (WHERE status >= 400), {", ".join(f"sum({c})" for c in _SUMS)}
+  FROM ins GROUP BY {_GROUP} ORDER BY {_GROUP}
+  ON CONFLICT ({_GROUP}) DO UPDATE SET
+    requests = usage_hourly.requests + excluded.requests,
+    errors = usage_hourly.errors + excluded.errors,
+    {", ".join(f"{c} = usage_hourly.{c} + excluded.{c}" for c in _SUMS)}
+  RETURNING 1
+)
+SELECT count(*) FROM ins
+"""
+
+
+def ledger_id(r: UsageRecord, fallback: str) -> str:
+    """The row's idempotency key: the ticket id; ``fallback`` (stream entry) for records made
+    before tickets had ids."""
+    return r.ticket_id or fallback
+
+
+def columns(records: list[tuple[str, UsageRecord]]) -> list[list[Any]]:
+    """One array per column, for ``unnest``; a ticket id repeated in the batch is kept once."""
+    seen: set[str] = set()
+    cols: list[list[Any]] = [[] for _ in COLUMNS]
+    for tid, r in records:
+        if tid in seen:
+            continue
+        seen.add(tid)
+        row = (tid, dt.datetime.fromtimestamp(r.ts_ms / 1000, dt.UTC), r.request_id, r.key_id, r.team,
+               r.model, r.requested_model, r.deployment, r.endpoint, r.dialect, r.status,
+               r.prompt_tokens, r.completion_tokens, r.cached_tokens, r.cost_nano, r.latency_ms,
+               r.ttfb_ms, r.attempts, r.cut)
+        for col, v in zip(cols, row, strict=True):
+            col.append(v)
+    return cols
+
+
+class PgSink:
+    """The ledger's PostgreSQL side: a small pool, the schema, the batch insert."""
+
+    def __init__(self, url: str, *, timeout: float = 10.0) -> None:
+        self.url = url
+        self.timeout = timeout
+        self._pool: Any = None
+
+    async def pool(self) -> Any:
+        """The connection pool, opened (and the schema migrated) on first use."""
+        if self._pool is None:
+            import asyncpg  # the ``ledger`` extra: imported only when a ledger is configured
+
+            pool = await asyncpg.create_pool(self.url, min_size=1, max_size=4, timeout=self.timeout,
+                                             command_timeout=self.timeout,
+                                             server_settings={"timezone": "UTC"})
+            try:
+                async with pool.acquire() as conn:
+                    applied = await migrate(conn)
+            except BaseException:
+                await pool.close()
+                raise
+            if applied:
+                log.info("usage ledger: schema migrations %s applied", applied)
+            self._pool = pool
+        return self._pool
+
+    async def write(self, records: list[tuple[str, UsageRecord]]) -> int:
+        """Insert ``(ledger id, record)`` pairs; the number of rows new to the ledger. Raises on
+        any database error (the caller keeps the batch and tries again)."""
+        if not records:
+            return 0
+        pool = await self.pool()
+        async with pool.acquire() as conn:
+            return int(await conn.fetchval(INSERT, *columns(records)))
+
+    async def aclose(self) -> None:
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.close()
