@@ -11,7 +11,14 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import pytest
 
+from tests.fakes.upstream import FakeUpstream
 from tests.ledger.postgres import PgServer
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[FakeUpstream]:
+    async with FakeUpstream() as up:
+        yield up
 
 
 @pytest.fixture(scope="session")
