@@ -240,8 +240,15 @@ class UsageConfig(_Model):
     @classmethod
     def _scheme(cls, v: str | None) -> str | None:
         v = resolve_secret(v)
-        if v is not None and not v.startswith(("postgresql://", "postgres://")):
+        if v is None:
+            return v
+        if not v.startswith(("postgresql://", "postgres://")):
             raise ValueError("must start with postgresql:// or postgres://")
+        try:
+            import asyncpg  # noqa: F401 -- the ``ledger`` extra
+        except ImportError:
+            raise ValueError("the usage ledger needs the ledger extra: pip install 'switchyard[ledger]'") \
+                from None
         return v
 
 
