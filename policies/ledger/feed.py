@@ -77,10 +77,18 @@ class Feed:
         if self._task is not None:
             with contextlib.suppress(Exception):
                 await self._task
-        with contextlib.suppress(Exception):
+        try:
             async with asyncio.timeout(drain):
                 while await self.step():
                     pass
+        except Exception as e:
+            log.error("usage ledger: stopping with records unwritten (%s: %s); %s", type(e).__name__, e,
+                      self.left_behind)
+
+    @property
+    def left_behind(self) -> str:
+        """What becomes of records not written when the process stops."""
+        return "they stay in the buffer for the next consumer"
 
 
 class QueueFeed(Feed):
@@ -106,6 +114,10 @@ class QueueFeed(Feed):
     @property
     def pending(self) -> int:
         return len(self._q)
+
+    @property
+    def left_behind(self) -> str:
+        return f"{len(self._q)} queued records are lost with the process"
 
     async def step(self) -> int:
         batch = list(islice(self._q, self.batch))

@@ -73,8 +73,8 @@ class LedgerUsage:
         if groups:
             order = ", ".join(f"g{i}" for i in range(len(groups)))
             sql += f" GROUP BY {order} ORDER BY {order}"
-        pool = await self.sink.pool()
-        rows = await pool.fetch(sql, *args)
+        async with self.sink.reading() as conn:
+            rows = await conn.fetch(sql, *args)
         data, total = [], dict.fromkeys((*_METRICS, "latency_ms"), 0)
         for r in rows:
             if not r["requests"]:
@@ -95,8 +95,8 @@ class LedgerUsage:
         args.append(f.limit + 1)
         sql = (f"SELECT * FROM usage_records WHERE {where} ORDER BY ts DESC, ticket_id DESC "
                f"LIMIT ${len(args)}")
-        pool = await self.sink.pool()
-        rows = await pool.fetch(sql, *args)
+        async with self.sink.reading() as conn:
+            rows = await conn.fetch(sql, *args)
         page = rows[:f.limit]
         data = []
         for r in page:

@@ -98,7 +98,14 @@ class RedisFeed(Feed):
                 self._groups.add(key)
             # Ours that the ledger refused first (``0``: this consumer's pending), else new ones.
             start = "0" if key in self._retry else ">"
-            entries: Entries = await self._read(key, start)
+            try:
+                entries: Entries = await self._read(key, start)
+            except ResponseError as e:
+                if "NOGROUP" in str(e):  # the stream was deleted (a Redis without persistence restarted)
+                    self._groups.discard(key)
+                    self._retry.discard(key)
+                    return 0
+                raise
             if claim and len(entries) < self.batch:
                 r = await self.client.xautoclaim(key, GROUP, self.consumer, self.claim_idle_ms, "0-0",
                                                  count=self.batch - len(entries))

@@ -7,10 +7,14 @@ after a crash between the commit and the XACK) changes nothing the second time.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime as dt
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
+from gateway.errors import Unavailable
 from policies.ledger.schema import migrate
 from policies.store import UsageRecord
 
@@ -77,9 +81,14 @@ class PgSink:
         self.url = url
         self.timeout = timeout
         self._pool: Any = None
+        self._opening = asyncio.Lock()
 
     async def pool(self) -> Any:
         """The connection pool, opened (and the schema migrated) on first use."""
+        async with self._opening:
+            return self._pool or await self._open()
+
+    async def _open(self) -> Any:
         if self._pool is None:
             import asyncpg  # the ``ledger`` extra: imported only when a ledger is configured
 
@@ -106,7 +115,29 @@ class PgSink:
         async with pool.acquire() as conn:
             return int(await conn.fetchval(INSERT, *columns(records)))
 
+    @contextlib.asynccontextmanager
+    async def reading(self) -> AsyncIterator[Any]:
+        """A connection for an admin read; the ledger out of reach is a 503, not a 500."""
+        try:
+            pool = await self.pool()
+            async with pool.acquire() as conn:
+                yield conn
+        except (OSError, TimeoutError) as e:
+            raise Unavailable(f"the usage ledger is unavailable: {type(e).__name__}",
+                              headers={"Retry-After": "1"}) from e
+        except Exception as e:
+            if type(e).__module__.startswith("asyncpg") and not _is_query_error(e):
+                raise Unavailable(f"the usage ledger is unavailable: {type(e).__name__}",
+                                  headers={"Retry-After": "1"}) from e
+            raise
+
     async def aclose(self) -> None:
         if self._pool is not None:
             pool, self._pool = self._pool, None
             await pool.close()
+
+
+def _is_query_error(e: Exception) -> bool:
+    """A bug in a query (syntax, types), as opposed to a server that is down or restarting."""
+    sqlstate = getattr(e, "sqlstate", None) or ""
+    return sqlstate[:2] in ("42", "22")

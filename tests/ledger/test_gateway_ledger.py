@@ -10,6 +10,7 @@ import json
 import httpx
 
 from gateway.config import parse_config
+from tests.conftest import free_port
 from tests.fakes.upstream import FakeUpstream
 from tests.gateway.conftest import serve
 from tests.ledger.helpers import KEYS, MASTER, expected_cost, ledger_config, wait_rows
@@ -108,3 +109,19 @@ def upstream_reported(upstream: FakeUpstream, i: int) -> tuple[int, int]:
     the words of the messages' JSON, and answers max_tokens words."""
     body = upstream.requests[i].body
     return len(json.dumps(body["messages"]).split()), body["max_tokens"]
+
+
+async def test_without_postgres_requests_are_served_and_usage_reads_are_503(upstream):
+    down = f"postgresql://postgres@127.0.0.1:{free_port()}/nothing"  # nothing listens there
+    config = parse_config(ledger_config(upstream.url, down))
+    async with serve(config) as client:
+        for _ in range(3):
+            r = await client.post("/v1/chat/completions", headers={"authorization": f"Bearer {KEYS['k1']}"},
+                                  json={"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]})
+            assert r.status_code == 200
+        for path in ("/admin/usage", "/admin/usage/records"):
+            r = await client.get(path, headers=ADMIN)
+            assert r.status_code == 503 and r.headers["retry-after"] == "1", r.text
+            assert "usage ledger is unavailable" in r.json()["error"]["message"]
+        feed = client.app.state.gateway.policies.ledger.feed  # type: ignore[attr-defined]
+        assert feed.pending == 3  # waiting, not dropped
