@@ -123,7 +123,7 @@ class QueueFeed(Feed):
         batch = list(islice(self._q, self.batch))
         if not batch:
             return 0
-        self.written += await self.sink.write([(r.ticket_id, r) for r in batch])
+        self.written += await self.sink.write([r.as_fields() for r in batch])
         # Drop what was written; the queue may have shed some of it meanwhile (full).
         for r in batch:
             if self._q and self._q[0] is r:

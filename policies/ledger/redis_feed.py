@@ -28,9 +28,8 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from policies.ledger.feed import Feed
-from policies.ledger.sink import PgSink, ledger_id
+from policies.ledger.sink import PgSink
 from policies.plan import tag
-from policies.store import UsageRecord
 
 log = logging.getLogger("switchyard.ledger")
 
@@ -117,9 +116,11 @@ class RedisFeed(Feed):
         self._retry.add(key)  # until acknowledged: a failure below leaves them pending here
         records = []
         for eid, f in entries:
-            if f:
-                r = UsageRecord.from_fields({k.decode(): v for k, v in f.items()})
-                records.append((ledger_id(r, f"{key}/{eid.decode()}"), r))
+            if f:  # None: trimmed while pending
+                fields = {k.decode(): v.decode() for k, v in f.items()}
+                if not fields.get("ticket_id"):  # a record older than ticket ids: its entry names it
+                    fields["ticket_id"] = f"{key}/{eid.decode()}"
+                records.append(fields)
         self._count_lost(len(entries) - len(records), key)
         self.written += await self.sink.write(records)
         async with asyncio.timeout(self.timeout):
