@@ -61,7 +61,7 @@ def record(i: int) -> UsageRecord:
 async def sink_rate(url: str, rows: int) -> float:
     sink = PgSink(url)
     await sink.pool()
-    recs = [(r.ticket_id, r) for r in map(record, range(rows))]
+    recs = [record(i).as_fields() for i in range(rows)]
     t0 = time.perf_counter()
     for i in range(0, rows, 500):
         await sink.write(recs[i:i + 500])
@@ -70,7 +70,8 @@ async def sink_rate(url: str, rows: int) -> float:
     return rows / dt
 
 
-async def feed_rate(url: str, redis_port: int, rows: int) -> float:
+async def feed_rate(url: str, redis_port: int, rows: int) -> tuple[float, float]:
+    """(rows/s, this process's CPU per row in us) draining ``rows`` records from 4 team streams."""
     r = Redis(port=redis_port)
     ns = "bench"
     pipe = r.pipeline(transaction=False)
@@ -85,15 +86,15 @@ async def feed_rate(url: str, redis_port: int, rows: int) -> float:
         return list(TEAMS)
 
     feed = RedisFeed(r, ns, sink, teams, batch=500)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     while feed.written < rows:
         if not await feed.step():
             break
-    dt = time.perf_counter() - t0
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
     assert feed.written == rows, (feed.written, rows)
     await sink.aclose()
     await r.aclose()
-    return rows / dt
+    return rows / dt, cpu / rows * 1e6
 
 
 async def load(port: int, n: int, conc: int = 32) -> float:
@@ -111,7 +112,26 @@ async def load(port: int, n: int, conc: int = 32) -> float:
         return n / (time.perf_counter() - t0)
 
 
-def gateway_run(procs: Procs, up: int, redis: str, ledger: str | None, n: int) -> tuple[float, float]:
+def pg_cpu(postmaster: int | None) -> float:
+    """CPU seconds of a PostgreSQL server's processes (the postmaster's children); 0 when unknown."""
+    if postmaster is None:
+        return 0.0
+    total = 0.0
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(stat[1]) == postmaster:
+                total += cpu_seconds(int(d.name))
+            elif int(d.name) == postmaster:  # with its children that exited (cutime, cstime)
+                total += sum(int(v) for v in stat[11:15]) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def gateway_run(procs: Procs, up: int, redis: str, ledger: str | None, n: int,
+                postmaster: int | None = None) -> tuple[float, float, float]:
     cfg = {"store": {"url": redis},
            "models": [{"name": "mock/gpt", "deployments": [
                {"name": "d", "base_url": f"http://127.0.0.1:{up}/v1"}]}],
@@ -125,12 +145,12 @@ def gateway_run(procs: Procs, up: int, redis: str, ledger: str | None, n: int) -
                      cwd=ROOT)
     wait_http(port)
     asyncio.run(load(port, 300))  # warm-up
-    cpu0 = cpu_seconds(gw.pid)
+    cpu0, pg0 = cpu_seconds(gw.pid), pg_cpu(postmaster)
     rps = asyncio.run(load(port, n))
     cpu = (cpu_seconds(gw.pid) - cpu0) / n * 1e6
     gw.terminate()
-    gw.wait(30)
-    return rps, cpu
+    gw.wait(30)  # a graceful stop: the ledger drains what is left
+    return rps, cpu, (pg_cpu(postmaster) - pg0) / n * 1e6
 
 
 async def count_rows(url: str) -> int:
@@ -148,11 +168,13 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
     pg = None
+    postmaster = None
     server = os.environ.get("DATABASE_URL")
     if not server:
         pg = PgServer()
         pg.start()
         server = pg.url
+        postmaster = int((pg.data / "postmaster.pid").read_text().split()[0])
     procs = Procs()
     tmp = tempfile.mkdtemp()
     rport = free_port()
@@ -163,13 +185,13 @@ def main() -> int:
         up = free_port()
         procs.start([sys.executable, str(MOCK), "--port", str(up)])
         wait_http(up, "/health")
-        res: dict[str, list[tuple[float, float]]] = {"off": [], "on": []}
+        res: dict[str, list[tuple[float, float, float]]] = {"off": [], "on": []}
         ledger_db = asyncio.run(fresh_database(server))
         for i in range(args.rounds):  # a Redis db per run: the ledger sees only its runs' records
             res["off"].append(gateway_run(procs, up, f"redis://127.0.0.1:{rport}/{2 * i + 1}", None,
                                           args.requests))
             res["on"].append(gateway_run(procs, up, f"redis://127.0.0.1:{rport}/{2 * i + 2}", ledger_db,
-                                         args.requests))
+                                         args.requests, postmaster))
         rows = asyncio.run(count_rows(ledger_db))
     finally:
         procs.stop()
@@ -177,19 +199,22 @@ def main() -> int:
         if pg is not None:
             pg.destroy()
     served = args.rounds * (args.requests + 300)
-    off_rps = statistics.median(r for r, _ in res["off"])
-    on_rps = statistics.median(r for r, _ in res["on"])
-    off_cpu = statistics.median(c for _, c in res["off"])
-    on_cpu = statistics.median(c for _, c in res["on"])
+    off_rps = statistics.median(r[0] for r in res["off"])
+    on_rps = statistics.median(r[0] for r in res["on"])
+    off_cpu = statistics.median(r[1] for r in res["off"])
+    on_cpu = statistics.median(r[1] for r in res["on"])
+    pg_req = statistics.median(r[2] for r in res["on"])
     print(f"\nledger bench: {args.rows} rows, {args.requests} requests x {args.rounds} rounds per mode\n")
     print(f"PgSink.write, batches of 500          {sink:>10.0f} rows/s")
-    print(f"Redis streams -> ledger (RedisFeed)   {feed:>10.0f} rows/s")
-    runs = {k: [round(r) for r, _ in v] for k, v in res.items()}
+    print(f"Redis streams -> ledger (RedisFeed)   {feed[0]:>10.0f} rows/s   its CPU per row {feed[1]:.1f} us")
+    runs = {k: [round(r[0]) for r in v] for k, v in res.items()}
     print(f"gateway requests/s, ledger off        {off_rps:>10.0f}   runs {runs['off']}")
     print(f"gateway requests/s, ledger on         {on_rps:>10.0f}   runs {runs['on']}"
           f"   ratio on/off {on_rps / off_rps:.3f}")
     print(f"gateway CPU per request, off / on     {off_cpu:>10.0f} / {on_cpu:.0f} us"
           f"   (+{on_cpu - off_cpu:.0f} us)")
+    if postmaster is not None:
+        print(f"PostgreSQL CPU per request, ledger on {pg_req:>10.0f} us   (the same cores, on this box)")
     print(f"ledger rows after the 'on' runs       {rows:>10d}   (requests served with it on: {served})")
     return 0 if rows == served else 1
 
