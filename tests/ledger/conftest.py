@@ -13,6 +13,7 @@ import pytest
 
 from tests.fakes.upstream import FakeUpstream
 from tests.ledger.postgres import PgServer
+from tests.policies.conftest import redis_cluster_url  # noqa: F401 -- the 3-node cluster fixture
 
 
 @pytest.fixture

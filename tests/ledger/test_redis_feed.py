@@ -16,6 +16,7 @@ from policies.factory import build_policies
 from policies.ledger.redis_feed import GROUP, RedisFeed
 from policies.ledger.sink import PgSink
 from policies.plan import tag
+from policies.redis_store import RedisStore
 from tests.gateway.conftest import serve
 from tests.ledger.helpers import KEYS, expected_cost, ledger_config, wait_rows
 from tests.ledger.postgres import PgServer
@@ -101,9 +102,11 @@ async def wait_until(get, at_most: int, timeout: float = 10.0) -> None:  # type:
     raise AssertionError(f"still {v} after {timeout} s")
 
 
-async def test_a_dead_consumers_records_are_claimed_and_written_once(redis_url, database_url):
+@pytest.mark.parametrize("kind", ["redis", "cluster"])
+async def test_a_dead_consumers_records_are_claimed_and_written_once(request, database_url, kind):
     ns = "led" + secrets.token_hex(3)
-    r = Redis.from_url(redis_url)
+    url = request.getfixturevalue("redis_url" if kind == "redis" else "redis_cluster_url")
+    r = RedisStore.from_url(url, timeout=2.0).client
     sink = PgSink(database_url)
     key = f"{ns}:{tag('t')}:log"
 
