@@ -105,6 +105,7 @@ def create_app(config: Config, *, router: Router | None = None,
 
     async def startup() -> None:
         await router.start()
+        await policies.start()
         add_completion_paths(app.openapi_schema, {path: (summary, dialects)
                                                   for path, (_, summary, dialects) in HOT.items()},
                              [n for m in config.models for n in (m.name, *m.aliases)])

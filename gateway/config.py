@@ -225,6 +225,33 @@ class StoreConfig(_Model):
         return v
 
 
+class UsageConfig(_Model):
+    """The durable usage ledger (docs/policies.md, "Usage ledger"); needs the ``ledger`` extra."""
+
+    ledger: str | None = Field(None, description="postgresql://... (or env:NAME); unset: no ledger")
+    batch: int = Field(500, ge=1, le=10_000, description="records per insert")
+    interval: float = Field(0.2, gt=0, description="seconds between polls for new records when idle")
+    backlog_max: int = Field(1_000_000, ge=100, description="records that may wait per team stream "
+                             "(Redis) or in the process (memory://) while PostgreSQL is down")
+    claim_idle: float = Field(30.0, gt=0, description="seconds before another consumer's unwritten "
+                              "records are taken over (a replica that died)")
+
+    @field_validator("ledger")
+    @classmethod
+    def _scheme(cls, v: str | None) -> str | None:
+        v = resolve_secret(v)
+        if v is None:
+            return v
+        if not v.startswith(("postgresql://", "postgres://")):
+            raise ValueError("must start with postgresql:// or postgres://")
+        try:
+            import asyncpg  # noqa: F401 -- the ``ledger`` extra
+        except ImportError:
+            raise ValueError("the usage ledger needs the ledger extra: pip install 'switchyard[ledger]'") \
+                from None
+        return v
+
+
 class RouterConfig(_Model):
     retries: int = Field(2, ge=0, description="extra attempts after the first, before any byte is sent")
     backoff_base: float = Field(0.05, ge=0, description="seconds; doubled per attempt, jittered")
@@ -237,6 +264,7 @@ class Config(_Model):
     server: ServerConfig = Field(default_factory=ServerConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
     router: RouterConfig = Field(default_factory=RouterConfig)
+    usage: UsageConfig = Field(default_factory=UsageConfig)
     master_key: str | None = Field(None, description="guards /admin; usually env:NAME")
     models: list[ModelConfig] = Field(default_factory=list)
     teams: list[TeamConfig] = Field(default_factory=list)

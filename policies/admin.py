@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import hmac
 from typing import Any
 
@@ -14,8 +13,11 @@ from litestar.params import FromPath
 
 from gateway.errors import GatewayError, InvalidRequest
 from policies.registry import _UNSET, Registry
-from policies.store import StoreDown
-from policies.usage import UsageQuery, parse_day
+from policies.store import StoreDown, UsageRecord
+from policies.usage import UsageSource
+from policies.usage_filter import parse_filter, to_csv
+
+RECORD_FIELDS = tuple(UsageRecord.__dataclass_fields__)
 
 
 def _error(status: int, type_: str, message: str, param: str | None = None,
@@ -51,7 +53,7 @@ async def _body(request: Request[Any, Any, Any]) -> dict[str, Any]:
     return body
 
 
-def admin_router(registry: Registry, usage: UsageQuery, master_key: str | None) -> Router:
+def admin_router(registry: Registry, usage: UsageSource, master_key: str | None) -> Router:
     expected = f"Bearer {master_key}".encode() if master_key else None
 
     def guard(conn: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
@@ -114,25 +116,21 @@ def admin_router(registry: Registry, usage: UsageQuery, master_key: str | None) 
         return await put_team.fn(name, request)
 
     @get("/usage")
-    async def get_usage(request: Request[Any, Any, Any]) -> dict[str, Any]:
-        q = request.query_params
-        start = parse_day(q.get("from"), None, "from")
-        end = parse_day(q.get("to"), None, "to")
-        group_by = tuple(g.strip() for g in (q.get("group_by") or "").split(",") if g.strip())
-        return await usage.query(team=q.get("team") or None, key=q.get("key") or None,
-                                 model=q.get("model") or None, start=start, end=end, group_by=group_by)
+    async def get_usage(request: Request[Any, Any, Any]) -> Response[Any]:
+        f = parse_filter(request.query_params)
+        body = await usage.query(f) | {"source": usage.source}
+        if f.csv:
+            cols = [*f.group_by, *(body["total"].keys())]
+            return Response(to_csv(body["data"], cols), media_type="text/csv")
+        return Response(body)
 
     @get("/usage/records")
-    async def get_records(request: Request[Any, Any, Any]) -> dict[str, Any]:
-        q = request.query_params
-        if not q.get("team"):
-            raise InvalidRequest("team is required", param="team")
-        try:
-            limit = min(max(int(q.get("limit") or 100), 1), 10_000)
-        except ValueError:
-            raise InvalidRequest("limit must be an integer", param="limit") from None
-        recs = await usage.records(q["team"], limit)
-        return {"data": [dataclasses.asdict(r) for r in recs]}
+    async def get_records(request: Request[Any, Any, Any]) -> Response[Any]:
+        f = parse_filter(request.query_params, records=True)
+        body = await usage.records(f) | {"source": usage.source}
+        if f.csv:
+            return Response(to_csv(body["data"], list(RECORD_FIELDS)), media_type="text/csv")
+        return Response(body)
 
     return Router(
         path="/admin", guards=[guard],

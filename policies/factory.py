@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from litestar import Router
 
@@ -22,7 +23,10 @@ from policies.memory import MemoryStore
 from policies.pricing import Pricing
 from policies.registry import Registry
 from policies.store import Store
-from policies.usage import UsageQuery
+from policies.usage import UsageQuery, UsageSource
+
+if TYPE_CHECKING:
+    from policies.ledger import Ledger
 
 
 def open_store(url: str, *, timeout: float = 0.25, ns: str = "sy") -> Store:
@@ -41,13 +45,21 @@ class Policies:
     keys: KeyRing
     policy: Limiter
     registry: Registry
-    usage: UsageQuery
+    usage: UsageSource
+    ledger: Ledger | None = None
 
     def admin_router(self) -> Router:
         return admin_router(self.registry, self.usage, self.config.master_key)
 
+    async def start(self) -> None:
+        """Background work that needs the event loop (the ledger's feed)."""
+        if self.ledger is not None:
+            await self.ledger.start()
+
     async def aclose(self) -> None:
-        await self.policy.aclose()
+        await self.policy.aclose()  # settlements reach the store first, then the ledger drains
+        if self.ledger is not None:
+            await self.ledger.aclose()
         await self.store.aclose()
 
 
@@ -58,5 +70,12 @@ def build_policies(config: Config, *, ns: str = "sy", key_cache_ttl: float = 1.0
     keys = KeyRing.from_config(config, store=store, ttl=key_cache_ttl)
     registry = Registry(config, store, keys)
     policy = Limiter(store, Pricing(config), lease_ttl_ms=lease_ttl_ms)
+    ledger = None
+    usage: UsageSource = UsageQuery(store, registry)
+    if config.usage.ledger:
+        from policies.ledger import build_ledger  # asyncpg: the ``ledger`` extra
+
+        ledger = build_ledger(config.usage, store, registry.team_names)
+        usage = ledger.usage
     return Policies(config=config, store=store, keys=keys, policy=policy, registry=registry,
-                    usage=UsageQuery(store, registry))
+                    usage=usage, ledger=ledger)

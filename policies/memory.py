@@ -59,6 +59,8 @@ class MemoryStore:
         self._logs: dict[str, deque[UsageRecord]] = defaultdict(lambda: deque(maxlen=max_records))
         self._docs: dict[str, dict[str, Any]] = {}
         self._sets: dict[str, set[str]] = defaultdict(set)
+        # Called with every settled record (the usage ledger's queue, when one is configured).
+        self.journal: Callable[[UsageRecord], None] | None = None
 
     def _now(self) -> int:
         return self.clock() + self.skew_ms
@@ -166,6 +168,8 @@ class MemoryStore:
         for field, inc in agg_increments(record):
             aggs[field] += inc
         self._logs[plan.team].append(record)
+        if self.journal is not None:
+            self.journal(record)
         return True, None
 
     async def cancel(self, plan: Plan, *, ticket: str, tokens: int, spend: int, lease_id: str | None) -> None:
