@@ -114,8 +114,8 @@ def fit(req: CanonicalRequest, prompt: Prompt, context: int) -> int:
     mt = req.max_tokens
     if mt is None:
         mt = None if req.kind == "chat" else d.get("max_tokens")
-    if mt is not None and mt != UNLIMITED and mt < 1:
-        raise InvalidRequest(f"max_tokens must be >= 1 (or -1 for unlimited), got {mt}", param="max_tokens")
+    if mt is not None and mt != UNLIMITED and mt < 0:
+        raise InvalidRequest(f"max_tokens must be >= 0 (or -1 for unlimited), got {mt}", param="max_tokens")
     policy = req.overflow or d.get("overflow") or "error"
     p = len(prompt.ids)
     open_ended = mt is None or mt == UNLIMITED
