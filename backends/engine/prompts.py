@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from backends.engine.tools import plan, render_messages
 from gateway.canonical import UNLIMITED, CanonicalRequest
 from gateway.dialects.defaults import sampling_defaults
 from gateway.errors import InvalidRequest
@@ -42,7 +43,7 @@ def build_prompts(tokenizer: Any, req: CanonicalRequest, vocab_size: int) -> lis
             raise InvalidRequest("messages must be a non-empty list", param="messages")
         if not getattr(tokenizer, "chat_template", None):
             raise InvalidRequest("this model has no chat template; use completions", param="messages")
-        messages = template_messages(req.messages)
+        messages = render_messages(template_messages(req.messages), plan(req))
         try:
             text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         except Exception as e:

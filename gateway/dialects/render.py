@@ -145,8 +145,9 @@ class ChatRenderer(Renderer):
 
     def _choice(self, c: Any) -> dict[str, Any]:
         msg: dict[str, Any] = {"role": "assistant", "content": c.text}
-        if c.tool_calls:
-            msg["tool_calls"] = c.tool_calls
+        if c.tool_calls:  # as OpenAI answers: no content beside calls is null; no stream index
+            msg["tool_calls"] = [{k: v for k, v in call.items() if k != "index"} for call in c.tool_calls]
+            msg["content"] = c.text or None
         return {"index": c.index, "message": msg, "finish_reason": c.finish_reason,
                 "logprobs": None if c.logprobs is None else chat_logprobs(c.logprobs)}
 
