@@ -18,6 +18,13 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def roomy_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model with a 2048-token window: room for a tools system prompt in its small
+    byte-level vocabulary."""
+    return tiny.build(tmp_path_factory.mktemp("roomy"), context=2048)
+
+
+@pytest.fixture(scope="session")
 def tiny_loaded(tiny_dir: Path) -> Any:
     from backends.engine.loader import load
     from gateway.config import EngineConfig

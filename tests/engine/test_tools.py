@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,7 +13,6 @@ from hypothesis import strategies as st
 from backends.engine import tools
 from gateway.canonical import CanonicalRequest, Chunk, Constraint
 from gateway.errors import InvalidRequest
-from tests.engine import tiny
 from tests.engine.conftest import Collector, run
 
 INT = {"type": "integer", "minimum": 0, "maximum": 99}
@@ -159,14 +157,12 @@ def test_stream_rewrites_chunks_and_finish_reason():
 # --- constrained on a tiny model --------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def roomy_engine(tmp_path_factory):
-    """The tiny model with room for the tools' system prompt (its byte-level vocabulary is small)."""
+def roomy_engine(roomy_dir):
     from backends.engine.loader import load
     from backends.engine.scheduler import Engine
     from gateway.config import EngineConfig
 
-    folder: Path = tiny.build(tmp_path_factory.mktemp("roomy"), context=2048)
-    loaded = load(EngineConfig(path=str(folder), threads=1))
+    loaded = load(EngineConfig(path=str(roomy_dir), threads=1))
     col = Collector()
     eng = Engine(loaded.model, loaded.tokenizer, col, max_batch=4)
     eng.collector = col
