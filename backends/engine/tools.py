@@ -118,11 +118,13 @@ def _closed(schema: dict[str, Any] | None) -> dict[str, Any]:
 def render_messages(messages: list[dict[str, Any]], p: ToolPlan | None) -> list[dict[str, Any]]:
     """Messages with string contents (see prompts.template_messages) in the Hermes format: the
     functions in the system prompt, assistant calls as <tool_call> text, tool results as user
-    turns."""
+    turns. OpenAI's "developer" role (newer SDKs send it for instructions) is the system role."""
     out = []
     for m in messages:
         role, text = m["role"], m["content"]
-        if role == "assistant" and m.get("tool_calls"):
+        if role == "developer":
+            role = "system"
+        elif role == "assistant" and m.get("tool_calls"):
             calls = [_call_text(c) for c in m["tool_calls"]]
             text = "\n".join(([text] if text else []) + calls)
         elif role == "tool":

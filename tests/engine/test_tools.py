@@ -82,6 +82,8 @@ def test_messages_render_in_the_hermes_format():
     assert text == "" and calls[0]["function"] == {"name": "add", "arguments": '{"a": 1, "b": 2}'}
     alone = tools.render_messages([{"role": "user", "content": "hi"}], tools.plan(chat()))
     assert alone[0]["role"] == "system" and "<tools>" in alone[0]["content"]
+    dev = tools.render_messages([{"role": "developer", "content": "Be brief."}], None)
+    assert dev == [{"role": "system", "content": "Be brief."}]
 
 
 # --- the parser -------------------------------------------------------------------------------
