@@ -123,7 +123,7 @@ class TopLogprob:
 @dataclass(slots=True)
 class TokenLogprob:
     token: str
-    logprob: float
+    logprob: float | None  # None: the first prompt token (echo), which nothing predicts
     top: list[TopLogprob] = field(default_factory=list)
     bytes: list[int] | None = None
 

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from backends.engine import tools
 from backends.engine.channel import AsyncChannel
 from gateway import errors
 from gateway.canonical import CanonicalRequest, Chunk
@@ -66,6 +67,8 @@ class EngineBackend:
     async def generate(self, req: CanonicalRequest,
                        upstream_model: str | None = None) -> AsyncIterator[Chunk]:
         """``upstream_model`` (a wildcard route's name) means nothing here: one model is loaded."""
+        req, tool_plan = tools.prepare(req)
+        rewrite = tools.ToolCallStream(tool_plan).rewrite if tool_plan is not None else None
         rid, q = self._open("submit", req)
         finished = False
         try:
@@ -73,13 +76,18 @@ class EngineBackend:
                 msg = await q.get()
                 kind = msg[0]
                 if kind == "chunk":
-                    yield msg[2]
+                    ch = msg[2] if rewrite is None else rewrite(msg[2])
+                    if ch is not None:
+                        yield ch
                 elif kind == "done":
                     finished = True
                     return
                 else:
                     finished = True
-                    raise _error(msg)
+                    err = _error(msg)
+                    if tool_plan is not None and tool_plan.mode == "required" and err.param == "constraint":
+                        err.param = "tools"  # the grammar came from the tools' parameter schemas
+                    raise err
         finally:
             self._streams.pop(rid, None)
             if not finished and self._chan is not None:

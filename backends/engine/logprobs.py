@@ -37,9 +37,9 @@ def build(table: TokenTable, logp: torch.Tensor, chosen: int, top: int) -> Token
 
 def prompt_logprobs(table: TokenTable, logits: torch.Tensor, ids: list[int], top: int) -> list[TokenLogprob]:
     """Logprobs of each prompt token given the ones before it; ``logits[i]`` predicts ``ids[i+1]``.
-    The first token has no context: it gets logprob 0 and no alternatives."""
+    The first token has no context: its logprob is None (JSON null, as OpenAI answers)."""
     first_text, first_raw = table.get(ids[0])
-    out = [TokenLogprob(token=first_text, logprob=0.0, top=[], bytes=first_raw)]
+    out = [TokenLogprob(token=first_text, logprob=None, top=[], bytes=first_raw)]
     logp = logits.float().log_softmax(dim=-1)
     for i in range(1, len(ids)):
         out.append(build(table, logp[i - 1], ids[i], top))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from backends.engine.tools import plan, render_messages
 from gateway.canonical import UNLIMITED, CanonicalRequest
 from gateway.dialects.defaults import sampling_defaults
 from gateway.errors import InvalidRequest
@@ -42,8 +43,9 @@ def build_prompts(tokenizer: Any, req: CanonicalRequest, vocab_size: int) -> lis
             raise InvalidRequest("messages must be a non-empty list", param="messages")
         if not getattr(tokenizer, "chat_template", None):
             raise InvalidRequest("this model has no chat template; use completions", param="messages")
+        messages = render_messages(template_messages(req.messages), plan(req))
         try:
-            text = tokenizer.apply_chat_template(req.messages, add_generation_prompt=True, tokenize=False)
+            text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         except Exception as e:
             raise InvalidRequest(f"messages do not fit the chat template: {e}", param="messages") from None
         return [Prompt(encode(tokenizer, text, special=False), text)]
@@ -80,14 +82,41 @@ def build_prompts(tokenizer: Any, req: CanonicalRequest, vocab_size: int) -> lis
     return out
 
 
+def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages with string contents, as plain chat templates expect: a list of text parts
+    (what the OpenAI SDK and agent frameworks send) is joined; other parts are refused."""
+    out = []
+    for i, m in enumerate(messages):
+        content = m.get("content")
+        if content is None or isinstance(content, str):
+            text = content or ""
+        elif isinstance(content, list):
+            text = "\n".join(_text_part(i, j, part) for j, part in enumerate(content))
+        else:
+            raise InvalidRequest(f"messages[{i}].content must be a string or a list of content parts",
+                                 param=f"messages[{i}].content")
+        out.append({**m, "content": text})
+    return out
+
+
+def _text_part(i: int, j: int, part: Any) -> str:
+    where = f"messages[{i}].content"
+    kind = part.get("type") if isinstance(part, dict) else None
+    if kind == "text" and isinstance(part.get("text"), str):
+        return part["text"]
+    if kind == "text" or not isinstance(kind, str):
+        raise InvalidRequest(f'{where}[{j}] must be a {{"type": "text", "text": string}} part', param=where)
+    raise InvalidRequest(f"{where}[{j}] is a {kind!r} part; this model reads only text parts", param=where)
+
+
 def fit(req: CanonicalRequest, prompt: Prompt, context: int) -> int:
     """Apply the overflow policy; returns max_tokens (may shorten ``prompt.ids`` in place)."""
     d = sampling_defaults(req.dialect)
     mt = req.max_tokens
     if mt is None:
         mt = None if req.kind == "chat" else d.get("max_tokens")
-    if mt is not None and mt != UNLIMITED and mt < 1:
-        raise InvalidRequest(f"max_tokens must be >= 1 (or -1 for unlimited), got {mt}", param="max_tokens")
+    if mt is not None and mt != UNLIMITED and mt < 0:
+        raise InvalidRequest(f"max_tokens must be >= 0 (or -1 for unlimited), got {mt}", param="max_tokens")
     policy = req.overflow or d.get("overflow") or "error"
     p = len(prompt.ids)
     open_ended = mt is None or mt == UNLIMITED

@@ -208,6 +208,10 @@ class Engine:
         if job.cancelled:
             s.finish = "stop"
             return
+        if s.max_tokens == 0:  # scoring (echo, max_tokens 0): the prompt ran, nothing is generated
+            s.finish = "length"
+            self._finished(s)
+            return
         s.row.output_ids.append(tok)
         s.tokens += 1
         if logp is not None:

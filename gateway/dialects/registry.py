@@ -31,9 +31,12 @@ _MARKS: dict[str, str] = {
     **dict.fromkeys(("guided_json", "guided_regex", "guided_choice", "guided_grammar"), "vllm"),
 }
 # vLLM's extras that other products share too (llama.cpp and mistral.rs take top_k and min_p,
-# Fireworks ignore_eos, ...): they tell vLLM only when no product-specific field is present.
+# Fireworks ignore_eos and response_format, ...): they tell vLLM only when no product-specific
+# field is present. vLLM's response_format row reads Fireworks' {"type": "json_object", "schema"}
+# too, so a Fireworks body sent to /v1/completions keeps its schema (OpenAI's has no such field).
 _WEAK_MARKS: dict[str, str] = dict.fromkeys(
-    ("include_stop_str_in_output", "min_p", "top_k", "repetition_penalty", "ignore_eos"), "vllm")
+    ("include_stop_str_in_output", "min_p", "top_k", "repetition_penalty", "ignore_eos",
+     "response_format"), "vllm")
 
 
 def sniff_completion_dialect(body: Any, headers: Mapping[str, str]) -> Dialect:

@@ -32,14 +32,16 @@ def usage_json(u: Usage) -> dict[str, Any]:
 
 
 def legacy_logprobs(lps: list[TokenLogprob], offset: int) -> dict[str, Any]:
-    """OpenAI legacy shape: parallel arrays, ``text_offset`` counted from ``offset``."""
+    """OpenAI legacy shape: parallel arrays, ``text_offset`` counted from ``offset``. A token
+    nothing predicts (echo's first prompt token) has null logprob and null alternatives."""
     offsets = []
     for lp in lps:
         offsets.append(offset)
         offset += len(lp.token)
     return {"tokens": [lp.token for lp in lps],
             "token_logprobs": [lp.logprob for lp in lps],
-            "top_logprobs": [{t.token: t.logprob for t in lp.top} for lp in lps],
+            "top_logprobs": [None if lp.logprob is None else {t.token: t.logprob for t in lp.top}
+                             for lp in lps],
             "text_offset": offsets}
 
 
@@ -84,9 +86,13 @@ class Renderer:
 
     def _choice(self, c: Any) -> dict[str, Any]:
         return {"text": c.text, "index": c.index, "finish_reason": c.finish_reason,
-                "logprobs": self._logprobs(c.index, c.logprobs)}
+                "logprobs": self._logprobs(c.index, c.logprobs, c.prompt_logprobs)}
 
-    def _logprobs(self, index: int, lps: list[TokenLogprob] | None) -> Any:
+    def _logprobs(self, index: int, lps: list[TokenLogprob] | None,
+                  prompt: list[TokenLogprob] | None = None) -> Any:
+        """Echo: the prompt's tokens come first, as the text does, and offsets start at 0 there."""
+        if prompt:
+            lps = prompt + (lps or [])
         if lps is None:
             return None
         off = self._offsets.get(index, 0)
@@ -97,7 +103,7 @@ class Renderer:
     # -- streams
     def event(self, ch: Chunk) -> bytes:
         return self._event({"text": ch.text, "index": ch.index,
-                            "logprobs": self._logprobs(ch.index, ch.logprobs),
+                            "logprobs": self._logprobs(ch.index, ch.logprobs, ch.prompt_logprobs),
                             "finish_reason": ch.finish_reason})
 
     def wants_stream_usage(self) -> bool:
@@ -125,7 +131,10 @@ class SGPRenderer(Renderer):
 
     always_stream_usage = True
 
-    def _logprobs(self, index: int, lps: list[TokenLogprob] | None) -> Any:
+    def _logprobs(self, index: int, lps: list[TokenLogprob] | None,
+                  prompt: list[TokenLogprob] | None = None) -> Any:
+        if prompt:
+            lps = prompt + (lps or [])
         return None if lps is None else chat_logprobs(lps)
 
 
@@ -136,8 +145,9 @@ class ChatRenderer(Renderer):
 
     def _choice(self, c: Any) -> dict[str, Any]:
         msg: dict[str, Any] = {"role": "assistant", "content": c.text}
-        if c.tool_calls:
-            msg["tool_calls"] = c.tool_calls
+        if c.tool_calls:  # as OpenAI answers: no content beside calls is null; no stream index
+            msg["tool_calls"] = [{k: v for k, v in call.items() if k != "index"} for call in c.tool_calls]
+            msg["content"] = c.text or None
         return {"index": c.index, "message": msg, "finish_reason": c.finish_reason,
                 "logprobs": None if c.logprobs is None else chat_logprobs(c.logprobs)}
 

@@ -1,8 +1,12 @@
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.engine import tiny
@@ -11,6 +15,13 @@ from tests.engine import tiny
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tiny.build(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="session")
+def roomy_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model with a 2048-token window: room for a tools system prompt in its small
+    byte-level vocabulary."""
+    return tiny.build(tmp_path_factory.mktemp("roomy"), context=2048)
 
 
 @pytest.fixture(scope="session")
@@ -80,3 +91,26 @@ def completion(prompt: Any = "Hello world", **kw: Any) -> Any:
     kw.setdefault("dialect", "openai")
     many = isinstance(prompt, list) and prompt and not isinstance(prompt[0], int)
     return CanonicalRequest(kind="completion", model="local/tiny", prompt=prompt if many else [prompt], **kw)
+
+
+@asynccontextmanager
+async def engine_gateway(path: str | None, **engine: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """A real gateway (uvicorn on loopback) serving the engine as ``local/m``; yields a client once
+    the model has loaded. ``path`` None is the default SmolLM2."""
+    from tests.gateway.conftest import base_config, serve
+
+    engine = {"path": path, "threads": 2, "max_batch": 4, **engine}
+    config = base_config([{"name": "local/m", "deployments": [
+        {"name": "engine", "backend": "engine", "engine": engine}]}])
+    async with serve(config) as client:
+        client.timeout = httpx.Timeout(120)
+        for _ in range(1800):
+            r = await client.post("/v1/completions", json={"model": "local/m", "prompt": "a",
+                                                           "max_tokens": 0})
+            if r.status_code != 503:
+                assert r.status_code == 200, r.text
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError(f"the engine did not load in 180 s: {r.text}")
+        yield client

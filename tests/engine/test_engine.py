@@ -178,7 +178,7 @@ def test_fim_suffix(tiny_engine, tiny_loaded):
 
 def test_bad_values_are_invalid_requests(tiny_engine):
     for kw, param in [({"temperature": -1}, "temperature"), ({"top_p": 2}, "top_p"), ({"n": 0}, "n"),
-                      ({"logprobs": 50}, "logprobs"), ({"max_tokens": 0}, "max_tokens"),
+                      ({"logprobs": 50}, "logprobs"), ({"max_tokens": -2}, "max_tokens"),
                       ({"logit_bias": {10**6: 1}}, "logit_bias")]:
         with pytest.raises(InvalidRequest) as e:
             run(tiny_engine, completion("Hello", **kw))

@@ -74,3 +74,37 @@ def test_prompt_cache_across_requests(smol):
     run(smol, completion(system + "Sky color?", max_tokens=2, temperature=0))
     second = run(smol, completion(system + "Grass color?", max_tokens=2, temperature=0))
     assert second[-1].usage.cached_tokens >= len(smol.tokenizer.encode(system)) - 2
+
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather for a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30},
+                                                    "unit": {"enum": ["celsius", "fahrenheit"]}},
+                   "required": ["city"]}}}
+ADD = {"type": "function", "function": {
+    "name": "add", "description": "Add two integers",
+    "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                   "required": ["a", "b"]}}}
+
+
+@pytest.mark.parametrize("choice, name", [("required", "get_weather"),
+                                          ({"type": "function", "function": {"name": "add"}}, "add")])
+def test_tool_calls_on_the_real_model(smol, choice, name):
+    from backends.engine import tools
+
+    ask = "What is the weather in Paris?" if name == "get_weather" else "What is 12 plus 30?"
+    req = CanonicalRequest(kind="chat", model="local/smol", dialect="chat", temperature=0, max_tokens=80,
+                           messages=[{"role": "user", "content": ask}], tools=[WEATHER, ADD],
+                           tool_choice=choice)
+    req, plan = tools.prepare(req)
+    stream = tools.ToolCallStream(plan)
+    chunks = [c for c in (stream.rewrite(ch) for ch in run(smol, req)) if c is not None]
+    calls = [c for ch in chunks if ch.tool_calls for c in ch.tool_calls]
+    assert chunks[-1].finish_reason == "tool_calls" and len(calls) == 1
+    fn = calls[0]["function"]
+    args = json.loads(fn["arguments"])
+    assert fn["name"] == name
+    if name == "get_weather":
+        assert "Paris" in args["city"] and set(args) <= {"city", "unit"}
+    else:
+        assert set(args) == {"a", "b"} and all(isinstance(v, int) for v in args.values())

@@ -338,6 +338,8 @@ SNIFF = [
      "fireworks"),
     ({"prompt": "x", "top_k": 4, "max_new_tokens": 3}, "sgp"),
     ({"prompt": "x", "top_k": 4}, "vllm"),
+    ({"prompt": "x", "response_format": {"type": "json_object", "schema": OBJ}}, "vllm"),
+    ({"prompt": "x", "response_format": OBJ, "mirostat_target": 2}, "fireworks"),
 ]
 
 

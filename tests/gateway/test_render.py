@@ -48,6 +48,27 @@ def test_text_completion(shape: str) -> None:
                             "prompt_tokens_details": {"cached_tokens": 3}}
 
 
+PROMPT_LPS = [TokenLogprob("Say", None), TokenLogprob(" hi", -2.0, [TopLogprob(" hi", -2.0)])]
+
+
+def test_echo_puts_prompt_logprobs_first_with_offsets_from_zero() -> None:
+    chunk = Chunk(text="Say hiHello", finish_reason="stop", logprobs=LPS, prompt_logprobs=PROMPT_LPS)
+    comp = Completion(choices=gather([chunk], USAGE).choices, usage=USAGE)
+    out = RENDERERS["openai"](canon(echo=True, logprobs=1)).completion(comp)
+    lp = out["choices"][0]["logprobs"]
+    assert lp["tokens"] == ["Say", " hi", "He", "llo"]
+    assert lp["token_logprobs"] == [None, -2.0, -0.5, -0.25]
+    assert lp["top_logprobs"][0] is None and lp["top_logprobs"][1] == {" hi": -2.0}
+    assert lp["text_offset"] == [0, 3, 6, 8]
+    assert json.loads(json.dumps(out))["choices"][0]["logprobs"]["token_logprobs"][0] is None
+    # streamed: the first event carries the prompt's logprobs, later offsets continue from there
+    ev = stream("openai", [Chunk(text="Say hiHe", logprobs=LPS[:1], prompt_logprobs=PROMPT_LPS),
+                           Chunk(text="llo", logprobs=LPS[1:], finish_reason="stop")], echo=True)
+    first, second = (json.loads(e)["choices"][0]["logprobs"] for e in ev[:2])
+    assert first["tokens"] == ["Say", " hi", "He"] and first["text_offset"] == [0, 3, 6]
+    assert first["token_logprobs"][0] is None and second["text_offset"] == [8]
+
+
 def test_sgp_has_chat_style_logprobs() -> None:
     out = whole("sgp")
     lp = out["choices"][0]["logprobs"]
