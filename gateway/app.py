@@ -12,6 +12,7 @@ from litestar.openapi import OpenAPIConfig
 
 from gateway.asgi import Switchyard, endpoint_app
 from gateway.config import Config
+from gateway.console import console_routes
 from gateway.dialects.chat import CHAT
 from gateway.dialects.errors import error_bytes
 from gateway.dialects.fireworks import FIREWORKS
@@ -115,7 +116,8 @@ def create_app(config: Config, *, router: Router | None = None,
         await policies.aclose()
 
     app = Litestar(
-        route_handlers=[models, health, ready, policies.admin_router()],
+        route_handlers=[models, health, ready, policies.admin_router(),
+                        *console_routes(gw, router, policies)],
         on_startup=[startup], on_shutdown=[shutdown],
         exception_handlers={HTTPException: http_error},
         openapi_config=OpenAPIConfig(title="Switchyard", version="0.1.0", path="/schema"),

@@ -1,17 +1,16 @@
-"""/admin: keys, teams and usage, guarded by the master key (``Authorization: Bearer <master_key>``)."""
+"""/admin: keys, teams and usage, guarded by the master key (``Authorization: Bearer <master_key>``)
+or a console session (``policies.admin_auth``)."""
 
 from __future__ import annotations
 
-import hmac
 from typing import Any
 
 from litestar import Request, Response, Router, delete, get, patch, post, put
-from litestar.connection import ASGIConnection
-from litestar.exceptions import NotAuthorizedException, SerializationException
-from litestar.handlers import BaseRouteHandler
+from litestar.exceptions import NotAuthorizedException, PermissionDeniedException, SerializationException
 from litestar.params import FromPath
 
 from gateway.errors import GatewayError, InvalidRequest
+from policies.admin_auth import AdminAuth
 from policies.registry import _UNSET, Registry
 from policies.store import StoreDown, UsageRecord
 from policies.usage import UsageSource
@@ -39,6 +38,10 @@ def _on_unauthorized(_: Request[Any, Any, Any], e: NotAuthorizedException) -> Re
     return _error(401, "authentication_error", str(e.detail))
 
 
+def _on_forbidden(_: Request[Any, Any, Any], e: PermissionDeniedException) -> Response[Any]:
+    return _error(403, "permission_error", str(e.detail))
+
+
 def _on_bad_json(_: Request[Any, Any, Any], e: SerializationException) -> Response[Any]:
     return _error(400, "invalid_request_error", "the body is not valid JSON")
 
@@ -53,15 +56,12 @@ async def _body(request: Request[Any, Any, Any]) -> dict[str, Any]:
     return body
 
 
-def admin_router(registry: Registry, usage: UsageSource, master_key: str | None) -> Router:
-    expected = f"Bearer {master_key}".encode() if master_key else None
+ADMIN_ERRORS: dict[Any, Any] = {
+    GatewayError: _on_gateway_error, StoreDown: _on_store_down, NotAuthorizedException: _on_unauthorized,
+    PermissionDeniedException: _on_forbidden, SerializationException: _on_bad_json}
 
-    def guard(conn: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
-        if expected is None:
-            raise NotAuthorizedException("the admin API is disabled: no master_key is configured")
-        got = conn.headers.get("authorization", "").encode()
-        if not hmac.compare_digest(got, expected):
-            raise NotAuthorizedException("the admin API needs Authorization: Bearer <master_key>")
+
+def admin_router(registry: Registry, usage: UsageSource, auth: AdminAuth) -> Router:
 
     @post("/keys", status_code=201)
     async def create_key(request: Request[Any, Any, Any]) -> dict[str, Any]:
@@ -69,7 +69,13 @@ def admin_router(registry: Registry, usage: UsageSource, master_key: str | None)
         if not isinstance(b.get("team"), str):
             raise InvalidRequest("team is required (a string)", param="team")
         raw, info = await registry.create_key(b["team"], key_id=b.get("id"), models=b.get("models"),
-                                              limits=b.get("limits"))
+                                              limits=b.get("limits"), expires_at=b.get("expires_at"))
+        return {**info, "key": raw}
+
+    @post("/keys/{key_id:str}/rotate", status_code=201)
+    async def rotate_key(key_id: FromPath[str], request: Request[Any, Any, Any]) -> dict[str, Any]:
+        b = await _body(request)
+        raw, info = await registry.rotate(key_id, grace_seconds=b.get("grace_seconds", 0))
         return {**info, "key": raw}
 
     @get("/keys")
@@ -87,7 +93,7 @@ def admin_router(registry: Registry, usage: UsageSource, master_key: str | None)
         if revoked is not None and not isinstance(revoked, bool):
             raise InvalidRequest("revoked must be true or false", param="revoked")
         return await registry.update_key(key_id, limits=b.get("limits"), models=b.get("models", _UNSET),
-                                         revoked=revoked)
+                                         revoked=revoked, expires_at=b.get("expires_at", _UNSET))
 
     @delete("/keys/{key_id:str}", status_code=200)
     async def revoke_key(key_id: FromPath[str]) -> dict[str, Any]:
@@ -133,10 +139,9 @@ def admin_router(registry: Registry, usage: UsageSource, master_key: str | None)
         return Response(body)
 
     return Router(
-        path="/admin", guards=[guard],
-        route_handlers=[create_key, list_keys, get_key, update_key, revoke_key, revoke_key_post,
+        path="/admin", guards=[auth.guard],
+        route_handlers=[create_key, rotate_key, list_keys, get_key, update_key, revoke_key, revoke_key_post,
                         list_teams, get_team, put_team, patch_team, get_usage, get_records],
-        exception_handlers={GatewayError: _on_gateway_error, StoreDown: _on_store_down,
-                            NotAuthorizedException: _on_unauthorized, SerializationException: _on_bad_json},
+        exception_handlers=ADMIN_ERRORS,
     )
 

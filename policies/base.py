@@ -28,6 +28,7 @@ class Principal:
     strict: bool = False
     default_model: str | None = None
     timeout: float | None = None
+    expires_ms: int | None = None  # wall-clock epoch ms after which the key is refused (401)
 
     def may_use(self, model: str) -> bool:
         return all(allowed is None or _allowed(model, allowed)

@@ -17,11 +17,13 @@ from litestar import Router
 
 from gateway.config import Config
 from policies.admin import admin_router
+from policies.admin_auth import AdminAuth
 from policies.keys import KeyRing
 from policies.limits import Limiter
 from policies.memory import MemoryStore
 from policies.pricing import Pricing
 from policies.registry import Registry
+from policies.sessions import Sessions
 from policies.store import Store
 from policies.usage import UsageQuery, UsageSource
 
@@ -46,10 +48,11 @@ class Policies:
     policy: Limiter
     registry: Registry
     usage: UsageSource
+    auth: AdminAuth
     ledger: Ledger | None = None
 
     def admin_router(self) -> Router:
-        return admin_router(self.registry, self.usage, self.config.master_key)
+        return admin_router(self.registry, self.usage, self.auth)
 
     async def start(self) -> None:
         """Background work that needs the event loop (the ledger's feed)."""
@@ -77,5 +80,6 @@ def build_policies(config: Config, *, ns: str = "sy", key_cache_ttl: float = 1.0
 
         ledger = build_ledger(config.usage, store, registry.team_names)
         usage = ledger.usage
+    auth = AdminAuth(config.master_key, Sessions(store))
     return Policies(config=config, store=store, keys=keys, policy=policy, registry=registry,
-                    usage=usage, ledger=ledger)
+                    usage=usage, auth=auth, ledger=ledger)

@@ -36,7 +36,7 @@ def _models(v: Any) -> frozenset[str] | None:
 
 def make_principal(key_id: str, team: str, key_limits: Limits, key_models: list[str] | None,
                    team_cfg: TeamConfig | None, team_doc: dict[str, Any] | None,
-                   key_cfg: KeyConfig | None = None) -> Principal:
+                   key_cfg: KeyConfig | None = None, expires_ms: int | None = None) -> Principal:
     team_doc = team_doc or {}
     team_limits = team_cfg.limits if team_cfg else Limits()
     if "limits" in team_doc:
@@ -52,7 +52,7 @@ def make_principal(key_id: str, team: str, key_limits: Limits, key_models: list[
         team_model_limits=model_limits, key_models=_models(key_models), team_models=_models(team_models),
         strict=key_cfg.strict if key_cfg else False,
         default_model=key_cfg.default_model if key_cfg else None,
-        timeout=key_cfg.timeout if key_cfg else None,
+        timeout=key_cfg.timeout if key_cfg else None, expires_ms=expires_ms,
     )
 
 
@@ -77,6 +77,13 @@ class KeyRing:
         return cls(out, store=store, config=config, ttl=ttl)
 
     async def lookup(self, raw_key: str) -> Principal | None:
+        p = await self._lookup(raw_key)
+        # Expiry is checked on every call, not cached: a key stops working at its instant.
+        if p is not None and p.expires_ms is not None and time.time() * 1000 >= p.expires_ms:
+            return None
+        return p
+
+    async def _lookup(self, raw_key: str) -> Principal | None:
         # A digest is compared as a dict key: the attacker controls the input to sha256, not its
         # output, so the lookup's timing reveals nothing about a stored key.
         d = digest(raw_key)
@@ -123,10 +130,11 @@ class KeyRing:
                       else kc.limits if kc else Limits())
             models = over.get("models", kc.models if kc else None)
             return make_principal(base.key_id, base.team, limits, models, self._team_cfg.get(base.team),
-                                  team_doc, kc)
+                                  team_doc, kc, over.get("expires_ms"))
         (doc,) = await self._store.get_docs([n["key"] + d])
         if doc is None or doc.get("revoked"):
             return None
         (team_doc,) = await self._store.get_docs([n["team"] + doc["team"]])
         return make_principal(doc["id"], doc["team"], Limits.model_validate(doc.get("limits") or {}),
-                              doc.get("models"), self._team_cfg.get(doc["team"]), team_doc)
+                              doc.get("models"), self._team_cfg.get(doc["team"]), team_doc,
+                              expires_ms=doc.get("expires_ms"))

@@ -58,6 +58,7 @@ class MemoryStore:
         self._aggs: dict[tuple[str, int], dict[str, int]] = defaultdict(lambda: defaultdict(int))
         self._logs: dict[str, deque[UsageRecord]] = defaultdict(lambda: deque(maxlen=max_records))
         self._docs: dict[str, dict[str, Any]] = {}
+        self._doc_exp: dict[str, int] = {}  # doc name -> expiry (ms) for docs put with a ttl
         self._sets: dict[str, set[str]] = defaultdict(set)
         # Called with every settled record (the usage ledger's queue, when one is configured).
         self.journal: Callable[[UsageRecord], None] | None = None
@@ -184,10 +185,19 @@ class MemoryStore:
                     held[lid] = exp
 
     async def get_docs(self, names: list[str]) -> list[dict[str, Any] | None]:
+        now = self._now()
+        for n in names:
+            if self._doc_exp.get(n, now + 1) <= now:
+                self._docs.pop(n, None)
+                self._doc_exp.pop(n, None)
         return [copy.deepcopy(self._docs.get(n)) for n in names]
 
-    async def put_doc(self, name: str, doc: dict[str, Any]) -> None:
+    async def put_doc(self, name: str, doc: dict[str, Any], ttl_ms: int | None = None) -> None:
         self._docs[name] = copy.deepcopy(doc)
+        if ttl_ms is None:
+            self._doc_exp.pop(name, None)
+        else:
+            self._doc_exp[name] = self._now() + ttl_ms
 
     async def add_member(self, set_name: str, member: str) -> None:
         self._sets[set_name].add(member)

@@ -357,8 +357,11 @@ class RedisStore:
             raise StoreDown(f"{type(e).__name__}: {e}") from e
         return [json.loads(v) if v is not None else None for v in raw]
 
-    async def put_doc(self, name: str, doc: dict[str, Any]) -> None:
-        await self._call("SET", name, json.dumps(doc))
+    async def put_doc(self, name: str, doc: dict[str, Any], ttl_ms: int | None = None) -> None:
+        if ttl_ms is None:
+            await self._call("SET", name, json.dumps(doc))
+        else:
+            await self._call("SET", name, json.dumps(doc), "PX", ttl_ms)
 
     async def add_member(self, set_name: str, member: str) -> None:
         await self._call("SADD", set_name, member)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 import secrets
 import time
@@ -38,6 +39,30 @@ def merge_limits(current: Limits, patch: dict[str, Any] | None) -> Limits:
         err = e.errors()[0]
         where = ".".join(map(str, err["loc"]))
         raise InvalidRequest(f"limits.{where}: {err['msg']}", param="limits") from None
+
+
+MAX_GRACE_S = 30 * 86_400
+
+
+def parse_expiry(value: Any) -> int | None:
+    """``expires_at``: an RFC 3339 instant (``2027-01-31T00:00:00Z``) or null -> epoch ms."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            t = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            t = None
+        if t is not None and t.tzinfo is not None:
+            return int(t.timestamp() * 1000)
+    raise InvalidRequest("expires_at must be an RFC 3339 instant with a time zone, like "
+                         "2027-01-31T00:00:00Z, or null", param="expires_at")
+
+
+def format_ms(ms: int | None) -> str | None:
+    if ms is None:
+        return None
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def _check_models(models: Any) -> list[str] | None:
@@ -107,7 +132,8 @@ class Registry:
         return await self.team(name)
 
     async def create_key(self, team: str, *, key_id: str | None = None, models: Any = None,
-                         limits: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+                         limits: dict[str, Any] | None = None,
+                         expires_at: Any = None) -> tuple[str, dict[str, Any]]:
         """Returns the raw key (shown this once; only its sha256 is stored) and the key's info."""
         if team not in await self.team_names():
             raise NotFound(f"no team {team!r}", param="team")
@@ -118,7 +144,8 @@ class Registry:
         d = digest(raw)
         doc = {"id": key_id, "team": team, "models": _check_models(models),
                "limits": merge_limits(Limits(), limits).model_dump(exclude_none=True),
-               "revoked": False, "created_ms": int(time.time() * 1000)}
+               "revoked": False, "created_ms": int(time.time() * 1000),
+               "expires_ms": parse_expiry(expires_at)}
         await self.store.put_doc(self.n["key"] + d, doc)
         await self.store.put_doc(self.n["keyid"] + key_id, {"digest": d})
         await self.store.add_member(self.n["keys"], key_id)
@@ -142,23 +169,29 @@ class Registry:
     async def key(self, key_id: str) -> dict[str, Any]:
         _, doc = await self._locate(key_id)
         cfg = self._cfg_keys.get(key_id)
+        expiry = {"expires_at": format_ms(doc.get("expires_ms"))}
         if cfg is not None:
             limits = doc.get("limits", cfg.limits.model_dump())
             models = doc.get("models", cfg.models)
             return {"id": key_id, "team": cfg.team, "source": "config", "models": models,
                     "limits": {k: v for k, v in limits.items() if v is not None},
-                    "revoked": bool(doc.get("revoked"))}
+                    "revoked": bool(doc.get("revoked"))} | expiry
+        prev = doc.get("previous")
+        grace = {"previous_valid_until": format_ms(prev["until_ms"])} if prev else {}
         return {"id": key_id, "team": doc["team"], "source": "admin", "models": doc.get("models"),
                 "limits": {k: v for k, v in doc.get("limits", {}).items() if v is not None},
-                "revoked": bool(doc.get("revoked")), "created_ms": doc.get("created_ms")}
+                "revoked": bool(doc.get("revoked")), "created_ms": doc.get("created_ms")} | expiry | grace
 
     async def keys(self) -> list[dict[str, Any]]:
         ids = sorted(set(self._cfg_keys) | await self.store.members(self.n["keys"]))
         return [await self.key(i) for i in ids]
 
     async def update_key(self, key_id: str, *, limits: dict[str, Any] | None = None,
-                         models: Any = _UNSET, revoked: bool | None = None) -> dict[str, Any]:
+                         models: Any = _UNSET, revoked: bool | None = None,
+                         expires_at: Any = _UNSET) -> dict[str, Any]:
         name, doc = await self._locate(key_id)
+        if expires_at is not _UNSET:
+            doc["expires_ms"] = parse_expiry(expires_at)
         if limits is not None:
             cur = await self.key(key_id)
             doc["limits"] = merge_limits(Limits.model_validate(cur["limits"]), limits).model_dump()
@@ -167,8 +200,43 @@ class Registry:
         if revoked is not None:
             doc["revoked"] = revoked
         await self.store.put_doc(name, doc)
+        prev = doc.get("previous")
+        if revoked and prev and prev["until_ms"] > time.time() * 1000:
+            # A rotated key's old secret, still in its grace period, is revoked with it.
+            old_name = self.n["key"] + prev["digest"]
+            (old,) = await self.store.get_docs([old_name])
+            if old is not None:
+                await self.store.put_doc(old_name, old | {"revoked": True})
         self.keyring.forget()
         return await self.key(key_id)
+
+    async def rotate(self, key_id: str, *, grace_seconds: Any = 0) -> tuple[str, dict[str, Any]]:
+        """A new secret for the key (returned this once); the old one keeps working for
+        ``grace_seconds`` (0: not at all), then is refused. Limits, allowlists, expiry carry over."""
+        if not isinstance(grace_seconds, int) or isinstance(grace_seconds, bool) or \
+                not 0 <= grace_seconds <= MAX_GRACE_S:
+            raise InvalidRequest(f"grace_seconds must be an integer from 0 to {MAX_GRACE_S}",
+                                 param="grace_seconds")
+        if key_id in self._cfg_keys:
+            raise InvalidRequest(f"{key_id!r} is a config key: rotate it in the config (keys[].key or "
+                                 "keys[].sha256)", param="key_id")
+        name, doc = await self._locate(key_id)
+        if doc.get("revoked"):
+            raise InvalidRequest(f"key {key_id!r} is revoked", param="key_id")
+        now = int(time.time() * 1000)
+        until = now + grace_seconds * 1000
+        old_expiry = doc.get("expires_ms")
+        old_until = min(until, old_expiry) if old_expiry is not None else until
+        raw = "sk-sy-" + secrets.token_urlsafe(32)
+        d = digest(raw)
+        old_digest = name.removeprefix(self.n["key"])
+        new = {k: v for k, v in doc.items() if k != "previous"} | {
+            "rotated_ms": now, "previous": {"digest": old_digest, "until_ms": old_until}}
+        await self.store.put_doc(self.n["key"] + d, new)
+        await self.store.put_doc(name, doc | {"expires_ms": old_until, "rotated_to": key_id})
+        await self.store.put_doc(self.n["keyid"] + key_id, {"digest": d})
+        self.keyring.forget()
+        return raw, await self.key(key_id)
 
     async def revoke(self, key_id: str) -> dict[str, Any]:
         return await self.update_key(key_id, revoked=True)

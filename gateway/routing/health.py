@@ -12,6 +12,8 @@ one caller's requests that make an upstream fail, can take a model away from eve
 
 from __future__ import annotations
 
+import time
+from collections import deque
 from typing import Final
 
 CLOSED: Final = 0
@@ -84,12 +86,17 @@ class Breaker:
 class Health:
     """What the router knows about one deployment. One per deployment, shared by every request."""
 
-    __slots__ = ("breaker", "ewma", "inflight")
+    __slots__ = ("breaker", "errors", "ewma", "inflight")
 
     def __init__(self, threshold: int, cooldown: float) -> None:
         self.breaker = Breaker(threshold, cooldown)
         self.inflight = 0
         self.ewma: float | None = None  # seconds to the first chunk; None until measured
+        # The last few failures blamed on the deployment: (wall-clock epoch s, status, message).
+        self.errors: deque[tuple[float, int, str]] = deque(maxlen=5)
+
+    def note_error(self, status: int, message: str) -> None:
+        self.errors.append((time.time(), status, message[:300]))
 
     def observe(self, seconds: float) -> None:
         e = self.ewma

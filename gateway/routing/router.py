@@ -80,6 +80,7 @@ class Router:
         except GatewayError as e:
             if e.deployment_fault:  # the deployment broke off mid-answer
                 h.breaker.failure(self.clock())
+                h.note_error(e.status, e.message)
             raise
         finally:
             h.inflight -= 1
@@ -159,6 +160,7 @@ class Router:
                 now = self.clock()
                 h.observe(now - start)  # a failure is slow news too: keeps the latency strategy honest
                 h.breaker.failure(now, e.retry_after, count=target not in blamed)
+                h.note_error(e.status, e.message)
                 blamed.add(target)
             else:
                 h.breaker.release()  # the caller's fault says nothing about the deployment

@@ -1,0 +1,129 @@
+// The console's pages: overview, usage explorer, deployments; hash routing; sign out.
+"use strict";
+
+(() => {
+const {api, el, table, guarded, usd, ms, num, toInstant, formValues} = window.Core;
+const {barChart} = window.Charts;
+let range = "24h";
+let depTimer = null;
+
+// -- overview ------------------------------------------------------------------------------
+async function loadOverview() {
+  const o = await api("GET", `/admin/overview?range=${range}`);
+  document.querySelectorAll("[data-range]").forEach(b => b.classList.toggle("on", b.dataset.range === range));
+  document.getElementById("ov-source").textContent =
+    `from the ${o.source === "ledger" ? "usage ledger" : "store's aggregates"}, by ${o.bucket}`;
+  const t = o.total;
+  document.getElementById("stat-requests").textContent = num(t.requests);
+  document.getElementById("stat-errors").textContent = num(t.errors);
+  document.getElementById("stat-tokens").textContent = num(t.total_tokens);
+  document.getElementById("stat-spend").textContent = usd(t.cost_usd);
+  document.getElementById("stat-latency").textContent = `${ms(o.latency.p50_ms)} / ${ms(o.latency.p95_ms)}`;
+  document.getElementById("stat-ttfb").textContent = `${ms(o.latency.ttfb_p50_ms)} / ${ms(o.latency.ttfb_p95_ms)}`;
+  document.getElementById("stat-inflight").textContent = num(o.inflight);
+  const labels = o.series.map(s => s.t);
+  barChart(document.getElementById("chart-requests"), labels, [
+    {name: "ok", cls: "s-ok", values: o.series.map(s => s.requests - s.errors)},
+    {name: "errors", cls: "s-err", values: o.series.map(s => s.errors)}]);
+  barChart(document.getElementById("chart-tokens"), labels, [
+    {name: "prompt", cls: "s-prompt", values: o.series.map(s => s.prompt_tokens)},
+    {name: "completion", cls: "s-completion", values: o.series.map(s => s.completion_tokens)}]);
+  barChart(document.getElementById("chart-spend"), labels, [
+    {name: "spend", cls: "s-spend", values: o.series.map(s => s.cost_usd)}]);
+  const cols = name => [[name, r => r[name]], ["Requests", r => num(r.requests)], ["Errors", r => num(r.errors)],
+                        ["Tokens", r => num(r.total_tokens)], ["Spend", r => usd(r.cost_usd)]];
+  table(document.getElementById("ov-models"), cols("model"), o.by_model);
+  table(document.getElementById("ov-teams"), cols("team"), o.by_team);
+}
+
+// -- usage explorer ------------------------------------------------------------------------
+const cursors = [""];  // cursors[i]: the cursor that loads page i
+let pageNo = 0;
+
+function usageParams() {
+  const v = formValues(document.getElementById("usage-form"));
+  const q = new URLSearchParams();
+  for (const k of ["team", "key", "model", "status"]) if (v[k]) q.set(k, v[k]);
+  if (v.from) q.set("from", toInstant(v.from));
+  if (v.to) q.set("to", toInstant(v.to));
+  return {q, group: v.group_by};
+}
+
+async function loadUsage(reset) {
+  if (reset) { cursors.length = 1; pageNo = 0; }
+  const {q, group} = usageParams();
+  const agg = new URLSearchParams(q);
+  agg.set("group_by", group);
+  if (!q.has("from")) agg.set("from", new Date(Date.now() - 29 * 86400e3).toISOString().slice(0, 10));
+  const rec = new URLSearchParams(q);
+  rec.set("limit", "50");
+  if (cursors[pageNo]) rec.set("cursor", cursors[pageNo]);
+  const csv = new URLSearchParams(q);
+  csv.set("format", "csv");
+  csv.set("limit", "10000");
+  document.getElementById("csv-link").href = `/admin/usage/records?${csv}`;
+  // Without the ledger, raw records need a team and take no other filter: say so, keep the totals.
+  const [a, r] = await Promise.all([api("GET", `/admin/usage?${agg}`),
+    api("GET", `/admin/usage/records?${rec}`).catch(e => ({data: [], next_cursor: null, error: e.message}))]);
+  document.getElementById("us-source").textContent = `source: ${a.source}`;
+  document.getElementById("records-note").textContent = r.error || "";
+  table(document.getElementById("usage-agg"), [[group, x => String(x[group])], ["Requests", x => num(x.requests)],
+    ["Errors", x => num(x.errors)], ["Prompt", x => num(x.prompt_tokens)], ["Completion", x => num(x.completion_tokens)],
+    ["Spend", x => usd(x.cost_usd)]], a.data);
+  table(document.getElementById("usage-records"), [
+    ["Time", x => new Date(x.ts_ms).toISOString().replace("T", " ").slice(0, 19)], ["Team", x => x.team],
+    ["Key", x => x.key_id], ["Model", x => x.model], ["Deployment", x => x.deployment],
+    ["Status", x => String(x.status)], ["Tokens", x => `${x.prompt_tokens} + ${x.completion_tokens}`],
+    ["Spend", x => usd(x.cost_nano / 1e9)], ["Latency", x => ms(x.latency_ms)], ["TTFB", x => ms(x.ttfb_ms >= 0 ? x.ttfb_ms : null)],
+    ["Request id", x => x.request_id]], r.data);
+  cursors[pageNo + 1] = r.next_cursor || "";
+  document.getElementById("next-page").disabled = !r.next_cursor;
+  document.getElementById("prev-page").disabled = pageNo === 0;
+  document.getElementById("page-no").textContent = `page ${pageNo + 1}`;
+}
+
+// -- deployments ---------------------------------------------------------------------------
+async function loadDeployments() {
+  const d = await api("GET", "/admin/deployments");
+  document.getElementById("dep-inflight").textContent = num(d.inflight);
+  table(document.getElementById("deployments-table"), [
+    ["Deployment", x => x.name], ["Backend", x => x.backend],
+    ["Health", x => el("span", {class: `state ${x.healthy ? "active" : "revoked"}`}, x.healthy ? "healthy" : x.ready ? "unhealthy" : "loading")],
+    ["Circuit", x => x.circuit], ["Failures in a row", x => String(x.consecutive_failures)],
+    ["Cooldown", x => x.cooldown_s ? `${x.cooldown_s.toFixed(1)} s` : "-"], ["In flight", x => String(x.inflight)],
+    ["Latency (TTFB, EWMA)", x => ms(x.latency_ms)],
+    ["Recent errors", x => x.recent_errors.length
+      ? el("ul", {class: "errors"}, ...x.recent_errors.map(e => el("li", {}, `${e.at.slice(11, 19)} ${e.status}: ${e.message}`)))
+      : "none"]], d.data);
+}
+
+// -- routing -------------------------------------------------------------------------------
+const PAGES = {overview: loadOverview, keys: () => window.KeysPage.load(), usage: () => loadUsage(true),
+               deployments: loadDeployments};
+
+function show() {
+  const page = (location.hash || "#overview").slice(1);
+  const name = page in PAGES ? page : "overview";
+  document.querySelectorAll(".page").forEach(s => { s.hidden = s.id !== `page-${name}`; });
+  document.querySelectorAll("nav a").forEach(a => a.classList.toggle("on", a.dataset.page === name));
+  clearInterval(depTimer);
+  if (name === "deployments") depTimer = setInterval(() => guarded(loadDeployments), 5000);
+  document.body.dataset.loaded = "";
+  guarded(PAGES[name]).then(() => { document.body.dataset.loaded = name; });
+}
+
+document.querySelectorAll("[data-range]").forEach(b => b.addEventListener("click", () => {
+  range = b.dataset.range;
+  guarded(loadOverview);
+}));
+document.getElementById("usage-form").addEventListener("submit", ev => { ev.preventDefault(); guarded(() => loadUsage(true)); });
+document.getElementById("next-page").addEventListener("click", () => { pageNo += 1; guarded(() => loadUsage(false)); });
+document.getElementById("prev-page").addEventListener("click", () => { pageNo -= 1; guarded(() => loadUsage(false)); });
+document.getElementById("signout").addEventListener("click", () => guarded(async () => {
+  await fetch("/ui/logout", {method: "POST", credentials: "same-origin", headers: {"x-csrf-token": window.Core.CSRF}});
+  location.href = "/ui";
+}));
+window.KeysPage.init();
+window.addEventListener("hashchange", show);
+show();
+})();

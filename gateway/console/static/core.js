@@ -1,0 +1,75 @@
+// Shared helpers: the admin API over the session cookie, DOM building, messages.
+"use strict";
+
+const CSRF = document.querySelector('meta[name="csrf-token"]').content;
+
+class ApiError extends Error {}
+
+// Every call is one of the documented /admin calls; the session cookie authenticates it and the
+// CSRF token (from the page, never the master key) goes with every state-changing call.
+async function api(method, path, body) {
+  const opts = {method, credentials: "same-origin", headers: {"x-csrf-token": CSRF}};
+  if (body !== undefined) {
+    opts.headers["content-type"] = "application/json";
+    opts.body = JSON.stringify(body);
+  }
+  const r = await fetch(path, opts);
+  if (r.status === 401) { location.reload(); throw new ApiError("signed out"); }
+  const data = await r.json().catch(() => ({}));
+  if (!r.ok) throw new ApiError((data.error && data.error.message) || `HTTP ${r.status}`);
+  return data;
+}
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith("on")) e.addEventListener(k.slice(2), v); else e.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children) e.append(c instanceof Node ? c : document.createTextNode(c ?? ""));
+  return e;
+}
+
+function table(node, columns, rows) {
+  // columns: [[header, row => text or Node]]
+  node.replaceChildren(el("thead", {}, el("tr", {}, ...columns.map(([h]) => el("th", {}, h)))),
+    el("tbody", {}, ...rows.map(r => el("tr", {}, ...columns.map(([, f]) => el("td", {}, f(r)))))));
+  if (!rows.length) node.append(el("tbody", {}, el("tr", {}, el("td", {colspan: columns.length, class: "muted"}, "nothing yet"))));
+}
+
+function flash(message, bad) {
+  const f = document.getElementById("flash");
+  f.textContent = message;
+  f.className = bad ? "flash bad" : "flash";
+  f.hidden = !message;
+}
+
+async function guarded(fn) {
+  try { flash(""); await fn(); } catch (e) { if (!(e instanceof ApiError && e.message === "signed out")) flash(e.message, true); }
+}
+
+const usd = v => "$" + (v < 0.01 && v > 0 ? v.toFixed(6) : v.toFixed(2));
+const ms = v => v === null || v === undefined ? "-" : `${Math.round(v)} ms`;
+const num = v => Number(v).toLocaleString("en-US");
+
+// "2026-11-24T10:30" (datetime-local, the browser's zone) -> RFC 3339 UTC, or "" when empty.
+const toInstant = v => v ? new Date(v).toISOString().replace(/\.\d{3}Z$/, "Z") : "";
+
+function formValues(form) {
+  const out = {};
+  for (const [k, v] of new FormData(form).entries()) out[k] = String(v).trim();
+  return out;
+}
+
+function limitsFrom(values, names) {
+  const limits = {};
+  for (const n of names) {
+    if (!(n in values)) continue;
+    limits[n] = values[n] === "" ? null : Number(values[n]);
+  }
+  return limits;
+}
+
+const modelList = v => v ? v.split(",").map(s => s.trim()).filter(Boolean) : null;
+
+window.Core = {CSRF, api, el, table, flash, guarded, usd, ms, num, toInstant, formValues, limitsFrom, modelList};
