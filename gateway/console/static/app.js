@@ -54,9 +54,11 @@ async function loadUsage(reset) {
   const {q, group} = usageParams();
   const agg = new URLSearchParams(q);
   agg.set("group_by", group);
+  // Totals default to the last 30 days, up to now.
   if (!q.has("from")) agg.set("from", new Date(Date.now() - 29 * 86400e3).toISOString().slice(0, 10));
+  if (!q.has("to")) agg.set("to", new Date().toISOString().slice(0, 10));
   const rec = new URLSearchParams(q);
-  rec.set("limit", "50");
+  rec.set("limit", formValues(document.getElementById("usage-form")).limit || "50");
   if (cursors[pageNo]) rec.set("cursor", cursors[pageNo]);
   const csv = new URLSearchParams(q);
   csv.set("format", "csv");

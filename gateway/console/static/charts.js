@@ -23,7 +23,7 @@ function barChart(svg, labels, series) {
   svg.replaceChildren();
   svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
   const totals = labels.map((_, i) => series.reduce((s, x) => s + (x.values[i] || 0), 0));
-  const max = Math.max(1, ...totals);
+  const max = Math.max(...totals) || 1;  // spend is often far below 1: scale to the data
   const plotW = W - L - 6, plotH = H - B - T;
   for (const f of [0, 0.5, 1]) {
     const y = T + plotH * (1 - f);

@@ -32,9 +32,10 @@ function el(tag, attrs, ...children) {
 
 function table(node, columns, rows) {
   // columns: [[header, row => text or Node]]
-  node.replaceChildren(el("thead", {}, el("tr", {}, ...columns.map(([h]) => el("th", {}, h)))),
-    el("tbody", {}, ...rows.map(r => el("tr", {}, ...columns.map(([, f]) => el("td", {}, f(r)))))));
-  if (!rows.length) node.append(el("tbody", {}, el("tr", {}, el("td", {colspan: columns.length, class: "muted"}, "nothing yet"))));
+  const body = rows.length
+    ? el("tbody", {}, ...rows.map(r => el("tr", {}, ...columns.map(([, f]) => el("td", {}, f(r))))))
+    : el("tfoot", {}, el("tr", {}, el("td", {colspan: columns.length, class: "muted"}, "nothing yet")));
+  node.replaceChildren(el("thead", {}, el("tr", {}, ...columns.map(([h]) => el("th", {}, h)))), body);
 }
 
 function flash(message, bad) {
