@@ -206,7 +206,8 @@ class Registry:
             old_name = self.n["key"] + prev["digest"]
             (old,) = await self.store.get_docs([old_name])
             if old is not None:
-                await self.store.put_doc(old_name, old | {"revoked": True})
+                await self.store.put_doc(old_name, old | {"revoked": True},
+                                         ttl_ms=int(prev["until_ms"] - time.time() * 1000) + 60_000)
         self.keyring.forget()
         return await self.key(key_id)
 
@@ -233,7 +234,9 @@ class Registry:
         new = {k: v for k, v in doc.items() if k != "previous"} | {
             "rotated_ms": now, "previous": {"digest": old_digest, "until_ms": old_until}}
         await self.store.put_doc(self.n["key"] + d, new)
-        await self.store.put_doc(name, doc | {"expires_ms": old_until, "rotated_to": key_id})
+        # The old secret's doc outlives its grace by a minute (a clear refusal meanwhile), then goes.
+        await self.store.put_doc(name, doc | {"expires_ms": old_until, "rotated_to": key_id},
+                                 ttl_ms=old_until - now + 60_000)
         await self.store.put_doc(self.n["keyid"] + key_id, {"digest": d})
         self.keyring.forget()
         return raw, await self.key(key_id)

@@ -3,14 +3,21 @@ policies' own admin API (api.py). Every asset ships in ``static/``; nothing is f
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+from litestar import Router
 
 from gateway.console.api import console_api
 from gateway.console.pages import console_pages
 
+if TYPE_CHECKING:
+    from gateway.pipeline import Gateway
+    from gateway.routing.router import Router as GatewayRouter
+    from policies.factory import Policies
+
 __all__ = ["console_routes"]
 
 
-def console_routes(gw: Any, router: Any, policies: Any) -> list[Any]:
+def console_routes(gw: Gateway, router: GatewayRouter, policies: Policies) -> list[Router]:
     """The route handlers to add to the app: the pages, and /admin/{deployments,overview,usage/latency}."""
     return [console_pages(policies.auth), console_api(gw, router, policies)]

@@ -19,6 +19,7 @@ from litestar.params import FromPath
 
 from policies.admin_auth import AdminAuth
 from policies.sessions import COOKIE, CSRF_HEADER, csrf_ok
+from policies.store import StoreDown
 
 STATIC = Path(__file__).parent / "static"
 _TYPES = {".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
@@ -93,4 +94,11 @@ def console_pages(auth: AdminAuth) -> Router:
         body, media_type = found
         return Response(body, media_type=media_type, headers=SECURITY_HEADERS | {"cache-control": "no-cache"})
 
-    return Router(path="/ui", route_handlers=[ui, login, logout, asset])
+    def store_down(_: Request[Any, Any, Any], e: StoreDown) -> Response[Any]:
+        page = signin_page("The policy store is unavailable, so sessions cannot be checked; try again "
+                           "shortly.", 503)
+        page.headers["retry-after"] = "1"
+        return page
+
+    return Router(path="/ui", route_handlers=[ui, login, logout, asset],
+                  exception_handlers={StoreDown: store_down})

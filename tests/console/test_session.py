@@ -120,3 +120,16 @@ async def test_sessions_expire():
     time.sleep(1.05)
     assert await s.get(sid) is None
     assert await s.get("") is None and await s.get("x" * 500) is None
+
+
+async def test_the_store_down_is_a_503_page_not_a_500(upstream):
+    config = console_config(upstream.url, store="redis://127.0.0.1:9/0")  # nothing listens there
+    async with gateway(config) as c:
+        c.cookies.set("sy_console", "whatever")
+        r = await c.get("/ui")
+        assert r.status_code == 503 and "policy store is unavailable" in r.text
+        assert r.headers["content-security-policy"] == CSP
+        r = await c.post("/ui/login", data={"master_key": MASTER})
+        assert r.status_code == 503 and "set-cookie" not in r.headers
+        r = await c.get("/admin/keys")
+        assert r.status_code == 503 and r.json()["error"]["type"] == "service_unavailable"
