@@ -25,6 +25,7 @@ from gateway.errors import GatewayError, PayloadTooLarge
 from gateway.openapi import add_completion_paths
 from gateway.pipeline import Endpoint, Gateway
 from gateway.router import Router
+from gateway.scrape import CONTENT_TYPE, Exporter
 from policies.factory import Policies, build_policies
 from policies.store import StoreDown
 
@@ -104,9 +105,28 @@ def create_app(config: Config, *, router: Router | None = None,
             f"request body exceeds the limit of {limit} bytes", param="body"))
         return Response(body, status_code=status, media_type="application/json")
 
+    exporter = Exporter(gw) if config.metrics.enabled else None
+    handlers = [models, health, ready, policies.admin_router(), *console_routes(gw, router, policies)]
+    if exporter is not None:
+        gw.observers.append(exporter.recorder.observe)
+
+        @get("/metrics", include_in_schema=False)
+        async def metrics(request: Request[Any, Any, Any]) -> Response[Any]:
+            """Prometheus text format (docs/observability.md)."""
+            assert exporter is not None
+            if not exporter.allowed(request.headers.get("authorization")):
+                return Response({"error": {"message": "send Authorization: Bearer <metrics.token>",
+                                           "type": "authentication_error", "param": None, "code": None}},
+                                status_code=401)
+            return Response(await exporter.render(), media_type=CONTENT_TYPE)
+
+        handlers.append(metrics)
+
     async def startup() -> None:
         await router.start()
         await policies.start()
+        if exporter is not None:
+            exporter.start()
         add_completion_paths(app.openapi_schema, {path: (summary, dialects)
                                                   for path, (_, summary, dialects) in HOT.items()},
                              [n for m in config.models for n in (m.name, *m.aliases)])
@@ -114,10 +134,11 @@ def create_app(config: Config, *, router: Router | None = None,
     async def shutdown() -> None:
         await router.aclose()
         await policies.aclose()
+        if exporter is not None:
+            await exporter.aclose()
 
     app = Litestar(
-        route_handlers=[models, health, ready, policies.admin_router(),
-                        *console_routes(gw, router, policies)],
+        route_handlers=handlers,
         on_startup=[startup], on_shutdown=[shutdown],
         exception_handlers={HTTPException: http_error},
         openapi_config=OpenAPIConfig(title="Switchyard", version="0.1.0", path="/schema"),
@@ -126,4 +147,5 @@ def create_app(config: Config, *, router: Router | None = None,
         logging_config=None,  # Litestar's default logs at INFO through a queue: a cost per request
     )
     app.state.gateway = gw
+    app.state.exporter = exporter
     return Switchyard(app, {path: endpoint_app(gw, ep, path) for path, (ep, _, _) in HOT.items()}, gw)

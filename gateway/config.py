@@ -260,11 +260,60 @@ class RouterConfig(_Model):
     cooldown_seconds: float = Field(30.0, ge=0)
 
 
+class MetricsConfig(_Model):
+    """``GET /metrics`` (docs/observability.md). Labels come from configured names only."""
+
+    enabled: bool = True
+    per_key: bool = Field(False, description="label requests, tokens and spend by key id too")
+    token: str | None = Field(None, description="when set, /metrics needs Bearer <token> (or the "
+                              "master key); env:NAME reads $NAME")
+
+    @field_validator("token")
+    @classmethod
+    def _secret(cls, v: str | None) -> str | None:
+        return resolve_secret(v)
+
+
+class LoggingConfig(_Model):
+    """What the gateway writes to stderr; ``--log-level``/``--log-format`` and SWITCHYARD_LOG_LEVEL/
+    SWITCHYARD_LOG_FORMAT override these."""
+
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["json", "console"] = "json"
+    access: bool = Field(True, description="one line per request, at its end")
+
+
+class TracingConfig(_Model):
+    """OpenTelemetry traces over OTLP/HTTP (the ``otel`` extra); off while otlp_endpoint is unset."""
+
+    otlp_endpoint: str | None = Field(None, description="e.g. http://collector:4318/v1/traces")
+    service_name: str = "switchyard"
+    sample_ratio: float = Field(1.0, ge=0, le=1, description="share of traces started here that are kept")
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _otel(cls, v: str | None) -> str | None:
+        v = resolve_secret(v)
+        if v is None:
+            return v
+        if not v.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL (OTLP over HTTP)")
+        try:
+            import opentelemetry.exporter.otlp.proto.http
+            import opentelemetry.sdk  # noqa: F401
+        except ImportError:
+            raise ValueError("tracing needs the otel extra: pip install 'switchyard[otel]'") from None
+        return v
+
+
 class Config(_Model):
     server: ServerConfig = Field(default_factory=ServerConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
     router: RouterConfig = Field(default_factory=RouterConfig)
     usage: UsageConfig = Field(default_factory=UsageConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    tracing: TracingConfig = Field(default_factory=TracingConfig)
     master_key: str | None = Field(None, description="guards /admin; usually env:NAME")
     models: list[ModelConfig] = Field(default_factory=list)
     teams: list[TeamConfig] = Field(default_factory=list)

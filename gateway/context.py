@@ -19,6 +19,8 @@ from gateway.routing.resolve import RunInfo
 from gateway.streaming import Tally
 
 if TYPE_CHECKING:
+    from gateway.canonical import Usage
+    from gateway.errors import GatewayError
     from gateway.routing.resolve import Route
     from policies.base import Principal, Ticket
 
@@ -51,9 +53,17 @@ class RequestContext:
     stream: bool = False
     status: int = 0  # what the caller was told (499: it left first)
     error_type: str | None = None
+    error: GatewayError | None = None  # what the caller was told, when it was an error
     first_byte: float | None = None  # time.monotonic() of the first body byte sent
     cut: bool = False  # a stream that ended before its last event
     warning: str | None = None  # x-switchyard-warning, if any
+    usage: Usage | None = None  # what was charged, once settled
+    # time.monotonic() instants around admission and settlement (the trace's child spans)
+    admit_at: float | None = None
+    admitted_at: float | None = None
+    settle_at: float | None = None
+    settled_at: float | None = None
+    span: object = None  # the request's trace span (gateway.tracing), when tracing is on
 
     @property
     def latency(self) -> float:
@@ -64,6 +74,15 @@ class RequestContext:
     def ttfb(self) -> float | None:
         """Seconds to the first body byte, or None when none was sent."""
         return None if self.first_byte is None else self.first_byte - self.started
+
+    @property
+    def upstream(self) -> float | None:
+        """Seconds from the first upstream attempt to the end of the answer (retries and their
+        backoff included), or None when no deployment was called."""
+        run = self.run
+        if run.upstream_start is None:
+            return None
+        return (run.upstream_end or time.monotonic()) - run.upstream_start
 
     @property
     def group(self) -> str | None:

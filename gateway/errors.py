@@ -73,6 +73,7 @@ class RateLimited(GatewayError):
 
     status = 429
     type = "rate_limit_error"
+    limit = ""  # which limit refused ("rpm", "tpm", "concurrency", a quota ...), for /metrics
 
 
 class Unavailable(GatewayError):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -170,10 +171,12 @@ class Gateway:
                 req = replace(req, timeout=timeout)
         prompt_tokens = await self._count(req, route)
         ctx.run.prompt_tokens = prompt_tokens
+        ctx.admit_at = time.monotonic()
         ctx.ticket = await self.policies.policy.admit(
             principal, route.group, prompt_tokens=prompt_tokens,
             max_tokens=self._reservation(req, route, prompt_tokens), fail_open=route.fail_open,
             group=route.model.name)
+        ctx.admitted_at = time.monotonic()
         ctx.tally = Tally(prompt_tokens)
         ctx.warning = self._dropped(req, route)
         return req
@@ -307,7 +310,7 @@ class Gateway:
                     held = []
                 ch = await anext(chunks, None)
         except GatewayError as e:
-            ctx.status, ctx.error_type, ctx.cut = e.status, e.type, True
+            ctx.status, ctx.error_type, ctx.error, ctx.cut = e.status, e.type, e, True
             await out.end(b"".join(held) + sse(error_json(ctx.shape, e)[1]) + renderer.end())
             return
         held.append(renderer.closing(tally.usage(), last))
@@ -316,20 +319,23 @@ class Gateway:
     async def send_error(self, ctx: RequestContext, out: Responder, e: GatewayError,
                          headers: dict[str, str] | None = None) -> None:
         status, body = error_bytes(ctx.shape, e)
-        ctx.status, ctx.error_type = status, e.type
+        ctx.status, ctx.error_type, ctx.error = status, e.type, e
         await out.whole(status, {**(headers or {}), **e.headers}, body)
 
     async def _settle(self, ctx: RequestContext) -> None:
         ticket, tally, run = ctx.ticket, ctx.tally, ctx.run
         assert ticket is not None and tally is not None
         ttfb = ctx.ttfb
+        ctx.settle_at = time.monotonic()
         outcome = Outcome(
             usage=_charged(tally, ctx.status), status=ctx.status or 499, called=run.attempts > 0,
             deployment=run.deployment or "", latency_ms=ctx.latency * 1000,
             ttfb_ms=-1.0 if ttfb is None else ttfb * 1000, attempts=run.attempts, cut=ctx.cut,
             request_id=ctx.id, endpoint=ctx.endpoint, dialect=ctx.dialect,
             requested_model=ctx.requested_model)
+        ctx.usage = outcome.usage
         await self.policies.policy.settle(ticket, outcome)
+        ctx.settled_at = time.monotonic()
 
 
 def _charged(tally: Tally, status: int) -> Usage:

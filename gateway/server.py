@@ -19,12 +19,14 @@ import socket
 import sys
 import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.config import Config, ConfigError, ServerConfig, load_config
+from gateway.scrape import METRICS_DIR, metrics_dir, prepare_dir
 
 CONFIG_ENV = "SWITCHYARD_CONFIG"  # the config file a worker process loads
 # The scope extension through which a request hears that its client hung up (gateway.asgi).
@@ -188,6 +190,10 @@ def serve(config: Config, config_path: str, host: str, port: int, workers: int =
     from uvicorn.supervisors import Multiprocess
 
     with tempfile.TemporaryDirectory(prefix="switchyard-") as run_dir, _engines(config, run_dir):
+        # Every worker's /metrics adds up all workers' figures, kept in files in one folder.
+        metrics = metrics_dir() or Path(run_dir) / "metrics"
+        prepare_dir(metrics)
+        os.environ[METRICS_DIR] = str(metrics)
         Multiprocess(cfg, sockets=[sock]).run()
     return 0
 

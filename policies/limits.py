@@ -75,6 +75,7 @@ class Limiter:
         self.lease_ttl_ms = lease_ttl_ms
         self.down_for = down_for  # after a failure, go straight to the fallback for this long
         self._down_until = 0.0
+        self.outage = False  # the store failed and has not answered since (logged once each way)
         self._plans: dict[tuple[str, str], tuple[Principal, Plan]] = {}
         self._live: dict[str, Ticket] = {}  # lease id -> ticket, for renewal
         # Store calls to replay once it answers (settlements, cancelled admissions), in order.
@@ -99,9 +100,15 @@ class Limiter:
         return time.monotonic() < self._down_until
 
     def _mark_down(self, err: BaseException) -> None:
-        if not self.store_down:
-            log.warning("policy store unavailable: %s", err)
+        if not self.outage:  # once per outage, not once per request (or per retry)
+            self.outage = True
+            log.error("policy store unavailable: %s", err)
         self._down_until = time.monotonic() + self.down_for
+
+    def _mark_up(self) -> None:
+        if self.outage:
+            self.outage = False
+            log.warning("policy store reachable again")
 
     async def admit(self, principal: Principal, model: str, *, prompt_tokens: int, max_tokens: int,
                     fail_open: bool = False, group: str | None = None) -> Ticket:
@@ -122,6 +129,8 @@ class Limiter:
             try:
                 adm = await self.store.admit(plan, tokens=reserve, spend=spend, lease_id=lease,
                                              lease_ttl_ms=self.lease_ttl_ms, ticket=ticket_id)
+                if self.outage:
+                    self._mark_up()
             except StoreDown as e:
                 self._mark_down(e)
                 # It may still run when the store wakes up (a stall, not an outage): undo it then.
@@ -164,7 +173,9 @@ class Limiter:
             headers.update(ratelimit_headers(Admission(False, adm.now_ms, req=(adm.limit, 0, adm.retry_ms))))
         elif adm.kind in ("tpm", "too_large"):
             headers.update(ratelimit_headers(Admission(False, adm.now_ms, tok=(adm.limit, 0, adm.retry_ms))))
-        return RateLimited(f"{scope.label}: {what}{tail}", headers=headers)
+        e = RateLimited(f"{scope.label}: {what}{tail}", headers=headers)
+        e.limit = adm.kind
+        return e
 
     async def settle(self, ticket: Ticket, outcome: Outcome) -> None:
         """Never raises: a store failure queues the settlement for replay."""
@@ -242,7 +253,8 @@ class Limiter:
                     await self._backlog[0]()
                     self._backlog.popleft()
                 self._down_until = 0.0
-                log.info("policy store back; usage reconciled")
+                self._mark_up()
+                log.info("usage kept while the policy store was down is reconciled")
             except StoreDown:
                 continue
             except Exception:

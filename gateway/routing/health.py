@@ -25,7 +25,7 @@ EWMA_ALPHA: Final = 0.3
 
 
 class Breaker:
-    __slots__ = ("cooldown", "failures", "probing", "state", "threshold", "until")
+    __slots__ = ("cooldown", "failures", "probing", "state", "threshold", "trips", "until")
 
     def __init__(self, threshold: int, cooldown: float) -> None:
         self.threshold = threshold
@@ -34,6 +34,7 @@ class Breaker:
         self.state = CLOSED
         self.until = 0.0  # OPEN: no traffic before this instant
         self.probing = False  # HALF_OPEN: the one probe is out
+        self.trips = 0  # times it opened (a counter for /metrics)
 
     def allows(self, now: float) -> bool:
         """May a request be sent now? (No side effects; see ``acquire``.)"""
@@ -79,6 +80,8 @@ class Breaker:
         return 0.0
 
     def _open(self, until: float) -> None:
+        if self.state != OPEN:
+            self.trips += 1
         self.state = OPEN
         self.until = until
 

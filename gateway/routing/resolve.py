@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from backends.base import Backend
 from gateway.config import Config, ConfigError, DeploymentConfig, ModelConfig, RouterConfig
@@ -68,6 +69,17 @@ class Route:
         return any(t.deployment.on_store_error == "open" for t in self.targets)
 
 
+class AttemptSpans(Protocol):
+    """Trace spans for a request's upstream attempts (``gateway.tracing``)."""
+
+    def start(self, deployment: str) -> object:
+        """A span for an attempt on ``deployment`` that begins now; upstream calls made until the
+        next ``start`` carry its trace context."""
+        ...
+
+    def end(self, span: object, error: BaseException | None = None) -> None: ...
+
+
 @dataclass(slots=True)
 class RunInfo:
     """Filled in while a request runs: which deployment served it, after how many attempts."""
@@ -77,6 +89,10 @@ class RunInfo:
     tried: list[str] = field(default_factory=list)
     fallback: str | None = None  # the group that served, when it is not the one asked for
     prompt_tokens: int | None = None  # given by the pipeline (context-window check)
+    # time.monotonic() of the first attempt's start and of the answer's end (metrics, logs)
+    upstream_start: float | None = None
+    upstream_end: float | None = None
+    spans: AttemptSpans | None = None  # the trace's spans for attempts, when tracing is on
 
     def headers(self) -> dict[str, str]:
         if self.deployment is None:

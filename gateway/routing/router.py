@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import math
 import random
 import time
@@ -23,8 +24,9 @@ from backends.base import Backend
 from gateway.canonical import CanonicalRequest, Chunk
 from gateway.config import Config
 from gateway.errors import GatewayError, InvalidRequest, RateLimited, Unavailable
+from gateway.logs import Throttled
 from gateway.routing.fanout import fan_out, needs_fanout
-from gateway.routing.health import Health
+from gateway.routing.health import OPEN, Health
 from gateway.routing.resolve import Resolver, Route, RunInfo, Target
 from gateway.routing.retry import backoff, deadline_exceeded, retry_after_header
 from gateway.routing.strategies import PICKERS, by_usage
@@ -34,6 +36,9 @@ if TYPE_CHECKING:
     from policies.store import Store
 
 Attempt = tuple[AsyncIterator[Chunk], Chunk | None]
+log = logging.getLogger("switchyard.router")
+# An upstream that keeps failing is logged once per deployment every 10 s, with a count.
+FAILURES = Throttled(log, 10.0)
 
 
 class Router:
@@ -65,8 +70,13 @@ class Router:
         """Run ``req`` on a deployment of ``route`` (or a fallback); yield its chunks."""
         deadline = self.clock() + req.timeout if req.timeout else None
         asked = route.group
-        route = self._fit(req, route, info)
-        target, served, (gen, first) = await self._first(req, route, asked, info, deadline)
+        try:
+            route = self._fit(req, route, info)
+            target, served, (gen, first) = await self._first(req, route, asked, info, deadline)
+        except BaseException:
+            if info.upstream_start is not None:
+                info.upstream_end = time.monotonic()
+            raise
         h = target.health
         count = served.model.strategy == "usage"
         tokens = 0
@@ -79,10 +89,14 @@ class Router:
                     yield ch
         except GatewayError as e:
             if e.deployment_fault:  # the deployment broke off mid-answer
-                h.breaker.failure(self.clock())
-                h.note_error(e.status, e.message)
+                self._blame(target, e, True)
+            if info.spans is not None:
+                info.spans.end(e)
             raise
         finally:
+            info.upstream_end = time.monotonic()
+            if info.spans is not None:
+                info.spans.end()
             h.inflight -= 1
             await gen.aclose()
             if count and tokens:
@@ -139,6 +153,10 @@ class Router:
         start = self.clock()
         h.breaker.acquire(start)
         h.inflight += 1
+        if info.upstream_start is None:
+            info.upstream_start = time.monotonic()
+        if info.spans is not None:
+            info.spans.start(target.name)
         gen: AsyncIterator[Chunk] | None = None
         try:
             if deadline is None:
@@ -154,27 +172,31 @@ class Router:
             first = None
         except GatewayError as e:
             h.inflight -= 1
+            if info.spans is not None:
+                info.spans.end(e)
             if gen is not None:
                 await gen.aclose()
             if e.deployment_fault:
-                now = self.clock()
-                h.observe(now - start)  # a failure is slow news too: keeps the latency strategy honest
-                h.breaker.failure(now, e.retry_after, count=target not in blamed)
-                h.note_error(e.status, e.message)
+                h.observe(self.clock() - start)  # a failure is slow news too (the latency strategy)
+                self._blame(target, e, target not in blamed)
                 blamed.add(target)
             else:
                 h.breaker.release()  # the caller's fault says nothing about the deployment
             return e
-        except TimeoutError:
+        except TimeoutError as e:
             # The caller's deadline ran out (a deployment's own timeout is an UpstreamError):
             # the caller's choice, not the deployment's failure.
             h.inflight -= 1
+            if info.spans is not None:
+                info.spans.end(e)
             h.breaker.release()
             if gen is not None:
                 await gen.aclose()
             raise deadline_exceeded(req.timeout, info.attempts) from None
-        except BaseException:
+        except BaseException as e:
             h.inflight -= 1
+            if info.spans is not None:
+                info.spans.end(e)
             h.breaker.release()
             if gen is not None:
                 await gen.aclose()
@@ -182,6 +204,18 @@ class Router:
         h.breaker.success()
         h.observe(self.clock() - start)
         return gen, first
+
+    def _blame(self, target: Target, e: GatewayError, count: bool) -> None:
+        """Count a failure against ``target``'s health; log it (at most once per deployment per
+        ``FAILURE_LOG_EVERY`` seconds) and the breaker opening."""
+        breaker = target.health.breaker
+        was_open = breaker.state == OPEN
+        breaker.failure(self.clock(), e.retry_after, count=count)
+        target.health.note_error(e.status, e.message)
+        FAILURES.warning(target.name, "deployment %s failed: %s", target.name, e.message)
+        if breaker.state == OPEN and not was_open:
+            log.warning("circuit breaker for %s opened for %.1f s (%d consecutive failures; last: %s)",
+                        target.name, breaker.retry_in(self.clock()), breaker.failures, e.message)
 
     @staticmethod
     def _open(target: Target, req: CanonicalRequest, route: Route) -> AsyncIterator[Chunk]:
