@@ -43,6 +43,7 @@ class RequestContext:
     started: float = field(default_factory=time.monotonic)
     dialect: str = ""  # the caller's dialect, once known
     shape: str = "chat"  # the answer and error shape (a renderer name)
+    dialect_named: bool = False  # the caller chose its dialect (x-switchyard-dialect): its errors
     principal: Principal | None = None
     requested_model: str = ""  # as the caller named it
     route: Route | None = None

@@ -29,8 +29,8 @@ from gateway.dialects.defaults import sampling_defaults
 from gateway.dialects.errors import error_bytes, error_json
 from gateway.dialects.parse import parse_request
 from gateway.dialects.passthrough import vendor_fields
-from gateway.dialects.registry import sniff_completion_dialect
-from gateway.dialects.render import RENDERERS, Renderer, sse
+from gateway.dialects.registry import DIALECT_HEADER, sniff_completion_dialect
+from gateway.dialects.render import RENDERERS, Renderer
 from gateway.dialects.spec import Dialect
 from gateway.errors import Forbidden, GatewayError, InvalidRequest, Unauthorized
 from gateway.requests import decode_body, model_name, warning_header
@@ -155,6 +155,7 @@ class Gateway:
             raise
         ctx.dialect = dialect.name
         ctx.shape = ep.renderer or dialect.name
+        ctx.dialect_named = ep.dialect is None and DIALECT_HEADER in headers
         principal = ctx.principal = await self.authenticate(headers)
         if bad is not None:
             raise bad
@@ -311,14 +312,15 @@ class Gateway:
                 ch = await anext(chunks, None)
         except GatewayError as e:
             ctx.status, ctx.error_type, ctx.error, ctx.cut = e.status, e.type, e, True
-            await out.end(b"".join(held) + sse(error_json(ctx.shape, e)[1]) + renderer.end())
+            body = error_json(ctx.shape, e, ctx.dialect_named)[1]
+            await out.end(b"".join(held) + renderer.error_event(body))
             return
         held.append(renderer.closing(tally.usage(), last))
         await out.end(b"".join(held))
 
     async def send_error(self, ctx: RequestContext, out: Responder, e: GatewayError,
                          headers: dict[str, str] | None = None) -> None:
-        status, body = error_bytes(ctx.shape, e)
+        status, body = error_bytes(ctx.shape, e, ctx.dialect_named)
         ctx.status, ctx.error_type, ctx.error = status, e.type, e
         await out.whole(status, {**(headers or {}), **e.headers}, body)
 

@@ -62,7 +62,7 @@ def logprobs_of(lp: Any) -> list[TokenLogprob] | None:
     if not isinstance(lp, dict):
         return None
     if isinstance(lp.get("content"), list):  # chat / SGP form
-        return [TokenLogprob(token=e.get("token", ""), logprob=float(e.get("logprob") or 0.0),
+        return [TokenLogprob(token=e.get("token", ""), logprob=_float(e.get("logprob")),
                              top=[TopLogprob(t.get("token", ""), float(t.get("logprob") or 0.0))
                                   for t in e.get("top_logprobs") or []],
                              bytes=e.get("bytes"))
@@ -70,11 +70,16 @@ def logprobs_of(lp: Any) -> list[TokenLogprob] | None:
     tokens = lp.get("tokens")
     if not isinstance(tokens, list):
         return None
-    lps = lp.get("token_logprobs") or [0.0] * len(tokens)
+    lps = lp.get("token_logprobs") or [None] * len(tokens)
     tops = lp.get("top_logprobs") or [None] * len(tokens)
-    return [TokenLogprob(token=t, logprob=float(v if v is not None else 0.0),
+    return [TokenLogprob(token=t, logprob=_float(v),
                          top=[TopLogprob(k, float(x)) for k, x in (top or {}).items()])
             for t, v, top in zip(tokens, lps, tops, strict=False)]
+
+
+def _float(v: Any) -> float | None:
+    """A token's logprob; null (echo's first prompt token, which nothing predicts) stays null."""
+    return None if v is None else float(v)
 
 
 def chunks_of(ans: Answer, *, chat: bool, delta: bool) -> list[Chunk]:

@@ -13,14 +13,17 @@ from gateway.errors import GatewayError, InvalidRequest
 _CHAT_SHAPE = ErrorShape()
 
 
-def shape_of(dialect: str) -> ErrorShape:
+def shape_of(dialect: str, named: bool = False) -> ErrorShape:
+    """``named``: the caller chose the dialect with x-switchyard-dialect."""
     d = DIALECTS.get(dialect.removesuffix("_native"))
-    return d.errors if d is not None else _CHAT_SHAPE
+    if d is None:
+        return _CHAT_SHAPE
+    return d.named_errors if named and d.named_errors is not None else d.errors
 
 
-def error_json(dialect: str, err: GatewayError) -> tuple[int, dict[str, Any]]:
+def error_json(dialect: str, err: GatewayError, named: bool = False) -> tuple[int, dict[str, Any]]:
     """(status, body) for ``err`` as a server of ``dialect`` would send it."""
-    shape = shape_of(dialect)
+    shape = shape_of(dialect, named)
     status = err.status
     if isinstance(err, InvalidRequest) and status == 400:
         status = shape.validation_status
@@ -32,8 +35,8 @@ def error_json(dialect: str, err: GatewayError) -> tuple[int, dict[str, Any]]:
                               "code": code}}
 
 
-def error_bytes(dialect: str, err: GatewayError) -> tuple[int, bytes]:
-    status, body = error_json(dialect, err)
+def error_bytes(dialect: str, err: GatewayError, named: bool = False) -> tuple[int, bytes]:
+    status, body = error_json(dialect, err, named)
     return status, msgspec.json.encode(body)
 
 

@@ -12,8 +12,10 @@ OPENAI = Dialect(
     params=(*c.OPENAI_CORE, c.stop(4),
             Param("prompt", "prompt", parse=c.prompt_parser())),
     emits=dict(c.OPENAI_EMITS),
-    # The proxy documents FastAPI's 422 {"detail": [...]} for validation errors.
-    errors=ErrorShape(validation_status=422, detail=True),
+    # A plain OpenAI body gets OpenAI's own 400 {"error": {..., "param"}} (the SDKs' BadRequestError);
+    # a caller naming the dialect gets the proxy's documented FastAPI 422 {"detail": [...]}.
+    errors=ErrorShape(validation_status=400),
+    named_errors=ErrorShape(validation_status=422, detail=True),
 )
 
 # vLLM's OpenAI server: the same names plus its sampling extras and guided decoding.

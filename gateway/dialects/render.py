@@ -117,6 +117,11 @@ class Renderer:
     def end(self) -> bytes:
         return DONE if self.sends_done else b""
 
+    def error_event(self, body: dict[str, Any]) -> bytes:
+        """A failure after the stream began: an event the caller's SDK raises on (OpenAI's reads
+        ``data: {"error": ...}``), then the stream's end."""
+        return sse(body) + self.end()
+
     def closing(self, usage: Usage, last: Chunk | None) -> bytes:
         """The stream's last bytes: the usage event when asked (or documented), then [DONE]."""
         return (self.usage_event(usage) if self.wants_stream_usage() else b"") + self.end()

@@ -111,6 +111,8 @@ class Dialect:
     params: tuple[Param, ...]
     emits: dict[str, Emit] = field(default_factory=dict)
     errors: ErrorShape = field(default_factory=ErrorShape)
+    # The error shape for callers who name the dialect (x-switchyard-dialect); default: ``errors``.
+    named_errors: ErrorShape | None = None
     # The server's own stop semantics: True when the returned text keeps the stop sequence.
     stop_in_output: bool = False
     # Derived from params: each row by the dialect's field name, for parsing.

@@ -135,7 +135,9 @@ async def _merge(call: Call, subs: list[Sub], n: int) -> AsyncIterator[Chunk]:
 
 
 def mean_logprob(lps: list[TokenLogprob] | None) -> float:
-    return sum(t.logprob for t in lps) / len(lps) if lps else -math.inf
+    """The mean over the tokens that have a logprob (echo's first prompt token has none)."""
+    scored = [t.logprob for t in lps or () if t.logprob is not None]
+    return sum(scored) / len(scored) if scored else -math.inf
 
 
 async def _rank(merged: AsyncIterator[Chunk], req: CanonicalRequest) -> AsyncIterator[Chunk]:

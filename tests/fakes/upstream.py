@@ -108,7 +108,8 @@ class FakeUpstream:
             else:
                 lp = ({"tokens": pieces, "token_logprobs": [b.logprob] * len(pieces), "top_logprobs": None}
                       if body.get("logprobs") is not None and body.get("logprobs") is not False else None)
-                choices = [{"index": i, "text": "".join(pieces), "finish_reason": finish,
+                echoed = _echo(body, lp)
+                choices = [{"index": i, "text": echoed + "".join(pieces), "finish_reason": finish,
                             "logprobs": lp} for i in range(n)]
             out: dict[str, Any] = {"id": "cmpl-up", "object": "text_completion", "created": 1,
                                    "model": body.get("model"), "choices": choices}
@@ -141,6 +142,19 @@ class FakeUpstream:
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
+
+
+def _echo(body: dict[str, Any], lp: dict[str, Any] | None) -> str:
+    """OpenAI's echo: the prompt leads the text; with logprobs, its words lead the tokens and the
+    first has a null logprob (nothing predicts it)."""
+    prompt = body.get("prompt")
+    if not body.get("echo") or not isinstance(prompt, str):
+        return ""
+    if lp is not None:
+        words = [w if i == 0 else " " + w for i, w in enumerate(prompt.split(" "))]
+        lp["tokens"] = words + lp["tokens"]
+        lp["token_logprobs"] = [None] + [-0.5] * (len(words) - 1) + lp["token_logprobs"]
+    return prompt
 
 
 def refused_url() -> str:

@@ -79,9 +79,9 @@ async def test_sdk_errors(cfg, gateway_for, upstream) -> None:
         with pytest.raises(openai.AuthenticationError):
             await openai.AsyncOpenAI(api_key="sk-nope", base_url=str(gw.base_url) + "/v1",
                                      max_retries=0).completions.create(model="vendor/gpt", prompt="x")
-        with pytest.raises(openai.UnprocessableEntityError) as e:
+        with pytest.raises(openai.BadRequestError) as e:
             await oa.completions.create(model="vendor/gpt", prompt="x", temperature=5)
-        assert e.value.response.json()["detail"][0]["loc"] == ["body", "temperature"]
+        assert e.value.param == "temperature"
         with pytest.raises(openai.BadRequestError) as b:
             await oa.chat.completions.create(model="vendor/gpt", top_p=3,
                                              messages=[{"role": "user", "content": "x"}])

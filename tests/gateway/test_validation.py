@@ -152,10 +152,10 @@ def test_range_edges_are_accepted(dialect: str, fields: dict[str, Any]) -> None:
 
 # --- the error's shape per dialect -----------------------------------------------------------
 
-def test_openai_and_sgp_validation_is_422_detail() -> None:
+def test_named_openai_proxy_and_sgp_validation_is_422_detail() -> None:
     err = InvalidRequest("temperature must be between 0 and 2 (got 3)", param="temperature")
-    for shape in ("openai", "sgp"):
-        status, body = error_json(shape, err)
+    for shape, named in (("openai", True), ("sgp", False), ("sgp", True)):
+        status, body = error_json(shape, err, named)
         assert status == 422
         assert body == {"detail": [{"loc": ["body", "temperature"],
                                     "msg": "temperature must be between 0 and 2 (got 3)",
@@ -172,8 +172,9 @@ def test_llamacpp_error_code_is_the_status() -> None:
         assert body["error"]["message"] == "prompt is required"
 
 
-@pytest.mark.parametrize("shape", ["vllm", "mistralrs", "fireworks", "chat"])
+@pytest.mark.parametrize("shape", ["openai", "vllm", "mistralrs", "fireworks", "chat"])
 def test_other_dialects_error_object(shape: str) -> None:
+    """A plain OpenAI body (dialect not named) gets OpenAI's own 400 with ``param``."""
     status, body = error_json(shape, InvalidRequest("n must be ...", param="n"))
     assert status == 400
     assert body["error"]["param"] == "n" and body["error"]["type"] == "invalid_request_error"
@@ -184,7 +185,8 @@ def test_other_dialects_error_object(shape: str) -> None:
 
 HTTP_CASES = [
     # (path, headers, body, status, how to read the message)
-    ("/v1/completions", {}, {"temperature": 5}, 422, "detail"),
+    ("/v1/completions", {}, {"temperature": 5}, 400, "error"),
+    ("/v1/completions", {"x-switchyard-dialect": "openai"}, {"temperature": 5}, 422, "detail"),
     ("/v1/completions", {"x-switchyard-dialect": "vllm"}, {"logprobs": 21}, 400, "error"),
     ("/v1/completions", {}, {"mirostat": 7}, 400, "llama"),
     ("/v1/completions", {}, {"dry_multiplier": -1}, 400, "error"),
@@ -196,7 +198,7 @@ HTTP_CASES = [
 
 
 @pytest.mark.parametrize(("path", "headers", "fields", "status", "shape"), HTTP_CASES,
-                         ids=[f"{p}:{next(iter(f))}" for p, _, f, _, _ in HTTP_CASES])
+                         ids=[f"{p}:{next(iter(f))}:{s}" for p, _, f, s, _ in HTTP_CASES])
 async def test_http_validation_error_in_callers_shape(upstream, gateway_for, path, headers, fields,
                                                       status, shape) -> None:
     param = next(iter(fields))

@@ -150,3 +150,29 @@ async def test_best_of_without_n_ranks_parallel_calls(upstreams):
     assert [c["text"] for c in body["choices"]] == ["best answer"]
     assert body["choices"][0]["logprobs"]["token_logprobs"] == [-0.1, -0.1]
     assert body["usage"]["completion_tokens"] == 6
+
+
+async def test_best_of_with_echo_logprobs_ranks_past_the_null_first_prompt_token(upstreams):
+    """Echo's first prompt token has a null logprob (nothing predicts it): ranking skips it, and
+    the caller sees it null, not 0."""
+    up = upstreams[0]
+    up.script += [Behaviour(text="meh answer", logprob=-2.0), Behaviour(text="best answer", logprob=-0.1)]
+    router = Router(config(group("m/x", dep("l", up.url, dialect="fireworks"))))
+    router.resolve("m/x").targets[0].caps.n = False
+    async with serve(router.config, router=router) as client:
+        r = await client.post("/v1/completions", json=completion("m/x", prompt="say it", best_of=2,
+                                                                 echo=True, logprobs=0))
+    assert r.status_code == 200, r.text
+    assert len(up.requests) == 2 and all(x.body["echo"] is True for x in up.requests)
+    choice = r.json()["choices"][0]
+    assert choice["text"] == "say itbest answer"
+    lp = choice["logprobs"]
+    assert lp["tokens"][:2] == ["say", " it"]
+    assert lp["token_logprobs"] == [None, -0.5, -0.1, -0.1]
+
+
+async def test_mean_logprob_skips_null_tokens():
+    from gateway.routing.fanout import mean_logprob
+
+    assert mean_logprob([TokenLogprob("a", None), TokenLogprob("b", -1.0), TokenLogprob("c", -3.0)]) == -2.0
+    assert mean_logprob([TokenLogprob("a", None)]) == float("-inf")
