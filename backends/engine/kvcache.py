@@ -1,43 +1,69 @@
 """A slot-based KV cache shared by all sequences of the batch.
 
-Each layer keeps one key and one value tensor shaped ``[slots, kv_heads, capacity, head_dim]``.
-Active sequences always sit in slots ``0..B-1`` (the scheduler swaps a leaving sequence to the
-end), so a decode step attends over the view ``[:B, :, :max_len]`` without gathering anything.
-Free slots keep their tokens: a new prompt sharing a prefix with one of them copies that
-prefix instead of recomputing it (prompt caching).
+One tensor ``[layers, 2 (key, value), rows, kv_heads, capacity, head_dim]`` on the model's
+device. Active sequences always sit in slots ``0..B-1`` (the scheduler swaps a leaving sequence
+to the end), so a decode step attends over the view ``[:B, :, :max_len]`` without gathering
+anything. Free slots keep their tokens: a new prompt sharing a prefix with one of them copies
+that prefix instead of recomputing it (prompt caching).
+
+The tensor is sized by what is in flight: it starts at a few slots and positions and grows in
+chunks (slots by ``SLOT_CHUNK``, positions by ``POS_CHUNK`` or half the capacity, whichever is
+more) up to ``slots`` x ``max_len``. One row past the slots is scratch: a static-shape decode
+step (CUDA graphs) writes its padding rows there.
 """
 
 from __future__ import annotations
 
 import torch
 
+SLOT_CHUNK = 8
+POS_CHUNK = 256
+INITIAL_POS = 64  # an idle engine holds next to nothing
+
 
 class KVCache:
     def __init__(self, layers: int, slots: int, kv_heads: int, head_dim: int, max_len: int,
-                 dtype: torch.dtype, initial: int = 256) -> None:
+                 dtype: torch.dtype, device: torch.device | str = "cpu") -> None:
         self.layers, self.slots, self.kv_heads, self.head_dim = layers, slots, kv_heads, head_dim
         self.max_len = max_len
         self.dtype = dtype
+        self.device = torch.device(device)
         self.capacity = 0
-        self.k: list[torch.Tensor] = []
-        self.v: list[torch.Tensor] = []
+        self.rows = 0  # slots allocated (the scratch row comes on top)
+        self.kv = torch.empty(0)
         # The token ids whose keys/values each slot holds (its valid length is len(tokens[s])).
         self.tokens: list[list[int]] = [[] for _ in range(slots)]
-        self.ensure(min(initial, max_len))
+        self.generation = 0  # bumped on every reallocation (captured graphs hold the old tensor)
+        self.ensure(min(INITIAL_POS, max_len), 1)
 
-    def ensure(self, needed: int) -> None:
-        """Grow every layer's buffers to hold ``needed`` positions (doubling, capped at max_len)."""
-        if needed <= self.capacity:
+    @property
+    def scratch(self) -> int:
+        return self.rows
+
+    def ensure(self, needed: int, slots: int = 0) -> None:
+        """Room for ``needed`` positions in ``slots`` slots (grown in chunks, never shrunk)."""
+        if needed <= self.capacity and slots <= self.rows:
             return
-        cap = max(needed, min(self.max_len, max(256, self.capacity * 2)))
-        shape = (self.slots, self.kv_heads, cap, self.head_dim)
-        new_k = [torch.zeros(shape, dtype=self.dtype) for _ in range(self.layers)]
-        new_v = [torch.zeros(shape, dtype=self.dtype) for _ in range(self.layers)]
-        used = max((len(t) for t in self.tokens), default=0)
-        if self.capacity and used:
-            for old, new in zip(self.k + self.v, new_k + new_v, strict=True):
-                new[:, :, :used].copy_(old[:, :, :used])
-        self.k, self.v, self.capacity = new_k, new_v, cap
+        if needed > self.max_len or slots > self.slots:
+            raise ValueError(f"KV cache asked for {slots} slots x {needed} positions "
+                             f"(limit {self.slots} x {self.max_len})")
+        cap = self.capacity
+        if needed > cap:
+            cap = min(self.max_len, _round_up(max(needed, cap + cap // 2), POS_CHUNK))
+        rows = self.rows
+        if slots > rows:
+            rows = min(self.slots, _round_up(slots, SLOT_CHUNK))
+        new = torch.zeros((self.layers, 2, rows + 1, self.kv_heads, cap, self.head_dim),
+                          dtype=self.dtype, device=self.device)
+        used = max((len(t) for t in self.tokens[:self.rows]), default=0)
+        if self.rows and used:
+            new[:, :, :self.rows, :, :used].copy_(self.kv[:, :, :self.rows, :, :used])
+        self.kv, self.capacity, self.rows = new, cap, rows
+        self.generation += 1
+
+    def layer(self, i: int) -> torch.Tensor:
+        """Layer ``i``'s ``[2, rows + 1, kv_heads, capacity, head_dim]`` (contiguous)."""
+        return self.kv[i]
 
     def length(self, slot: int) -> int:
         return len(self.tokens[slot])
@@ -45,8 +71,7 @@ class KVCache:
     def copy_prefix(self, src: int, dst: int, n: int) -> None:
         """Make slot ``dst`` hold the first ``n`` positions of slot ``src``."""
         if src != dst and n:
-            for t in self.k + self.v:
-                t[dst, :, :n].copy_(t[src, :, :n])
+            self.kv[:, :, dst, :, :n].copy_(self.kv[:, :, src, :, :n])
         self.tokens[dst] = self.tokens[src][:n]
 
     def swap(self, a: int, b: int) -> None:
@@ -54,10 +79,10 @@ class KVCache:
             return
         n = max(len(self.tokens[a]), len(self.tokens[b]))
         if n:
-            for t in self.k + self.v:
-                tmp = t[a, :, :n].clone()
-                t[a, :, :n].copy_(t[b, :, :n])
-                t[b, :, :n].copy_(tmp)
+            kv = self.kv
+            tmp = kv[:, :, a, :, :n].clone()
+            kv[:, :, a, :, :n].copy_(kv[:, :, b, :, :n])
+            kv[:, :, b, :, :n].copy_(tmp)
         self.tokens[a], self.tokens[b] = self.tokens[b], self.tokens[a]
 
     def best_prefix(self, prompt: list[int], candidates: list[int]) -> tuple[int | None, int]:
@@ -76,3 +101,7 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     while i < n and a[i] == b[i]:
         i += 1
     return i
+
+
+def _round_up(n: int, chunk: int) -> int:
+    return -(-n // chunk) * chunk

@@ -86,13 +86,86 @@ def _convert_gguf(path: Path, folder: Path) -> None:
 
 def load(cfg: EngineConfig) -> Loaded:
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     folder = resolve_folder(cfg)
-    dtype = getattr(torch, cfg.dtype)
+    device = resolve_device(cfg.device)
+    dtype = getattr(torch, resolve_dtype(cfg.dtype, device))
     tok = AutoTokenizer.from_pretrained(str(folder))
-    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype).eval()
-    model.requires_grad_(False)
+    model = _load_model(folder, dtype, device)
     return Loaded(model=model, tokenizer=tok, folder=folder)
+
+
+def resolve_device(name: str) -> Any:
+    """``auto``: CUDA when torch sees a GPU, else CPU."""
+    import torch
+
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("engine.device is cuda but torch sees no GPU")
+    return torch.device(name)
+
+
+def resolve_dtype(name: str, device: Any) -> str:
+    """``auto``: bfloat16 on CUDA and on CPUs with native bf16 products (AMX or avx512_bf16),
+    where it is the faster type (docs/engine.md); float32 elsewhere."""
+    if name != "auto":
+        return name
+    if device.type == "cuda" or cpu_has_bf16():
+        return "bfloat16"
+    return "float32"
+
+
+def cpu_has_bf16() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "amx_bf16" in flags or "avx512_bf16" in flags
+
+
+def _load_model(folder: Path, dtype: Any, device: Any) -> Any:
+    """The model built empty (meta tensors), then each stored tensor read once, converted to
+    ``dtype`` on ``device`` and assigned: no float32 detour, no memory-mapped copy of the file kept
+    alive beside the weights."""
+    import torch
+    from safetensors import safe_open
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(str(folder))
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    state: dict[str, Any] = {}
+    for file in _weight_files(folder):
+        with safe_open(str(file), framework="pt", device="cpu") as f:
+            for name in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
+                state[name] = f.get_tensor(name).to(device=device, dtype=dtype, copy=True)
+    model.load_state_dict(state, strict=False, assign=True)
+    del state
+    embed, head = model.get_input_embeddings(), model.get_output_embeddings()
+    if getattr(config, "tie_word_embeddings", False) and head is not None:
+        # Whichever of the pair the file stores becomes the one shared tensor.
+        shared = head.weight if embed.weight.is_meta else embed.weight
+        embed.weight = head.weight = shared
+    # Non-persistent buffers (the rotary inv_freq) are not in the file: rebuild those modules.
+    for name, mod in list(model.named_modules()):
+        if any(b.is_meta for b in mod.buffers(recurse=False)):
+            parent, _, attr = name.rpartition(".")
+            setattr(model.get_submodule(parent), attr, type(mod)(config=config).to(device))
+    missing = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    if missing:
+        raise ValueError(f"weights missing from {folder}: {missing[:5]}")
+    model.eval().requires_grad_(False)
+    return model
+
+
+def _weight_files(folder: Path) -> list[Path]:
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        import json
+
+        return [folder / f for f in sorted(set(json.loads(index.read_text())["weight_map"].values()))]
+    return [folder / "model.safetensors"]

@@ -163,6 +163,7 @@ class Engine:
         slot = len(self.active)
         seq.slot = slot
         self.active.append(seq)
+        cache.ensure(0, slot + 1)
         ids = seq.prompt.ids
         echo_lp = bool(job.req.echo) and job.req.logprobs is not None and job.req.kind != "chat"
         reuse = 0
