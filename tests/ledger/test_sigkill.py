@@ -49,7 +49,7 @@ async def test_sigkill_mid_load_then_restart_writes_every_answered_request_once(
             await wait_healthy(port, procs)
             answered: list[tuple[float, str]] = []  # (when the answer was complete, request id)
             sent: set[str] = set()
-            stop_at = time.monotonic() + 1.5
+            stop_at = time.monotonic() + 20  # the kill ends the load
 
             async def worker(w: int) -> None:
                 async with httpx.AsyncClient(timeout=10) as c:
@@ -67,22 +67,40 @@ async def test_sigkill_mid_load_then_restart_writes_every_answered_request_once(
                         assert r.status_code == 200, r.text
                         answered.append((time.monotonic(), rid))
 
+            # Once the writer is at work, the table is locked: its insert in flight blocks (the batch
+            # read, not acknowledged) and later records stay unread, however fast it was until then.
+            # The blocked insert may still commit after the kill: the replay must not double it.
+            lock = await asyncpg.connect(database_url)
+            tx = lock.transaction()
+
             async def killer() -> float:
-                await asyncio.sleep(1.0)
+                give_up = time.monotonic() + 15
+                while True:  # the writer has made the schema and written a first batch
+                    assert time.monotonic() < give_up, "the first gateway wrote no row in 15 s"
+                    await asyncio.sleep(0.1)
+                    try:
+                        if await lock.fetchval("SELECT count(*) FROM usage_records"):
+                            break
+                    except asyncpg.UndefinedTableError:
+                        pass
+                await tx.start()
+                await lock.execute("LOCK TABLE usage_records IN ACCESS EXCLUSIVE MODE")
+                await asyncio.sleep(0.5)
                 procs[0].send_signal(signal.SIGKILL)
                 return time.monotonic()
 
-            _, killed_at = await asyncio.gather(asyncio.gather(*(worker(w) for w in range(6))), killer())
-            procs[0].wait(10)
+            try:
+                _, killed_at = await asyncio.gather(asyncio.gather(*(worker(w) for w in range(6))),
+                                                    killer())
+                procs[0].wait(10)
+                before = await lock.fetchval("SELECT count(*) FROM usage_records")
+            finally:
+                await tx.rollback()
+                await lock.close()
             # Answers completed before the kill were settled into the stream (settle is sent right
             # after the answer; 50 ms is ample margin).
             must = {rid for t, rid in answered if t < killed_at - 0.05}
             assert len(must) > 30
-            conn = await asyncpg.connect(database_url)
-            try:
-                before = await conn.fetchval("SELECT count(*) FROM usage_records")
-            finally:
-                await conn.close()
             assert before < len(must)  # the restart has work to do
 
             # A new process (a new consumer): reads the rest, and claims the dead one's pending.
