@@ -129,6 +129,17 @@ async def test_the_console_in_a_browser(upstream, database_url, browser):
         assert (await complete(c, old)).status_code == 200
         answered = made + 3
 
+        # set a limit and an allowlist: the same PATCH a script sends, in force at once
+        await page.click('[data-edit="rotating"]')
+        await page.fill('#edit-form input[name="rpm"]', "7")
+        await page.fill('#edit-form input[name="models"]', "openai/gpt-4o")
+        await page.click("#edit-ok")
+        row = page.locator("#keys-table tr", has=page.locator('[data-key-state="rotating"]'))
+        await expect(row).to_contain_text("rpm 7")
+        r = await complete(c, rotated)
+        assert r.status_code == 200 and r.headers["x-ratelimit-limit-requests"] == "7"
+        answered += 1
+
         # the usage explorer: cursor pages and a CSV export of what was asked
         await wait_rows(database_url, answered)
         await goto(page, "usage")
