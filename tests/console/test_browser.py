@@ -107,6 +107,13 @@ async def test_the_console_in_a_browser(upstream, database_url, browser):
         assert new_key.startswith("sk-sy-")
         assert (await complete(c, new_key)).status_code == 200
         await expect(page.locator('[data-key-state="browser"]')).to_have_text("active")
+        # a team's daily spend quota, raised: the bar shows spend against the new quota
+        await page.fill('#team-form input[name="name"]', "ml")
+        await page.fill('#team-form input[name="spend_per_day"]', "2")
+        await page.click('#team-form button[type="submit"]')
+        ml = page.locator("#teams-table tbody tr", has_text="spend_per_day $2.00")
+        await expect(ml).to_contain_text("/ $2.00")
+        await expect(ml.locator("meter")).to_have_attribute("max", "2")
         await shot(page, "keys")
         await page.click("#new-key-done")
         await expect(page.locator("#new-key-box")).to_be_hidden()
