@@ -196,8 +196,13 @@ class MemoryStore:
         self._docs[name] = copy.deepcopy(doc)
         if ttl_ms is None:
             self._doc_exp.pop(name, None)
-        else:
-            self._doc_exp[name] = self._now() + ttl_ms
+            return
+        now = self._now()
+        if len(self._doc_exp) >= 1024:  # sweep now and then: expired docs nobody reads again
+            for n in [n for n, exp in self._doc_exp.items() if exp <= now]:
+                self._docs.pop(n, None)
+                del self._doc_exp[n]
+        self._doc_exp[name] = now + ttl_ms
 
     async def add_member(self, set_name: str, member: str) -> None:
         self._sets[set_name].add(member)

@@ -51,7 +51,7 @@ def signin_page(message: str = "", status: int = 200) -> Response[Any]:
 def console_pages(auth: AdminAuth) -> Router:
     sessions = auth.sessions
 
-    @get("/")
+    @get("/", include_in_schema=False)
     async def ui(request: Request[Any, Any, Any]) -> Response[Any]:
         if auth.master_key is None:
             return signin_page("The console is disabled: the gateway has no master_key.", 503)
@@ -60,7 +60,7 @@ def console_pages(auth: AdminAuth) -> Router:
             return signin_page()
         return _page(APP_HTML.replace("{{csrf}}", html.escape(session.csrf)))
 
-    @post("/login", status_code=303)
+    @post("/login", status_code=303, include_in_schema=False)
     async def login(request: Request[Any, Any, Any]) -> Response[Any]:
         raw = await request.body()
         form = parse_qs(raw[:MAX_FORM_BYTES].decode("utf-8", "replace"))
@@ -73,7 +73,7 @@ def console_pages(auth: AdminAuth) -> Router:
                         secure=request.url.scheme == "https", max_age=sessions.ttl_s)
         return Response("", status_code=303, headers=SECURITY_HEADERS | {"location": "/ui"}, cookies=[cookie])
 
-    @post("/logout", status_code=303)
+    @post("/logout", status_code=303, include_in_schema=False)
     async def logout(request: Request[Any, Any, Any]) -> Response[Any]:
         sid = request.cookies.get(COOKIE)
         session = await sessions.get(sid)
@@ -86,7 +86,7 @@ def console_pages(auth: AdminAuth) -> Router:
         gone = Cookie(key=COOKIE, value="", path="/", httponly=True, samesite="strict", max_age=0)
         return Response("", status_code=303, headers=SECURITY_HEADERS | {"location": "/ui"}, cookies=[gone])
 
-    @get("/static/{name:str}")
+    @get("/static/{name:str}", include_in_schema=False)
     async def asset(name: FromPath[str]) -> Response[Any]:
         found = ASSETS.get(name)
         if found is None:

@@ -107,6 +107,13 @@ async def test_the_console_in_a_browser(upstream, database_url, browser):
         assert new_key.startswith("sk-sy-")
         assert (await complete(c, new_key)).status_code == 200
         await expect(page.locator('[data-key-state="browser"]')).to_have_text("active")
+        # a team's daily spend quota, raised: the bar shows spend against the new quota
+        await page.fill('#team-form input[name="name"]', "ml")
+        await page.fill('#team-form input[name="spend_per_day"]', "2")
+        await page.click('#team-form button[type="submit"]')
+        ml = page.locator("#teams-table tbody tr", has_text="spend_per_day $2.00")
+        await expect(ml).to_contain_text("/ $2.00")
+        await expect(ml.locator("meter")).to_have_attribute("max", "2")
         await shot(page, "keys")
         await page.click("#new-key-done")
         await expect(page.locator("#new-key-box")).to_be_hidden()
@@ -128,6 +135,17 @@ async def test_the_console_in_a_browser(upstream, database_url, browser):
         assert (await complete(c, rotated)).status_code == 200
         assert (await complete(c, old)).status_code == 200
         answered = made + 3
+
+        # set a limit and an allowlist: the same PATCH a script sends, in force at once
+        await page.click('[data-edit="rotating"]')
+        await page.fill('#edit-form input[name="rpm"]', "7")
+        await page.fill('#edit-form input[name="models"]', "openai/gpt-4o")
+        await page.click("#edit-ok")
+        row = page.locator("#keys-table tr", has=page.locator('[data-key-state="rotating"]'))
+        await expect(row).to_contain_text("rpm 7")
+        r = await complete(c, rotated)
+        assert r.status_code == 200 and r.headers["x-ratelimit-limit-requests"] == "7"
+        answered += 1
 
         # the usage explorer: cursor pages and a CSV export of what was asked
         await wait_rows(database_url, answered)

@@ -280,6 +280,18 @@ async def test_documents_and_sets(store):
     assert await store.members(f"{store.ns}:s") == {"a", "b"}
 
 
+async def test_documents_with_a_ttl_vanish(store):
+    short, kept = f"{store.ns}:session:1", f"{store.ns}:session:2"
+    await store.put_doc(short, {"csrf": "a"}, ttl_ms=150)
+    await store.put_doc(kept, {"csrf": "b"}, ttl_ms=60_000)
+    assert await store.get_docs([short, kept]) == [{"csrf": "a"}, {"csrf": "b"}]
+    await asyncio.sleep(0.3)
+    assert await store.get_docs([short, kept]) == [None, {"csrf": "b"}]
+    await store.put_doc(kept, {"csrf": "c"})  # put again without a ttl: kept for good
+    await asyncio.sleep(0.01)
+    assert await store.get_docs([kept]) == [{"csrf": "c"}]
+
+
 async def test_the_hot_path_pipelines_and_follows_a_moved_slot(store, limiter_for):
     """Redis stores admit and settle over their own pipelined connection, one per node; a stale
     slot map (MOVED) is followed by redis-py, with the same outcome."""

@@ -11,8 +11,10 @@ let depTimer = null;
 async function loadOverview() {
   const o = await api("GET", `/admin/overview?range=${range}`);
   document.querySelectorAll("[data-range]").forEach(b => b.classList.toggle("on", b.dataset.range === range));
-  document.getElementById("ov-source").textContent =
-    `from the ${o.source === "ledger" ? "usage ledger" : "store's aggregates"}, by ${o.bucket}`;
+  // The store keeps daily sums only: without the ledger a short range shows whole UTC days.
+  document.getElementById("ov-source").textContent = o.source === "ledger"
+    ? `from the usage ledger, by ${o.bucket}`
+    : `from the store's daily aggregates${range === "30d" ? "" : " (whole UTC days: add a ledger for hours)"}`;
   const t = o.total;
   document.getElementById("stat-requests").textContent = num(t.requests);
   document.getElementById("stat-errors").textContent = num(t.errors);

@@ -137,8 +137,10 @@ function init() {
     const v = formValues(ev.target);
     const limits = limitsFrom(v, ["rpm", "tpm", "spend_per_day", "spend_per_month"]);
     for (const [k, x] of Object.entries(limits)) if (x === null) delete limits[k];
+    const body = {limits};
+    if (v.models) body.models = modelList(v.models);  // empty: the team's allowlist stays as it is
     guarded(async () => {
-      await api("PUT", `/admin/teams/${encodeURIComponent(v.name)}`, {limits, models: modelList(v.models)});
+      await api("PUT", `/admin/teams/${encodeURIComponent(v.name)}`, body);
       ev.target.reset();
       await load();
     });
