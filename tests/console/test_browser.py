@@ -1,7 +1,8 @@
 """End to end in headless Chromium (Debian's ``chromium``) against a gateway on loopback with a
 usage ledger: sign in, the overview counts the requests made, keys created / used / revoked /
 rotated, the usage explorer pages and exports CSV, deployments, sign out. Each page's screenshot
-goes to docs/console/<page>.png."""
+goes to a temporary folder, or to ``$CONSOLE_SCREENSHOTS`` (``CONSOLE_SCREENSHOTS=docs/console``
+refreshes the README's pictures) so that a test run leaves the checkout as it found it."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import csv
 import io
 import os
 import shutil
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,7 +20,7 @@ from playwright.async_api import Browser, Page, async_playwright, expect
 from tests.console.conftest import KEY, MASTER, complete, console_config, gateway
 from tests.ledger.helpers import wait_rows
 
-SHOTS = Path(__file__).resolve().parents[2] / "docs" / "console"
+SHOTS = Path(os.environ.get("CONSOLE_SCREENSHOTS") or Path(tempfile.gettempdir()) / "switchyard-console")
 
 
 def chromium_path() -> str:
