@@ -16,6 +16,7 @@ from typing import Any
 from gateway.context import REQUEST_ID, RequestContext, request_id
 from gateway.dialects.errors import error_bytes
 from gateway.errors import GatewayError, InvalidRequest, MethodNotAllowed, PayloadTooLarge
+from gateway.logs import REQUEST
 from gateway.pipeline import JSON, Endpoint, Gateway
 from gateway.server import DISCONNECT, Disconnect
 
@@ -164,6 +165,7 @@ def endpoint_app(gw: Gateway, ep: Endpoint, path: str) -> ASGIApp:
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         raw_id = next((v for k, v in scope["headers"] if k == b"x-request-id"), None)
         ctx = RequestContext(request_id(raw_id.decode("latin-1") if raw_id else None), path)
+        REQUEST.set(ctx.id)  # every line logged while serving it names it
         ctx.shape = default_shape
         out = AsgiResponder(ctx, scope, send, receive)
         gw.begin()
