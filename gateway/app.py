@@ -111,6 +111,12 @@ def create_app(config: Config, *, router: Router | None = None,
         if config.logging.access else None
     if access is not None:
         gw.observers.append(access.observe)
+    if config.tracing.otlp_endpoint is not None:
+        from gateway.cli import package_version
+        from gateway.tracing import Tracing  # the otel extra: only imported when configured
+
+        gw.tracing = Tracing(config.tracing, package_version())
+        gw.observers.append(gw.tracing.end)
     handlers = [models, health, ready, policies.admin_router()]
     if exporter is not None:
         gw.observers.append(exporter.recorder.observe)
@@ -143,6 +149,8 @@ def create_app(config: Config, *, router: Router | None = None,
             await exporter.aclose()
         if access is not None:
             access.flush()
+        if gw.tracing is not None:
+            gw.tracing.shutdown()
 
     app = Litestar(
         route_handlers=handlers,
