@@ -27,12 +27,17 @@ BATCH = 256  # lines written together at most
 _encode = msgspec.json.Encoder().encode
 
 
+def _ms(seconds: float) -> float:
+    """Milliseconds to the microsecond (cheaper than ``round``)."""
+    return int(seconds * 1e6) / 1000
+
+
 def record(ctx: RequestContext) -> dict[str, Any]:
     """The access line's fields (absent rather than null when unknown)."""
     now = time.time()
     out: dict[str, Any] = {"ts": iso(now), "event": "request", "request_id": ctx.id,
                            "endpoint": ctx.endpoint, "status": ctx.status or 499,
-                           "latency_ms": round(ctx.latency * 1000, 3)}
+                           "latency_ms": _ms(ctx.latency)}
     if ctx.dialect:
         out["dialect"] = ctx.dialect
     p = ctx.principal
@@ -66,10 +71,10 @@ def record(ctx: RequestContext) -> dict[str, Any]:
                                   + usage.completion_tokens * price.completion_per_1m) / 1e6, 9)
     ttfb = ctx.ttfb
     if ttfb is not None:
-        out["ttfb_ms"] = round(ttfb * 1000, 3)
+        out["ttfb_ms"] = _ms(ttfb)
     upstream = ctx.upstream
     if upstream is not None:
-        out["upstream_ms"] = round(upstream * 1000, 3)
+        out["upstream_ms"] = _ms(upstream)
     return out
 
 
