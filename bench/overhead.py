@@ -88,6 +88,12 @@ class Procs:
                 os.killpg(p.pid, signal.SIGKILL)
 
 
+def family(pid: int) -> list[int]:
+    """The process's children (a supervisor's workers)."""
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(x) for x in out.split()]
+
+
 def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -212,7 +218,13 @@ def main() -> int:
                          "rps": r32["rps"], "streams": s32["rps"], "ttfb50": statistics.median(t),
                          "ttfb99": sorted(t)[int(len(t) * 0.99) - 1], "errors": errors,
                          "cpu_req": r32["cpu_us"], "cpu_stream": s32["cpu_us"]}
-        peak_rss = rss_mib(gw.pid)
+        peak_rss, quiet_rss = rss_mib(gw.pid), rss_mib(gws["quiet"][1].pid)
+        # On vs off once more, interleaved: other load on a shared machine moves both alike.
+        rounds: dict[str, list[dict]] = {"gateway": [], "quiet": []}
+        for _ in range(3):
+            for name in rounds:
+                base, key, pid = targets[name]
+                rounds[name].append(wrk(base + "/completions", comp, 32, max(dur // 2, 2), key, pid))
     finally:
         procs.stop()
 
@@ -238,7 +250,16 @@ def main() -> int:
     print(f"vs LiteLLM Proxy's reference figures on this rig: {g['rps'] / litellm['rps']:.1f}x requests/s, "
           f"{g['streams'] / litellm['streams']:.1f}x streams/s")
     q = res["quiet"]
-    print("\nObservability (/metrics counting + access log) on, the default, vs both off, same run:")
+    print(f"gateway with observability off: RSS after load {quiet_rss:.1f} MiB")
+    on_rps = statistics.median(r["rps"] for r in rounds["gateway"])
+    off_rps = statistics.median(r["rps"] for r in rounds["quiet"])
+    on_cpu = statistics.median(r["cpu_us"] for r in rounds["gateway"])
+    off_cpu = statistics.median(r["cpu_us"] for r in rounds["quiet"])
+    print("\nObservability (/metrics counting + access log) on, the default, vs both off, same run.")
+    print(f"Interleaved, 3 rounds of {max(dur // 2, 2)} s at c=32, medians: requests/s on {on_rps:.0f}, "
+          f"off {off_rps:.0f}, on/off {on_rps / off_rps:.3f}x; server CPU per request on {on_cpu:.0f} us, "
+          f"off {off_cpu:.0f} us, off/on {off_cpu / on_cpu:.3f}x")
+    print("The runs above, one each:")
     print(f"{'figure':<44}{'off':>10}{'on':>10}{'on / off':>16}")
     for label, k in (("requests/s, non-streaming, c=32", "rps"), ("20-chunk streams/s, c=32", "streams")):
         print(f"{label:<44}{q[k]:>10.0f}{g[k]:>10.0f}{g[k] / q[k]:>15.3f}x")
@@ -273,10 +294,14 @@ def compare_workers(n: int, dur: int) -> int:
             time.sleep(1.0)
             base = f"http://127.0.0.1:{port}/v1/completions"
             wrk(base, comp, 8, 1, KEY)  # warm-up
+            pids = [gw.pid, *family(gw.pid)]
+            cpu0 = sum(cpu_seconds(p) for p in pids)
             r = wrk(base, comp, 64, dur, KEY)
-            res.setdefault(workers, {"rps": [], "errors": 0})
+            cpu = sum(cpu_seconds(p) for p in pids) - cpu0
+            res.setdefault(workers, {"rps": [], "errors": 0, "cpu_us": []})
             res[workers]["rps"].append(r["rps"])
             res[workers]["errors"] += r["errors"]
+            res[workers]["cpu_us"].append(cpu / max(r["requests"], 1) * 1e6)
             os.killpg(gw.pid, signal.SIGTERM)
             gw.wait(timeout=30)
     finally:
@@ -287,6 +312,9 @@ def compare_workers(n: int, dur: int) -> int:
     print(f"  1 worker : {one:>8.0f} req/s  (runs: {', '.join(f'{x:.0f}' for x in res[1]['rps'])})")
     print(f"  {n} workers: {many:>8.0f} req/s  (runs: {', '.join(f'{x:.0f}' for x in res[n]['rps'])})")
     print(f"  ratio    : {many / one:.2f}x   errors: {res[1]['errors']} / {res[n]['errors']}")
+    c1, cn = statistics.median(res[1]["cpu_us"]), statistics.median(res[n]["cpu_us"])
+    print(f"  gateway CPU per request (all its processes): 1 worker {c1:.0f} us, {n} workers {cn:.0f} us: "
+          f"with {n} free cores the ceiling would be {n * c1 / cn:.2f}x one worker's")
     return 0
 
 
