@@ -1,12 +1,17 @@
 """The gateway's added latency and its throughput, beside calling the upstream directly.
 
     .venv/bin/python bench/overhead.py [--duration 8] [--deployments 1] [--quick]
+    .venv/bin/python bench/overhead.py --workers 2 [--duration 8]
 
 Pins the server under test (the gateway, or for the baseline a second mock) to core 1 and the
 load generator plus the gateway's upstream mock to core 0, as ``../shared/bench`` does. Load is
 wrk (C, one thread; ``apt-get install wrk``) for latency and throughput, and an asyncio client in
 this process for a stream's time to first byte. Every figure is printed beside the direct one,
-with the ratio or the difference. Loopback only; every run is bounded in time.
+with the ratio or the difference. The gateway runs twice in the same run: as configured by
+default (``/metrics`` counting and the access log on, written to a file) and with both off; their
+ratio is what observability costs. ``--workers N`` instead compares N worker processes with one
+at c=64 (Redis store; every process shares both cores with the load and the mock). Loopback only;
+every run is bounded in time.
 """
 
 from __future__ import annotations
@@ -27,8 +32,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-MOCK = ROOT.parent / "shared" / "bench" / "mock_upstream.py"
-WRK_LUA = ROOT.parent / "shared" / "bench" / "wrk_post.lua"
+# The rig: ../shared/bench from the checkout (from a worktree under ../wt/, two levels up).
+RIG = next((d for d in (ROOT.parent / "shared" / "bench", ROOT.parent.parent / "shared" / "bench")
+            if d.exists()), ROOT.parent / "shared" / "bench")
+MOCK = RIG / "mock_upstream.py"
+WRK_LUA = RIG / "wrk_post.lua"
 KEY = "sk-bench"
 
 
@@ -62,8 +70,10 @@ class Procs:
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def start(self, cmd: list[str], **kw: object) -> subprocess.Popen[bytes]:
-        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,  # type: ignore[call-overload]
-                             start_new_session=True, **kw)
+        # Logs go to a file, as in production: a pipe nobody reads would stall a busy gateway.
+        with tempfile.TemporaryFile() as log:  # the child keeps its own descriptor
+            p = subprocess.Popen(cmd, stdout=log, stderr=log,  # type: ignore[call-overload]
+                                 start_new_session=True, **kw)
         self.procs.append(p)
         return p
 
@@ -76,6 +86,12 @@ class Procs:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
+
+
+def family(pid: int) -> list[int]:
+    """The process's children (a supervisor's workers)."""
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(x) for x in out.split()]
 
 
 def rss_mib(pid: int) -> float:
@@ -129,10 +145,13 @@ async def ttfb(url: str, body: dict, key: str | None, n: int) -> list[float]:
     return out
 
 
-def config_yaml(upstreams: list[int]) -> str:
+def config_yaml(upstreams: list[int], observe: bool = True, store: str = "memory://") -> str:
     deps = "\n".join(f"      - {{name: d{i}, backend: upstream, dialect: openai, "
                      f"base_url: 'http://127.0.0.1:{p}/v1'}}" for i, p in enumerate(upstreams))
     return f"""
+store: {{url: '{store}'}}
+metrics: {{enabled: {str(observe).lower()}}}
+logging: {{access: {str(observe).lower()}}}
 models:
   - name: mock/gpt
     strategy: weighted
@@ -148,12 +167,15 @@ def main() -> int:
     ap.add_argument("--duration", type=int, default=8, help="seconds per wrk run")
     ap.add_argument("--deployments", type=int, default=1, help="deployments in the model group")
     ap.add_argument("--quick", action="store_true", help="2 s runs (a smoke check, not figures)")
+    ap.add_argument("--workers", type=int, default=1, help="N > 1: compare N worker processes with 1")
     args = ap.parse_args()
     if not shutil.which("wrk"):
         sys.exit("bench/overhead.py needs wrk: apt-get install wrk")
     if not MOCK.exists():
         sys.exit(f"bench/overhead.py needs the mock upstream at {MOCK}")
     dur = 2 if args.quick else args.duration
+    if args.workers > 1:
+        return compare_workers(args.workers, dur)
     if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
         os.sched_setaffinity(0, {0})  # this process (the TTFB client) is load too: core 0
     py = sys.executable
@@ -164,22 +186,25 @@ def main() -> int:
             procs.start(pinned("0", [py, str(MOCK), "--port", str(p)]))
         direct_port = free_port()  # the baseline server under test: a mock alone on core 1
         direct = procs.start(pinned("1", [py, str(MOCK), "--port", str(direct_port)]))
-        cfg = Path(tempfile.mkdtemp()) / "bench.yaml"
-        cfg.write_text(config_yaml(ups))
-        gw_port = free_port()
-        gw = procs.start(pinned("1", [py, "-m", "gateway", "serve", "--config", str(cfg),
-                                      "--port", str(gw_port)]), cwd=ROOT)
-        for p in (*ups, direct_port):
+        gws = {}
+        for name, observe in (("gateway", True), ("quiet", False)):
+            cfg = Path(tempfile.mkdtemp()) / "bench.yaml"
+            cfg.write_text(config_yaml(ups, observe))
+            port = free_port()
+            gws[name] = (port, procs.start(pinned("1", [py, "-m", "gateway", "serve", "--config", str(cfg),
+                                                        "--port", str(port)]), cwd=ROOT))
+        for p in (*ups, direct_port, *(port for port, _ in gws.values())):
             wait_http(p, "/health")
-        wait_http(gw_port, "/health")
         time.sleep(0.5)
+        gw_port, gw = gws["gateway"]
         idle_rss = rss_mib(gw.pid)
 
         comp = {"model": "mock/gpt", "prompt": "Say this is a test", "max_tokens": 16}
         stream = {"model": "mock/gpt", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 20,
                   "stream": True, "stream_options": {"include_usage": True}}
         targets = {"direct": (f"http://127.0.0.1:{direct_port}/v1", None, direct.pid),
-                   "gateway": (f"http://127.0.0.1:{gw_port}/v1", KEY, gw.pid)}
+                   "gateway": (f"http://127.0.0.1:{gw_port}/v1", KEY, gw.pid),
+                   "quiet": (f"http://127.0.0.1:{gws['quiet'][0]}/v1", KEY, gws["quiet"][1].pid)}
         res: dict[str, dict[str, float]] = {k: {} for k in targets}
         for name, (base, key, pid) in targets.items():
             # Warm-up at c=1: a burst first leaves the next seconds noisier on these VMs.
@@ -193,7 +218,13 @@ def main() -> int:
                          "rps": r32["rps"], "streams": s32["rps"], "ttfb50": statistics.median(t),
                          "ttfb99": sorted(t)[int(len(t) * 0.99) - 1], "errors": errors,
                          "cpu_req": r32["cpu_us"], "cpu_stream": s32["cpu_us"]}
-        peak_rss = rss_mib(gw.pid)
+        peak_rss, quiet_rss = rss_mib(gw.pid), rss_mib(gws["quiet"][1].pid)
+        # On vs off once more, interleaved: other load on a shared machine moves both alike.
+        rounds: dict[str, list[dict]] = {"gateway": [], "quiet": []}
+        for _ in range(3):
+            for name in rounds:
+                base, key, pid = targets[name]
+                rounds[name].append(wrk(base + "/completions", comp, 32, max(dur // 2, 2), key, pid))
     finally:
         procs.stop()
 
@@ -218,6 +249,72 @@ def main() -> int:
     litellm = {"rps": 85.0, "streams": 35.0}  # ../shared/bench/README.md reference run, this box
     print(f"vs LiteLLM Proxy's reference figures on this rig: {g['rps'] / litellm['rps']:.1f}x requests/s, "
           f"{g['streams'] / litellm['streams']:.1f}x streams/s")
+    q = res["quiet"]
+    print(f"gateway with observability off: RSS after load {quiet_rss:.1f} MiB")
+    on_rps = statistics.median(r["rps"] for r in rounds["gateway"])
+    off_rps = statistics.median(r["rps"] for r in rounds["quiet"])
+    on_cpu = statistics.median(r["cpu_us"] for r in rounds["gateway"])
+    off_cpu = statistics.median(r["cpu_us"] for r in rounds["quiet"])
+    print("\nObservability (/metrics counting + access log) on, the default, vs both off, same run.")
+    print(f"Interleaved, 3 rounds of {max(dur // 2, 2)} s at c=32, medians: requests/s on {on_rps:.0f}, "
+          f"off {off_rps:.0f}, on/off {on_rps / off_rps:.3f}x; server CPU per request on {on_cpu:.0f} us, "
+          f"off {off_cpu:.0f} us, off/on {off_cpu / on_cpu:.3f}x")
+    print("The runs above, one each:")
+    print(f"{'figure':<44}{'off':>10}{'on':>10}{'on / off':>16}")
+    for label, k in (("requests/s, non-streaming, c=32", "rps"), ("20-chunk streams/s, c=32", "streams")):
+        print(f"{label:<44}{q[k]:>10.0f}{g[k]:>10.0f}{g[k] / q[k]:>15.3f}x")
+    for label, k in (("server CPU per request, c=32 (us)", "cpu_req"),
+                     ("server CPU per 20-chunk stream, c=32 (us)", "cpu_stream")):
+        print(f"{label:<44}{q[k]:>10.0f}{g[k]:>10.0f}{g[k] - q[k]:>+13.0f} us")
+    print(f"{'p50 latency, non-streaming, c=1 (ms)':<44}{q['p50']:>10.3f}{g['p50']:>10.3f}"
+          f"{g['p50'] - q['p50']:>+13.3f} ms")
+    return 0
+
+
+def compare_workers(n: int, dur: int) -> int:
+    """Requests/s at c=64 with ``--workers n`` and with one worker, the same Redis store."""
+    py = sys.executable
+    procs = Procs()
+    res: dict[int, dict] = {}
+    try:
+        up = free_port()
+        procs.start([py, str(MOCK), "--port", str(up)])
+        rport = free_port()
+        procs.start(["redis-server", "--port", str(rport), "--save", "", "--appendonly", "no"])
+        wait_http(up, "/health")
+        time.sleep(0.5)
+        cfg = Path(tempfile.mkdtemp()) / "bench.yaml"
+        cfg.write_text(config_yaml([up], store=f"redis://127.0.0.1:{rport}/0"))
+        comp = {"model": "mock/gpt", "prompt": "Say this is a test", "max_tokens": 16}
+        for workers in (1, n, 1, n):  # interleaved: drift on a shared machine hits both alike
+            port = free_port()
+            gw = procs.start([py, "-m", "gateway", "serve", "--config", str(cfg), "--port", str(port),
+                              "--workers", str(workers)], cwd=ROOT)
+            wait_http(port, "/health")
+            time.sleep(1.0)
+            base = f"http://127.0.0.1:{port}/v1/completions"
+            wrk(base, comp, 8, 1, KEY)  # warm-up
+            pids = [gw.pid, *family(gw.pid)]
+            cpu0 = sum(cpu_seconds(p) for p in pids)
+            r = wrk(base, comp, 64, dur, KEY)
+            cpu = sum(cpu_seconds(p) for p in pids) - cpu0
+            res.setdefault(workers, {"rps": [], "errors": 0, "cpu_us": []})
+            res[workers]["rps"].append(r["rps"])
+            res[workers]["errors"] += r["errors"]
+            res[workers]["cpu_us"].append(cpu / max(r["requests"], 1) * 1e6)
+            os.killpg(gw.pid, signal.SIGTERM)
+            gw.wait(timeout=30)
+    finally:
+        procs.stop()
+    one, many = statistics.median(res[1]["rps"]), statistics.median(res[n]["rps"])
+    print(f"\nSwitchyard --workers {n} vs 1: non-streaming requests/s at c=64, {dur} s per run, "
+          f"2 rounds interleaved, Redis store, {os.cpu_count()} cores shared by gateway, wrk and mock")
+    print(f"  1 worker : {one:>8.0f} req/s  (runs: {', '.join(f'{x:.0f}' for x in res[1]['rps'])})")
+    print(f"  {n} workers: {many:>8.0f} req/s  (runs: {', '.join(f'{x:.0f}' for x in res[n]['rps'])})")
+    print(f"  ratio    : {many / one:.2f}x   errors: {res[1]['errors']} / {res[n]['errors']}")
+    c1, cn = statistics.median(res[1]["cpu_us"]), statistics.median(res[n]["cpu_us"])
+    print(f"  gateway CPU per request (all its processes): 1 worker {c1:.0f} us, {n} workers {cn:.0f} us: "
+          f"with {n} free cores the ceiling would be {n * c1 / cn:.2f}x one worker's")
     return 0
 
 

@@ -10,6 +10,7 @@ from litestar import Litestar, Request, Response, get
 from litestar.exceptions import HTTPException
 from litestar.openapi import OpenAPIConfig
 
+from gateway.access import AccessLog
 from gateway.asgi import Switchyard, endpoint_app
 from gateway.config import Config
 from gateway.console import console_routes
@@ -22,6 +23,7 @@ from gateway.dialects.openai import OPENAI, VLLM
 from gateway.dialects.sgp import SGP
 from gateway.dialects.spec import Dialect
 from gateway.errors import GatewayError, PayloadTooLarge
+from gateway.logs import settings as log_settings
 from gateway.openapi import add_completion_paths
 from gateway.pipeline import Endpoint, Gateway
 from gateway.router import Router
@@ -106,6 +108,16 @@ def create_app(config: Config, *, router: Router | None = None,
         return Response(body, status_code=status, media_type="application/json")
 
     exporter = Exporter(gw) if config.metrics.enabled else None
+    access = AccessLog(log_settings(None, None, config.logging.level, config.logging.format)[1]) \
+        if config.logging.access else None
+    if access is not None:
+        gw.observers.append(access.observe)
+    if config.tracing.otlp_endpoint is not None:
+        from gateway.cli import package_version
+        from gateway.tracing import Tracing  # the otel extra: only imported when configured
+
+        gw.tracing = Tracing(config.tracing, package_version())
+        gw.observers.append(gw.tracing.end)
     handlers = [models, health, ready, policies.admin_router(), *console_routes(gw, router, policies)]
     if exporter is not None:
         gw.observers.append(exporter.recorder.observe)
@@ -136,6 +148,10 @@ def create_app(config: Config, *, router: Router | None = None,
         await policies.aclose()
         if exporter is not None:
             await exporter.aclose()
+        if access is not None:
+            access.flush()
+        if gw.tracing is not None:
+            gw.tracing.shutdown()
 
     app = Litestar(
         route_handlers=handlers,

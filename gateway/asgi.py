@@ -16,7 +16,9 @@ from typing import Any
 from gateway.context import REQUEST_ID, RequestContext, request_id
 from gateway.dialects.errors import error_bytes
 from gateway.errors import GatewayError, InvalidRequest, MethodNotAllowed, PayloadTooLarge
+from gateway.logs import REQUEST
 from gateway.pipeline import JSON, Endpoint, Gateway
+from gateway.propagation import OUTGOING
 from gateway.server import DISCONNECT, Disconnect
 
 Scope = MutableMapping[str, Any]
@@ -164,6 +166,10 @@ def endpoint_app(gw: Gateway, ep: Endpoint, path: str) -> ASGIApp:
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         raw_id = next((v for k, v in scope["headers"] if k == b"x-request-id"), None)
         ctx = RequestContext(request_id(raw_id.decode("latin-1") if raw_id else None), path)
+        REQUEST.set(ctx.id)  # every line logged while serving it names it
+        OUTGOING.set({REQUEST_ID: ctx.id})  # and every upstream call made for it
+        if gw.tracing is not None:
+            gw.tracing.begin(ctx, scope["headers"])
         ctx.shape = default_shape
         out = AsgiResponder(ctx, scope, send, receive)
         gw.begin()

@@ -1,13 +1,17 @@
-"""``switchyard serve --config PATH [--host H] [--port P] [--workers N]``, ``switchyard
+"""``switchyard serve --config PATH [--host H] [--port P] [--workers N] [--log-level L]
+[--log-format json|console]``, ``switchyard
 check-config PATH`` and ``switchyard --version``."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
 from gateway.config import ConfigError, load_config
+from gateway.logs import FORMAT_ENV, FORMATS, LEVEL_ENV, LEVELS
+from gateway.logs import settings as log_settings
 
 
 def package_version() -> str:
@@ -27,6 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--port", type=int, help="overrides server.port")
     serve.add_argument("--workers", type=int, default=1,
                        help="worker processes on one port (more than 1 needs a redis:// store)")
+    serve.add_argument("--log-level", choices=LEVELS, help=f"overrides logging.level and ${LEVEL_ENV}")
+    serve.add_argument("--log-format", choices=FORMATS,
+                       help=f"json, or console for a terminal; overrides logging.format and ${FORMAT_ENV}")
     check = sub.add_parser("check-config", help="validate a config file and exit")
     check.add_argument("path")
     args = parser.parse_args(argv)
@@ -44,6 +51,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.workers < 1:
         print("switchyard: --workers must be at least 1", file=sys.stderr)
         return 2
+    try:
+        level, fmt = log_settings(args.log_level, args.log_format, config.logging.level,
+                                  config.logging.format)
+    except ValueError as e:
+        print(f"switchyard: {e} (${LEVEL_ENV}, ${FORMAT_ENV})", file=sys.stderr)
+        return 2
+    os.environ[LEVEL_ENV], os.environ[FORMAT_ENV] = level, fmt  # worker processes read these
     from gateway.server import serve as run
 
     return run(config, path, args.host or config.server.host,

@@ -27,9 +27,15 @@ REQUEST: ContextVar[str | None] = ContextVar("switchyard_request", default=None)
 _encode = msgspec.json.Encoder().encode
 
 
+_second: list[Any] = [-1, ""]  # the last second formatted: strftime costs a microsecond
+
+
 def iso(ts: float) -> str:
     """UTC, millisecond precision: 2026-11-24T19:06:06.123Z."""
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1000):03d}Z"
+    sec = int(ts)
+    if sec != _second[0]:
+        _second[:] = [sec, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))]
+    return f"{_second[1]}.{int((ts - sec) * 1000):03d}Z"
 
 
 class JsonFormatter(logging.Formatter):

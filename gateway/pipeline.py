@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
@@ -39,6 +39,9 @@ from gateway.streaming import Tally, gather
 from policies.base import Outcome, Principal
 from policies.factory import Policies
 from policies.tokens import count_prompt_tokens
+
+if TYPE_CHECKING:
+    from gateway.tracing import Tracing
 
 log = logging.getLogger("switchyard")
 
@@ -100,6 +103,7 @@ class Gateway:
         self.policies = policies
         # Called with every finished request's context (access log, metrics).
         self.observers: list[Callable[[RequestContext], None]] = []
+        self.tracing: Tracing | None = None  # set when tracing.otlp_endpoint is configured
         self.inflight = 0  # requests between their first byte in and their settlement
         self._idle: asyncio.Event | None = None  # set when inflight drops to 0 (drain waits on it)
 

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import gc
 import json
+import logging
 import os
 import signal
 import socket
@@ -26,8 +27,10 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.config import Config, ConfigError, ServerConfig, load_config
+from gateway.logs import configure_logging, settings
 from gateway.scrape import METRICS_DIR, metrics_dir, prepare_dir
 
+log = logging.getLogger("switchyard")
 CONFIG_ENV = "SWITCHYARD_CONFIG"  # the config file a worker process loads
 # The scope extension through which a request hears that its client hung up (gateway.asgi).
 DISCONNECT = "switchyard.disconnect"
@@ -150,16 +153,17 @@ def worker_app() -> Any:
     """The app of one worker process (uvicorn calls this in each; the config path comes in the
     environment)."""
     from gateway.app import create_app
-    from gateway.logs import configure_logging
 
-    configure_logging()
-    app = create_app(load_config(os.environ[CONFIG_ENV]))
+    config = load_config(os.environ[CONFIG_ENV])
+    configure_logging(*settings(None, None, config.logging.level, config.logging.format))
+    app = create_app(config)
     _tune_gc()
     return app
 
 
 def serve(config: Config, config_path: str, host: str, port: int, workers: int = 1) -> int:
     """Run until SIGTERM/SIGINT; the exit status (2: this config cannot be served so)."""
+    configure_logging(*settings(None, None, config.logging.level, config.logging.format))
     if workers > 1 and config.store.url.startswith("memory://"):
         print(f"switchyard: --workers {workers} needs a shared store: with memory:// every worker "
               "would keep its own limits and usage (set store.url to redis://...)", file=sys.stderr)
@@ -170,16 +174,17 @@ def serve(config: Config, config_path: str, host: str, port: int, workers: int =
         signal.signal(sig, lambda *_: None)
     if workers == 1:
         from gateway.app import create_app
-        from gateway.logs import configure_logging
 
-        configure_logging()
         try:
             app = create_app(config)
         except ConfigError as e:
+            log.error("cannot serve this config: %s", e)
             print(f"switchyard: cannot serve this config\n{e}", file=sys.stderr)
             return 2
         _tune_gc()
+        _started(config, host, port, workers)
         uvicorn.Server(serve_config(app, config, host, port)).run()
+        log.info("switchyard stopped")
         return 0
     os.environ[CONFIG_ENV] = os.path.abspath(config_path)
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
@@ -194,8 +199,26 @@ def serve(config: Config, config_path: str, host: str, port: int, workers: int =
         metrics = metrics_dir() or Path(run_dir) / "metrics"
         prepare_dir(metrics)
         os.environ[METRICS_DIR] = str(metrics)
+        _started(config, host, port, workers)
         Multiprocess(cfg, sockets=[sock]).run()
+    log.info("switchyard stopped")
     return 0
+
+
+def _started(config: Config, host: str, port: int, workers: int) -> None:
+    from gateway.cli import package_version
+
+    log.info("switchyard started", extra={"fields": {
+        "version": package_version(), "address": f"http://{host}:{port}", "workers": workers,
+        "models": [m.name for m in config.models], "store": redacted(config.store.url),
+        "metrics": config.metrics.enabled, "tracing": config.tracing.otlp_endpoint is not None}})
+
+
+def redacted(url: str) -> str:
+    """A URL without its password (redis://:secret@host -> redis://***@host)."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, host = rest.rpartition("@")
+    return f"{scheme}{sep}***@{host}" if at and userinfo else url
 
 
 def _engines(config: Config, run_dir: str) -> contextlib.AbstractContextManager[None]:

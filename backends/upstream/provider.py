@@ -25,6 +25,7 @@ from gateway.dialects import passthrough
 from gateway.dialects.outgoing import Emulation, render_request
 from gateway.dialects.registry import DIALECTS
 from gateway.errors import InvalidRequest, UpstreamError
+from gateway.propagation import OUTGOING
 
 _decode = msgspec.json.decode
 _encode = msgspec.json.encode
@@ -95,6 +96,9 @@ class UpstreamBackend:
         assert self._exchange is not None
         dep = self.deployment
         extra = req.extra_headers or None  # checked when parsed and against the allow-list
+        own = OUTGOING.get()  # the request id and trace context
+        if own:
+            extra = {**extra, **own} if extra else own
         # Whose clock runs out: the caller's deadline (its choice) or the deployment's timeout.
         callers = req.timeout is not None and req.timeout < dep.timeout
         timeout = min(req.timeout, dep.timeout) if req.timeout is not None else dep.timeout

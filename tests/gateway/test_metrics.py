@@ -145,3 +145,18 @@ async def test_a_metrics_token_guards_the_endpoint(upstream) -> None:
 async def test_metrics_can_be_turned_off(upstream) -> None:
     async with serve(config(upstream.url, metrics={"enabled": False})) as client:
         assert (await client.get("/metrics")).status_code == 404
+
+
+async def test_the_grafana_dashboard_queries_only_metrics_that_exist(upstream) -> None:
+    import json
+    import re
+    from pathlib import Path
+
+    dash = json.loads((Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    used = {re.sub(r"_(bucket|total)$", "", n) for e in exprs for n in re.findall(r"switchyard_[a-z_]+", e)}
+    async with serve(config(upstream.url)) as client:
+        await client.post("/v1/completions", json={"model": MODEL, "prompt": "hi"})
+        text = (await client.get("/metrics")).text
+    exported = {fam.name for fam in text_string_to_metric_families(text)}
+    assert used <= exported, used - exported
