@@ -49,6 +49,9 @@ MAPPINGS: list[tuple[Dialect, dict[str, Any], str, Any]] = [
     (SGP, {"max_completion_tokens": 13}, "max_tokens", 13),
     (SGP, {"max_new_tokens": 13, "max_tokens": 13}, "max_tokens", 13),  # agreeing aliases
     (CHAT, {"max_completion_tokens": 14}, "max_tokens", 14),
+    (OPENAI, {"max_completion_tokens": 15}, "max_tokens", 15),  # OpenAI's newer name, on completions too
+    (VLLM, {"max_completion_tokens": 0}, "max_tokens", 0),
+    (MISTRALRS, {"max_completion_tokens": 16}, "max_tokens", 16),
     (CHAT, {"max_tokens": 14}, "max_tokens", 14),
     # stop
     (OPENAI, {"stop": "\n"}, "stop", ["\n"]),
