@@ -94,3 +94,37 @@ def test_keep_last_counts_as_the_gateway_counts() -> None:
             out = keep_last(text, keep, e)
             assert text.endswith(out) and 0 < count_text(out, e) <= keep
     assert keep_last("short", 50, enc) == "short" and keep_last("x", 0, None) == ""
+
+
+# --- 429s carry OpenAI's six x-ratelimit headers ---------------------------------------------------
+
+def limited_config(url: str, **limits: int):  # type: ignore[no-untyped-def]
+    return base_config([upstream_model("v/m", url)],
+                       keys=[{"id": "k1", "team": "t", "key": "sk-test-key", "limits": limits}])
+
+
+RATE_HEADERS = [f"x-ratelimit-{what}-{kind}" for kind in ("requests", "tokens")
+                for what in ("limit", "remaining", "reset")]
+
+
+async def test_a_429_states_both_per_minute_limits(upstream, gateway_for) -> None:
+    body = {"model": "v/m", "prompt": "hi", "max_tokens": 10}
+    async with gateway_for(limited_config(upstream.url, rpm=2, tpm=1000)) as client:
+        ok = [await client.post("/v1/completions", json=body) for _ in range(2)]
+        by_rpm = await client.post("/v1/completions", json=body)
+    assert [r.status_code for r in ok] == [200, 200] and by_rpm.status_code == 429
+    h = by_rpm.headers
+    assert all(name in h for name in RATE_HEADERS), dict(h)
+    assert (h["x-ratelimit-limit-requests"], h["x-ratelimit-remaining-requests"]) == ("2", "0")
+    assert h["x-ratelimit-limit-tokens"] == "1000"
+    # the second admission left 1000 - 2 x 11 reserved; a little has refilled since
+    assert 1000 - 22 <= int(h["x-ratelimit-remaining-tokens"]) <= 1000
+
+    async with gateway_for(limited_config(upstream.url, rpm=100, tpm=15)) as client:
+        first = await client.post("/v1/completions", json=body)
+        by_tpm = await client.post("/v1/completions", json=body)
+    assert first.status_code == 200 and by_tpm.status_code == 429
+    h = by_tpm.headers
+    assert all(name in h for name in RATE_HEADERS), dict(h)
+    assert (h["x-ratelimit-limit-tokens"], h["x-ratelimit-remaining-tokens"]) == ("15", "0")
+    assert h["x-ratelimit-limit-requests"] == "100" and int(h["x-ratelimit-remaining-requests"]) == 99
