@@ -73,7 +73,7 @@ def create_app(config: Config, *, router: Router | None = None,
         data = [{"id": name, "object": "model", "created": 0, "owned_by": name.split("/")[0]}
                 for m in config.models
                 for name in (m.name, *m.aliases)
-                if principal.may_use(m.name) and not name.endswith("/*")]
+                if principal.may_use(m.name) and not name.endswith("*")]
         return Response(msgspec.json.encode({"object": "list", "data": data}),
                         media_type="application/json")
 
