@@ -34,6 +34,9 @@ from policies.store import StoreDown
 COMPLETIONS = Endpoint("completion", None)
 FIREWORKS_COMPLETIONS = Endpoint("completion", FIREWORKS)
 SGP_COMPLETIONS = Endpoint("completion", SGP)
+SGP_CHAT = Endpoint("chat", CHAT, renderer="sgp_chat")
+SGP_V5_COMPLETIONS = Endpoint("completion", SGP, renderer="sgp_v5")
+SGP_V5_CHAT = Endpoint("chat", CHAT, renderer="sgp_v5_chat")
 LLAMACPP_COMPLETION = Endpoint("completion", LLAMACPP_NATIVE, renderer="llamacpp_native",
                                model_optional=True)
 CHAT_COMPLETIONS = Endpoint("chat", CHAT)
@@ -46,6 +49,10 @@ HOT: dict[str, tuple[Endpoint, str, list[Dialect]]] = {
                         [OPENAI, VLLM, LLAMACPP, MISTRALRS]),
     "/inference/v1/completions": (FIREWORKS_COMPLETIONS, "Completions: Fireworks AI", [FIREWORKS]),
     "/v4/beta/completions": (SGP_COMPLETIONS, "Completions: Scale GenAI Platform", [SGP]),
+    "/v4/beta/chat/completions": (SGP_CHAT, "Chat completions: Scale GenAI Platform (scale-gp)", [CHAT]),
+    "/v5/completions": (SGP_V5_COMPLETIONS, "Completions: Scale GenAI Platform v5 (scale-gp-beta)", [SGP]),
+    "/v5/chat/completions": (SGP_V5_CHAT, "Chat completions: Scale GenAI Platform v5 (scale-gp-beta)",
+                             [CHAT]),
     "/completion": (LLAMACPP_COMPLETION, "llama.cpp native completion", [LLAMACPP_NATIVE]),
     "/v1/chat/completions": (CHAT_COMPLETIONS, "Chat completions", [CHAT]),
     "/inference/v1/chat/completions": (CHAT_COMPLETIONS, "Chat completions (Fireworks path)", [CHAT]),
@@ -70,7 +77,7 @@ def create_app(config: Config, *, router: Router | None = None,
         data = [{"id": name, "object": "model", "created": 0, "owned_by": name.split("/")[0]}
                 for m in config.models
                 for name in (m.name, *m.aliases)
-                if principal.may_use(m.name) and not name.endswith("/*")]
+                if principal.may_use(m.name) and not name.endswith("*")]
         return Response(msgspec.json.encode({"object": "list", "data": data}),
                         media_type="application/json")
 

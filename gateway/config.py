@@ -141,7 +141,9 @@ class DeploymentConfig(_Model):
 
 class ModelConfig(_Model):
     name: str = Field(..., description="vendor/model_name, or vendor/* for a wildcard route")
-    aliases: list[str] = Field(default_factory=list)
+    aliases: list[str] = Field(default_factory=list, description="other names; on a vendor/* route of "
+                               "fireworks-dialect upstreams also a pattern such as "
+                               "accounts/fireworks/models/* (Fireworks' own names)")
     deployments: list[DeploymentConfig] = Field(..., min_length=1)
     strategy: Literal["weighted", "least_busy", "latency", "usage"] = "weighted"
     fallbacks: list[str] = Field(default_factory=list)
@@ -165,6 +167,26 @@ class ModelConfig(_Model):
         if dup:
             raise ValueError(f"deployment names repeat: {sorted(dup)}")
         return self
+
+    @model_validator(mode="after")
+    def _alias_patterns(self) -> ModelConfig:
+        """A pattern alias maps Fireworks' ``accounts/<account>/models/<name>`` onto a ``vendor/*``
+        route whose upstreams speak the fireworks dialect (they know the name in that form)."""
+        for a in self.aliases:
+            if "*" not in a:
+                continue
+            if a.count("*") > 1 or not a.endswith("/*") or len(a) < 3:
+                raise ValueError(f"alias pattern {a!r} must end in /* and have no other *")
+            if not self.name.endswith("/*"):
+                raise ValueError(f"alias pattern {a!r} needs a vendor/* route (this one is {self.name})")
+            if any(d.backend != "upstream" or d.dialect != "fireworks" for d in self.deployments):
+                raise ValueError(f"alias pattern {a!r} is for fireworks-dialect routes: every deployment "
+                                 "must be a fireworks upstream")
+        return self
+
+    def alias_patterns(self) -> list[str]:
+        """The prefixes of this route's pattern aliases (``accounts/fireworks/models/``)."""
+        return [a[:-1] for a in self.aliases if a.endswith("*")]
 
 
 class TeamConfig(_Model):

@@ -14,10 +14,12 @@ from litestar.openapi.spec import (
     Schema,
 )
 
-from gateway.dialects.spec import BOOL, INT, LIST, NUMBER, OBJECT, STR, Dialect, Param
+from gateway.dialects.spec import BOOL, BOOL_OR_INT, INT, LIST, NUMBER, OBJECT, STR, Dialect, Param
 
-_TYPES = {NUMBER: OpenAPIType.NUMBER, INT: OpenAPIType.INTEGER, BOOL: OpenAPIType.BOOLEAN,
-          STR: OpenAPIType.STRING, LIST: OpenAPIType.ARRAY, OBJECT: OpenAPIType.OBJECT}
+_TYPES: dict[tuple[type, ...], OpenAPIType | list[OpenAPIType]] = {
+    NUMBER: OpenAPIType.NUMBER, INT: OpenAPIType.INTEGER, BOOL: OpenAPIType.BOOLEAN,
+    STR: OpenAPIType.STRING, LIST: OpenAPIType.ARRAY, OBJECT: OpenAPIType.OBJECT,
+    BOOL_OR_INT: [OpenAPIType.BOOLEAN, OpenAPIType.INTEGER]}
 
 
 def param_schema(p: Param) -> Schema:

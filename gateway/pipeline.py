@@ -197,7 +197,9 @@ class Gateway:
 
     def _route(self, req: CanonicalRequest, principal: Principal) -> Route:
         route = self.router.resolve(req.model)
-        if not (principal.may_use(route.group) and principal.may_use(req.model)):
+        # The allow-lists see the configured name the caller's resolved to: an alias neither
+        # escapes them nor needs listing itself.
+        if not principal.may_use(route.group):
             raise Forbidden(f"key {principal.key_id} may not use model {req.model}", param="model")
         return route
 

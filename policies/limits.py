@@ -64,6 +64,18 @@ def ratelimit_headers(adm: Admission) -> dict[str, str]:
     return h
 
 
+def _since(state: tuple[int, int, int] | None, then_ms: int, now_ms: int) -> tuple[int, int, int] | None:
+    """A per-minute limit's (limit, remaining, reset ms) seen at ``then_ms``, at ``now_ms``: the
+    bucket refills evenly over the minute (GCRA)."""
+    if state is None:
+        return None
+    limit, remaining, reset = state
+    elapsed = max(now_ms - then_ms, 0)
+    if elapsed >= reset:
+        return limit, limit, 0
+    return limit, min(limit, remaining + elapsed * limit // 60_000), reset - elapsed
+
+
 class Limiter:
     """``Policy`` over a shared store, with an in-process fallback for fail-open deployments."""
 
@@ -77,6 +89,9 @@ class Limiter:
         self._down_until = 0.0
         self.outage = False  # the store failed and has not answered since (logged once each way)
         self._plans: dict[tuple[str, str], tuple[Principal, Plan]] = {}
+        # The per-minute limits as this replica last admitted against them, per (key, model): a
+        # 429 states the limits that did not refuse from here (OpenAI sends all six headers).
+        self._seen: dict[tuple[str, str], Admission] = {}
         self._live: dict[str, Ticket] = {}  # lease id -> ticket, for renewal
         # Store calls to replay once it answers (settlements, cancelled admissions), in order.
         self._backlog: deque[Callable[[], Awaitable[None]]] = deque(maxlen=max_backlog)
@@ -138,7 +153,11 @@ class Limiter:
                                                       lease_id=lease))
                 adm, local = await self._degraded(plan, reserve, spend, lease, fail_open, e)
         if not adm.ok:
-            raise self._refusal(plan, adm, reserve)
+            raise self._refusal(plan, adm, reserve, self._seen.get((plan.key_id, plan.model)))
+        if adm.req is not None or adm.tok is not None:
+            if len(self._seen) > 50_000:
+                self._seen.clear()
+            self._seen[(plan.key_id, plan.model)] = adm
         t = Ticket(principal=principal, model=model, reserved_tokens=reserve, id=ticket_id,
                    group=group or model,
                    headers=ratelimit_headers(adm),
@@ -161,18 +180,22 @@ class Limiter:
         return adm, True
 
     @staticmethod
-    def _refusal(plan: Plan, adm: Admission, reserve: int) -> RateLimited:
+    def _refusal(plan: Plan, adm: Admission, reserve: int, seen: Admission | None) -> RateLimited:
         scope = plan.scopes[adm.scope]
         what = _WHAT[adm.kind].format(limit=adm.limit, reserve=reserve,
                                       usd=f"{adm.limit / NANO:g}")
         secs = max(1, math.ceil(adm.retry_ms / 1000))
         tail = "" if adm.kind == "too_large" else f"; retry in {secs} s"
         headers = {"Retry-After": str(secs)}
-        # As OpenAI does on its 429s: the limit that refused, nothing left, and when it resets.
+        # As OpenAI does on its 429s: the limit that refused, nothing left, and when it resets;
+        # the other per-minute limit as last admitted here, replenished since.
+        req = _since(seen.req, seen.now_ms, adm.now_ms) if seen is not None else None
+        tok = _since(seen.tok, seen.now_ms, adm.now_ms) if seen is not None else None
         if adm.kind == "rpm":
-            headers.update(ratelimit_headers(Admission(False, adm.now_ms, req=(adm.limit, 0, adm.retry_ms))))
+            req = (adm.limit, 0, adm.retry_ms)
         elif adm.kind in ("tpm", "too_large"):
-            headers.update(ratelimit_headers(Admission(False, adm.now_ms, tok=(adm.limit, 0, adm.retry_ms))))
+            tok = (adm.limit, 0, adm.retry_ms)
+        headers.update(ratelimit_headers(Admission(False, adm.now_ms, req=req, tok=tok)))
         e = RateLimited(f"{scope.label}: {what}{tail}", headers=headers)
         e.limit = adm.kind
         return e

@@ -119,18 +119,39 @@ def count_text(text: str, enc: tiktoken.Encoding | None) -> int:
     return len(enc.encode(text, disallowed_special=())) if enc is not None else estimate(text)
 
 
-def count_prompt_tokens(req: CanonicalRequest, model: ModelConfig | None = None) -> int:
-    """Prompt tokens of a request, counted before the call.
+def keep_last(text: str, keep: int, enc: tiktoken.Encoding | None) -> str:
+    """The end of ``text`` that counts at most ``keep`` tokens as ``count_text`` counts them (a
+    character cut in two at the new start is dropped)."""
+    if keep <= 0:
+        return ""
+    if enc is None:
+        return text.encode()[-keep * 4:].decode("utf-8", errors="ignore")
+    ids = enc.encode(text, disallowed_special=())
+    if len(ids) <= keep:
+        return text
+    for k in range(keep, 0, -1):  # a suffix re-encoded may merge differently: recount
+        out = enc.decode_bytes(ids[-k:]).decode("utf-8", errors="ignore")
+        if count_text(out, enc) <= keep:
+            return out
+    return ""
+
+
+def encoding_for(req: CanonicalRequest, model: ModelConfig | None = None) -> tiktoken.Encoding | None:
+    """The encoding prompts of ``req`` are counted with (None: the bytes/4 estimate).
 
     ``model.tokenizer`` (a tiktoken encoding name) wins; else the upstream model name decides
-    (the first deployment's ``model``, else the requested name). Completions with several prompts
-    count them all; token-id prompts count their ids exactly.
-    """
+    (the first deployment's ``model``, else the requested name)."""
     name = model.tokenizer if model is not None and model.tokenizer else None
     if name is None:
         upstream = (model.deployments[0].model or model.name) if model is not None else req.model
         name = encoding_name_for(upstream) or encoding_name_for(req.model)
-    enc = encoding(name) if name else None
+    return encoding(name) if name else None
+
+
+def count_prompt_tokens(req: CanonicalRequest, model: ModelConfig | None = None) -> int:
+    """Prompt tokens of a request, counted before the call (``encoding_for``). Completions with
+    several prompts count them all; token-id prompts count their ids exactly."""
+    enc = encoding_for(req, model)
     total = 0
     if req.messages is not None:
         for m in req.messages:

@@ -115,6 +115,8 @@ SUFFIX = Param("suffix", "suffix", STR)
 USER = Param("user", "user", STR)
 IGNORE_EOS = Param("ignore_eos", "ignore_eos", BOOL)
 MAX_TOKENS = Param("max_tokens", "max.max_tokens", INT, ge=0)
+# OpenAI's newer name (clients send it to /v1/completions too): the same bound, sent as max_tokens.
+MAX_COMPLETION_TOKENS = Param("max_completion_tokens", "max.max_completion_tokens", INT, ge=0)
 LOGPROBS_INT = Param("logprobs", "logprobs", INT, ge=0, le=5)
 LOGIT_BIAS = Param("logit_bias", "logit_bias", OBJECT, parse=logit_bias_parser())
 TOOLS = Param("tools", "tools", LIST)
@@ -127,7 +129,7 @@ def stop(max_items: int | None, name: str = "stop") -> Param:
 
 
 OPENAI_CORE = (MODEL, STREAM, STREAM_OPTIONS, TEMPERATURE, TOP_P, PRESENCE, FREQUENCY, N, BEST_OF,
-               SEED, ECHO, SUFFIX, USER, MAX_TOKENS, LOGPROBS_INT, LOGIT_BIAS)
+               SEED, ECHO, SUFFIX, USER, MAX_TOKENS, MAX_COMPLETION_TOKENS, LOGPROBS_INT, LOGIT_BIAS)
 
 # --- emitters (canonical -> a dialect's body keys) ---------------------------------------------
 

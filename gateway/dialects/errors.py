@@ -11,11 +11,14 @@ from gateway.dialects.spec import ErrorShape
 from gateway.errors import GatewayError, InvalidRequest
 
 _CHAT_SHAPE = ErrorShape()
+# Answer shapes that are not a dialect's name take the errors of the product they belong to.
+_PRODUCT = {"llamacpp_native": "llamacpp", "sgp_v5": "sgp", "sgp_chat": "sgp", "sgp_v5_chat": "sgp"}
 
 
-def shape_of(dialect: str, named: bool = False) -> ErrorShape:
-    """``named``: the caller chose the dialect with x-switchyard-dialect."""
-    d = DIALECTS.get(dialect.removesuffix("_native"))
+def shape_of(shape: str, named: bool = False) -> ErrorShape:
+    """The errors of answer shape ``shape`` (a renderer name); ``named``: the caller chose the
+    dialect with x-switchyard-dialect."""
+    d = DIALECTS.get(_PRODUCT.get(shape, shape))
     if d is None:
         return _CHAT_SHAPE
     return d.named_errors if named and d.named_errors is not None else d.errors

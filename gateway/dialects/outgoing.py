@@ -162,5 +162,8 @@ def _no_op(req: CanonicalRequest, field: str, value: Any, dialect: Dialect) -> b
 
 def _refuse(req: CanonicalRequest, field: str, dialect: Dialect) -> None:
     name = caller_param(req, field)
+    # The gateway honours an overflow policy itself where it knows the window (routing/window.py).
+    how = "; the gateway honours it where the model's context_window is configured" \
+        if field == "overflow" else ""
     raise InvalidRequest(f"{name} is not supported by model {req.model}: its upstream speaks the "
-                         f"{dialect.name} dialect", param=name)
+                         f"{dialect.name} dialect{how}", param=name)

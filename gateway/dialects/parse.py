@@ -103,10 +103,16 @@ def _dry(parts: Group) -> tuple[str, Any]:
 
 
 def _logprobs(parts: Group) -> tuple[str, Any]:
-    """SGP/chat: ``logprobs: bool`` + ``top_logprobs: int``; SGP also ``return_token_log_probs``."""
+    """SGP/chat: ``logprobs: bool`` + ``top_logprobs: int``; SGP also ``return_token_log_probs``,
+    and (its SDKs) OpenAI's legacy ``logprobs: int``, the number of alternatives."""
     get = {k: v for k, (v, _) in parts.items()}
-    enabled = get.get("enabled") or get.get("tokens")
-    top = get.get("top")
+    enabled, top = get.get("enabled"), get.get("top")
+    if isinstance(enabled, int) and not isinstance(enabled, bool):
+        if top is not None and top != enabled:
+            raise InvalidRequest("give only one of logprobs (a number) and top_logprobs (they disagree)",
+                                 param="top_logprobs")
+        return "logprobs", enabled
+    enabled = enabled or get.get("tokens")
     if top is not None and not enabled:  # documented: "logprobs must be set to true"
         raise InvalidRequest("top_logprobs requires logprobs to be true", param="top_logprobs")
     if enabled or top is not None:

@@ -1,9 +1,12 @@
 """Answer in the caller's dialect: whole responses, SSE events, and errors.
 
 One ``Renderer`` per response shape: OpenAI ``text_completion`` (OpenAI, vLLM, llama.cpp,
-mistral.rs and Fireworks all answer ``/v1/completions`` in it), SGP v4, chat completions, and
-llama.cpp's native ``/completion``. A renderer keeps the per-choice state a stream needs
-(text offsets for legacy logprobs).
+mistral.rs and Fireworks all answer ``/v1/completions`` in it), SGP v4 and v5, chat completions,
+and llama.cpp's native ``/completion``. A renderer keeps the per-choice state a stream needs
+(text offsets for legacy logprobs). How a stream ends and fails is data on each class, as each
+product's clients parse it: OpenAI's SDK stops at ``data: [DONE]`` and raises on a
+``data: {"error": ...}`` event; both SGP SDKs parse every data line as JSON (so no [DONE]), and
+``scale-gp`` raises on an ``event: error`` while ``scale-gp-beta`` skips any named event.
 """
 
 from __future__ import annotations
@@ -60,7 +63,8 @@ class Renderer:
     chunk_object = "text_completion"
     id_prefix = "cmpl-"
     always_stream_usage = False  # Fireworks and SGP document usage in the last chunk
-    sends_done = True
+    sends_done = True  # the stream ends with data: [DONE]
+    error_event_name: bytes | None = None  # an error event's SSE name (None: data only)
 
     def __init__(self, req: CanonicalRequest) -> None:
         self.req = req
@@ -118,13 +122,27 @@ class Renderer:
         return DONE if self.sends_done else b""
 
     def error_event(self, body: dict[str, Any]) -> bytes:
-        """A failure after the stream began: an event the caller's SDK raises on (OpenAI's reads
-        ``data: {"error": ...}``), then the stream's end."""
-        return sse(body) + self.end()
+        """A failure after the stream began: an event the caller's SDK raises on, then the end."""
+        name = b"event: " + self.error_event_name + b"\n" if self.error_event_name else b""
+        return name + sse(body) + self.end()
 
     def closing(self, usage: Usage, last: Chunk | None) -> bytes:
-        """The stream's last bytes: the usage event when asked (or documented), then [DONE]."""
-        return (self.usage_event(usage) if self.wants_stream_usage() else b"") + self.end()
+        """The stream's last bytes, then [DONE] where the shape has it. Usage asked for with
+        stream_options comes as OpenAI sends it, an event without choices; usage a shape always
+        sends rides an event with the last choice (its finish repeated, no text), since its SDKs'
+        callers read ``choices[0]`` of every event."""
+        if self.req.include_usage:
+            return self.usage_event(usage) + self.end()
+        if self.always_stream_usage:
+            return self._final_event(usage, last) + self.end()
+        return self.end()
+
+    def _final_event(self, usage: Usage, last: Chunk | None) -> bytes:
+        choice = {"text": "", "index": last.index if last else 0, "logprobs": None,
+                  "finish_reason": last.finish_reason if last else None}
+        return sse({"id": self.id, "object": self.chunk_object, "created": self.created,
+                    "model": self.req.model, "system_fingerprint": FINGERPRINT,
+                    "choices": [choice], "usage": usage_json(usage)})
 
 
 class FireworksRenderer(Renderer):
@@ -132,15 +150,27 @@ class FireworksRenderer(Renderer):
 
 
 class SGPRenderer(Renderer):
-    """OpenAI-like with chat-style logprobs; usage always in the last stream chunk."""
+    """``/v4/beta/completions``: OpenAI's ``text_completion``; usage always in the last stream
+    event. Logprobs carry both forms: the reference's chat-style ``content`` and the legacy arrays
+    ``scale-gp``'s ``CompletionV5`` reads (``tokens``, ``token_logprobs``, ...)."""
 
     always_stream_usage = True
+    sends_done = False
+    error_event_name = b"error"
 
     def _logprobs(self, index: int, lps: list[TokenLogprob] | None,
                   prompt: list[TokenLogprob] | None = None) -> Any:
-        if prompt:
-            lps = prompt + (lps or [])
-        return None if lps is None else chat_logprobs(lps)
+        legacy = super()._logprobs(index, lps, prompt)
+        if legacy is None:
+            return None
+        return {**legacy, **chat_logprobs(prompt + (lps or []) if prompt else lps or [])}
+
+
+class SGPv5Renderer(Renderer):
+    """``/v5/completions`` (``scale-gp-beta``): OpenAI's ``text_completion``, a stream without
+    [DONE], errors as data (the SDK skips named events)."""
+
+    sends_done = False
 
 
 class ChatRenderer(Renderer):
@@ -167,6 +197,19 @@ class ChatRenderer(Renderer):
         return self._event({"index": ch.index, "delta": delta,
                             "logprobs": None if ch.logprobs is None else chat_logprobs(ch.logprobs),
                             "finish_reason": ch.finish_reason})
+
+
+class SGPChatRenderer(ChatRenderer):
+    """``/v4/beta/chat/completions`` (``scale-gp``): OpenAI's chat, no [DONE], ``event: error``."""
+
+    sends_done = False
+    error_event_name = b"error"
+
+
+class SGPv5ChatRenderer(ChatRenderer):
+    """``/v5/chat/completions`` (``scale-gp-beta``): OpenAI's chat, no [DONE], errors as data."""
+
+    sends_done = False
 
 
 class LlamaNativeRenderer(Renderer):
@@ -209,6 +252,7 @@ def _native_probs(lps: list[TokenLogprob]) -> list[dict[str, Any]]:
 
 RENDERERS: dict[str, type[Renderer]] = {
     "openai": Renderer, "vllm": Renderer, "llamacpp": Renderer, "mistralrs": Renderer,
-    "fireworks": FireworksRenderer, "sgp": SGPRenderer, "chat": ChatRenderer,
+    "fireworks": FireworksRenderer, "sgp": SGPRenderer, "sgp_v5": SGPv5Renderer,
+    "sgp_chat": SGPChatRenderer, "sgp_v5_chat": SGPv5ChatRenderer, "chat": ChatRenderer,
     "llamacpp_native": LlamaNativeRenderer,
 }

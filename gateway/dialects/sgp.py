@@ -1,4 +1,7 @@
-"""Scale GenAI Platform's ``/v4/beta/completions``."""
+"""Scale GenAI Platform's completions: ``/v4/beta/completions`` as its reference documents it, and
+the OpenAI-shaped body both SGP SDKs send there and to ``/v5/completions`` (``scale-gp`` and
+``scale-gp-beta``: ``logprobs`` as an int, ``prompt`` as a string or a list, ``echo``, ``best_of``).
+One table reads both: the SDKs' names are OpenAI's, the reference's are its own."""
 
 from __future__ import annotations
 
@@ -7,7 +10,18 @@ from typing import Any
 from gateway.dialects import common as c
 from gateway.dialects import constraints as k
 from gateway.dialects import passthrough
-from gateway.dialects.spec import BOOL, INT, LIST, NUMBER, OBJECT, STR, Dialect, ErrorShape, Param
+from gateway.dialects.spec import (
+    BOOL,
+    BOOL_OR_INT,
+    INT,
+    LIST,
+    NUMBER,
+    OBJECT,
+    STR,
+    Dialect,
+    ErrorShape,
+    Param,
+)
 
 
 def _logprobs(top: int) -> dict[str, Any]:
@@ -29,14 +43,15 @@ SGP = Dialect(
     name="sgp",
     params=(c.MODEL, c.STREAM, c.STREAM_OPTIONS, c.TEMPERATURE, c.TOP_P, c.TOP_K, c.PRESENCE,
             c.FREQUENCY, c.N, c.BEST_OF, c.SEED, c.SUFFIX, c.USER, c.LOGIT_BIAS, c.INCLUDE_STOP,
-            c.TOOLS, c.TOOL_CHOICE,
-            Param("prompt", "prompt", STR, parse=c.prompt_parser(lists=False)),
+            c.TOOLS, c.TOOL_CHOICE, c.ECHO,
+            Param("prompt", "prompt", parse=c.prompt_parser()),
             Param("max_new_tokens", "max.max_new_tokens", INT, ge=1),
-            Param("max_tokens", "max.max_tokens", INT, ge=1),
+            Param("max_tokens", "max.max_tokens", INT, ge=0),
             Param("max_completion_tokens", "max.max_completion_tokens", INT, ge=1),
             c.stop(4), c.stop(4, "stop_sequences"),
             Param("return_token_log_probs", "lp.tokens", BOOL),
-            Param("logprobs", "lp.enabled", BOOL),
+            # The reference's boolean, or (the SDKs) OpenAI's legacy count of alternatives, at most 5.
+            Param("logprobs", "lp.enabled", BOOL_OR_INT, ge=0, le=5),
             Param("top_logprobs", "lp.top", INT, ge=0, le=20),
             Param("guided_json", "constraint.json", (dict, str), parse=k.json_schema("guided_json")),
             Param("guided_regex", "constraint.regex", STR, parse=k.regex("guided_regex")),

@@ -2,8 +2,10 @@
 
 ``vendor/model_name`` names a model group, ``vendor/model_name/deployment`` pins one of its
 deployments, aliases name groups too, ``vendor/*`` routes every model of a vendor to one group
-(passing the model name through to the upstream), and ``default`` is the only model when exactly
-one is configured (mistral.rs).
+(passing the model name through to the upstream), a pattern alias of a ``vendor/*`` route of
+Fireworks upstreams (``accounts/fireworks/models/*``) takes Fireworks' own names to it as
+``vendor/<name>`` (for limits, usage and allow-lists), and ``default`` is the only model when
+exactly one is configured (mistral.rs).
 """
 
 from __future__ import annotations
@@ -127,6 +129,7 @@ class Resolver:
         self.config = config
         self.groups: dict[str, ModelConfig] = {}
         self.wildcards: dict[str, ModelConfig] = {}
+        self.patterns: list[tuple[str, ModelConfig]] = []  # (alias prefix, its vendor/* route)
         self.targets: dict[str, list[Target]] = {}
         self._routes: dict[str, Route] = {}
         given = backends or {}
@@ -138,6 +141,7 @@ class Resolver:
             vendor, name = m.name.split("/", 1)
             if name == "*":
                 self.wildcards[vendor] = m
+                self.patterns += [(prefix, m) for prefix in m.alias_patterns()]
             else:
                 for alias in (m.name, *m.aliases):
                     self.groups[alias] = m
@@ -167,6 +171,11 @@ class Resolver:
         if name == "default" and len(self.config.models) == 1:  # mistral.rs: the only model
             only = self.config.models[0]
             return Route(only.name, only, self.targets[only.name])
+        for prefix, pm in self.patterns:
+            if name.startswith(prefix) and len(name) > len(prefix):
+                # Named as the configured form; the upstream (Fireworks) is asked for its own.
+                vendor = pm.name.split("/", 1)[0]
+                return Route(f"{vendor}/{name[len(prefix):]}", pm, self.targets[pm.name], upstream_model=name)
         vendor, _, rest = name.partition("/")
         w = self.wildcards.get(vendor)
         if w is not None and rest:

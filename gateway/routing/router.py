@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from backends.base import Backend
 from gateway.canonical import CanonicalRequest, Chunk
 from gateway.config import Config
-from gateway.errors import GatewayError, InvalidRequest, RateLimited, Unavailable
+from gateway.errors import GatewayError, RateLimited, Unavailable
 from gateway.logs import Throttled
 from gateway.routing.fanout import fan_out, needs_fanout
 from gateway.routing.health import OPEN, Health
@@ -31,6 +31,7 @@ from gateway.routing.resolve import Resolver, Route, RunInfo, Target
 from gateway.routing.retry import backoff, deadline_exceeded, retry_after_header
 from gateway.routing.strategies import PICKERS, by_usage
 from gateway.routing.usage import Counters, LocalCounters, counters_for
+from gateway.routing.window import fit_window
 
 if TYPE_CHECKING:
     from policies.store import Store
@@ -71,7 +72,7 @@ class Router:
         deadline = self.clock() + req.timeout if req.timeout else None
         asked = route.group
         try:
-            route = self._fit(req, route, info)
+            route, req = self._fit(req, route, info)
             target, served, (gen, first) = await self._first(req, route, asked, info, deadline)
         except BaseException:
             if info.upstream_start is not None:
@@ -264,23 +265,19 @@ class Router:
             info.prompt_tokens = count_prompt_tokens(req, route.model)
         return info.prompt_tokens + max(req.max_tokens or 0, 0)
 
-    def _fit(self, req: CanonicalRequest, route: Route, info: RunInfo) -> Route:
-        """The prompt does not fit the group's window: go straight to its ``context_fallback``."""
+    def _fit(self, req: CanonicalRequest, route: Route, info: RunInfo) -> tuple[Route, CanonicalRequest]:
+        """The prompt does not fit the group's window: go straight to its ``context_fallback``;
+        with none left, fit it as the caller's overflow policy asks (or refuse). Where the window
+        is known the gateway honours the policy itself (``window.fit_window``)."""
         seen = {route.group}
         while route.model.context_window is not None:
-            need = self._need(req, route, info)
             window = route.model.context_window
-            if need <= window:
-                break
             nxt = route.model.context_fallback
-            if nxt is None or nxt in seen:
-                raise InvalidRequest(
-                    f"model {route.group} has a context window of {window} tokens; the request needs "
-                    f"{need} ({info.prompt_tokens} in the prompt, {need - (info.prompt_tokens or 0)} "
-                    "for the completion)", param="max_tokens" if req.max_tokens else "prompt")
+            if self._need(req, route, info) <= window or nxt is None or nxt in seen:
+                return route, fit_window(req, route.group, route.model, window, info.prompt_tokens or 0)
             route = self.resolve(nxt)
             seen.add(route.group)
-        return route
+        return route, req
 
     def _chain(self, req: CanonicalRequest, route: Route, info: RunInfo) -> Iterator[Route]:
         """The route itself, then its group's fallbacks that fit the prompt (not for pinned routes)."""

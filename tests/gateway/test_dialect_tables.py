@@ -49,6 +49,9 @@ MAPPINGS: list[tuple[Dialect, dict[str, Any], str, Any]] = [
     (SGP, {"max_completion_tokens": 13}, "max_tokens", 13),
     (SGP, {"max_new_tokens": 13, "max_tokens": 13}, "max_tokens", 13),  # agreeing aliases
     (CHAT, {"max_completion_tokens": 14}, "max_tokens", 14),
+    (OPENAI, {"max_completion_tokens": 15}, "max_tokens", 15),  # OpenAI's newer name, on completions too
+    (VLLM, {"max_completion_tokens": 0}, "max_tokens", 0),
+    (MISTRALRS, {"max_completion_tokens": 16}, "max_tokens", 16),
     (CHAT, {"max_tokens": 14}, "max_tokens", 14),
     # stop
     (OPENAI, {"stop": "\n"}, "stop", ["\n"]),
@@ -240,11 +243,19 @@ def test_bad_prompts(prompt: Any) -> None:
     assert e.value.param == "prompt"
 
 
-def test_sgp_prompt_is_one_string() -> None:
+def test_sgp_reads_the_sdks_openai_shaped_body() -> None:
+    """scale-gp and scale-gp-beta send OpenAI's names: a prompt list, logprobs as a count, echo."""
     assert parse(SGP, prompt="x").prompt == ["x"]
-    with pytest.raises(InvalidRequest) as e:
-        parse(SGP, prompt=["a", "b"])
-    assert e.value.param == "prompt"
+    r = parse(SGP, prompt=["a", "b"], logprobs=2, echo=True, best_of=3, max_tokens=0)
+    assert (r.prompt, r.logprobs, r.echo, r.best_of, r.max_tokens) == (["a", "b"], 2, True, 3, 0)
+    assert parse(SGP, prompt="x", logprobs=0).logprobs == 0  # the chosen tokens only
+    assert parse(SGP, prompt="x", logprobs=True, top_logprobs=3).logprobs == 3  # the reference's form
+    assert parse(SGP, prompt="x", logprobs=False).logprobs is None
+    for bad, param in (({"logprobs": 6}, "logprobs"), ({"logprobs": "2"}, "logprobs"),
+                       ({"logprobs": 2, "top_logprobs": 3}, "top_logprobs"), ({"prompt": 3}, "prompt")):
+        with pytest.raises(InvalidRequest) as e:
+            parse(SGP, **{"prompt": "x", **bad})
+        assert e.value.param == param
 
 
 # --- required fields, aliases, unknown fields --------------------------------------------------

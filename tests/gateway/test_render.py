@@ -69,9 +69,12 @@ def test_echo_puts_prompt_logprobs_first_with_offsets_from_zero() -> None:
     assert first["token_logprobs"][0] is None and second["text_offset"] == [8]
 
 
-def test_sgp_has_chat_style_logprobs() -> None:
+def test_sgp_has_chat_style_and_legacy_logprobs() -> None:
+    """The reference's chat-style content, and the legacy arrays scale-gp's CompletionV5 reads."""
     out = whole("sgp")
     lp = out["choices"][0]["logprobs"]
+    assert lp["tokens"] == ["He", "llo"] and lp["token_logprobs"] == [-0.5, -0.25]
+    assert lp["text_offset"] == [0, 2] and lp["top_logprobs"][0] == {"He": -0.5, "She": -1.5}
     assert lp["content"][0] == {"token": "He", "logprob": -0.5, "bytes": list(b"He"),
                                 "top_logprobs": [{"token": "He", "logprob": -0.5, "bytes": list(b"He")},
                                                  {"token": "She", "logprob": -1.5, "bytes": list(b"She")}]}
@@ -129,11 +132,38 @@ def test_stream_usage_when_asked() -> None:
     assert last["usage"]["prompt_tokens_details"] == {"cached_tokens": 3}
 
 
-@pytest.mark.parametrize("shape", ["fireworks", "sgp"])
-def test_stream_usage_always_for_fireworks_and_sgp(shape: str) -> None:
+@pytest.mark.parametrize(("shape", "done"), [("fireworks", True), ("sgp", False)])
+def test_stream_usage_always_for_fireworks_and_sgp(shape: str, done: bool) -> None:
+    """Unasked usage rides an event with a choice (the finish repeated, no text): callers of these
+    SDKs read choices[0] of every event. SGP's SDKs parse every data line as JSON: no [DONE]."""
     ev = stream(shape, CHUNKS)
-    assert ev[-1] == "[DONE]"
-    assert json.loads(ev[-2])["usage"]["total_tokens"] == 6
+    assert (ev[-1] == "[DONE]") is done and "[DONE]" not in ev[:-1]
+    last = json.loads(ev[-2] if done else ev[-1])
+    assert last["usage"]["total_tokens"] == 6
+    assert last["choices"] == [{"text": "", "index": 0, "logprobs": None, "finish_reason": "stop"}]
+
+
+@pytest.mark.parametrize("shape", ["sgp", "sgp_v5", "sgp_chat", "sgp_v5_chat"])
+def test_sgp_streams_never_send_done(shape: str) -> None:
+    r = RENDERERS[shape](canon("chat" if "chat" in shape else "sgp", include_usage=True))
+    chunks = [Chunk(role="assistant", text="")] if "chat" in shape else []
+    raw = b"".join(r.event(c) for c in [*chunks, *CHUNKS]) + r.closing(USAGE, CHUNKS[-1])
+    assert b"[DONE]" not in raw
+    assert all(json.loads(e) for e in events(raw))
+    assert json.loads(events(raw)[-1])["usage"]["completion_tokens"] == 2
+
+
+@pytest.mark.parametrize(("shape", "named"), [("openai", False), ("sgp", True), ("sgp_chat", True),
+                                              ("sgp_v5", False), ("sgp_v5_chat", False),
+                                              ("chat", False)])
+def test_stream_error_event_as_each_sdk_reads_it(shape: str, named: bool) -> None:
+    """scale-gp raises on ``event: error``; scale-gp-beta skips named events, so it gets the error
+    as data; OpenAI's SDK raises on ``data: {"error": ...}`` and stops at [DONE]."""
+    raw = RENDERERS[shape](canon("chat" if "chat" in shape else "openai")).error_event(
+        {"error": {"message": "boom"}})
+    assert raw.startswith(b"event: error\ndata: ") is named
+    assert json.loads(events(raw)[0]) == {"error": {"message": "boom"}}
+    assert raw.endswith(b"data: [DONE]\n\n") is not shape.startswith("sgp")
 
 
 def test_chat_stream() -> None:

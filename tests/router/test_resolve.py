@@ -66,3 +66,58 @@ async def test_pinned_deployment_gets_every_request(upstreams):
             r = await client.post("/v1/completions", json=completion("m/x/b"))
             assert r.headers["x-switchyard-deployment"] == "m/x/b"
     assert len(a.requests) == 0 and len(b.requests) == 5
+
+
+# --- Fireworks' own names as an alias pattern ------------------------------------------------------
+
+FW = "accounts/fireworks/models/*"
+
+
+def test_fireworks_alias_pattern_resolves_as_the_vendor_route():
+    r = Router(config(group("fireworks/*", dep("a", URL, dialect="fireworks"), aliases=[FW]),
+                      group("fireworks/kimi", dep("b", URL, dialect="fireworks"),
+                            aliases=["accounts/fireworks/models/kimi"])))
+    route = r.resolve("accounts/fireworks/models/llama-v3p1-8b")
+    assert route.group == "fireworks/llama-v3p1-8b"  # limits, usage and allow-lists see this name
+    assert route.upstream_model == "accounts/fireworks/models/llama-v3p1-8b"  # Fireworks' own name
+    assert r.resolve("accounts/fireworks/models/kimi").group == "fireworks/kimi"  # an exact alias wins
+    with pytest.raises(NotFound):
+        r.resolve("accounts/fireworks/models/")
+    with pytest.raises(NotFound):
+        r.resolve("accounts/other/models/x")
+
+
+@pytest.mark.parametrize(("model", "why"), [
+    (group("fireworks/*", dep("a", URL, dialect="openai"), aliases=[FW]), "fireworks-dialect"),
+    (group("fireworks/x", dep("a", URL, dialect="fireworks"), aliases=[FW]), "vendor/\\* route"),
+    (group("fireworks/*", dep("a", URL, dialect="fireworks"), aliases=["accounts/*/models/*"]), "no other"),
+    (group("fireworks/*", dep("a", URL, dialect="fireworks"), aliases=["accounts/fireworks*"]), "end in /"),
+])
+def test_alias_patterns_only_where_they_mean_something(model, why):
+    with pytest.raises(ConfigError, match=why):
+        config(model)
+
+
+async def test_allow_lists_check_the_resolved_name_so_aliases_never_escape(upstreams):
+    up = upstreams[0]
+    keys = [{"id": "fw", "team": "t", "key": "sk-fw", "models": ["fireworks/*"]},
+            {"id": "alias-only", "team": "t", "key": "sk-alias", "models": ["fast", "accounts/*"]},
+            {"id": "mx", "team": "t", "key": "sk-mx", "models": ["m/x"]}]
+    cfg = config(group("fireworks/*", dep("a", up.url, dialect="fireworks"), aliases=[FW]),
+                 group("m/x", dep("b", up.url), aliases=["fast"]), keys=keys)
+    fw_name = "accounts/fireworks/models/llama"
+    async with serve(cfg) as client:
+        def as_key(key: str, model: str):  # type: ignore[no-untyped-def]
+            return client.post("/inference/v1/completions", json=completion(model),
+                               headers={"authorization": f"Bearer {key}"})
+        fw = await as_key("sk-fw", fw_name)
+        mx_by_alias = await as_key("sk-mx", "fast")
+        escape_alias = await as_key("sk-alias", "fast")
+        escape_pattern = await as_key("sk-alias", fw_name)
+        other = await as_key("sk-mx", fw_name)
+    assert fw.status_code == 200, fw.text
+    assert fw.json()["model"] == fw_name and up.requests[0].body["model"] == fw_name
+    assert mx_by_alias.status_code == 200, mx_by_alias.text
+    for r in (escape_alias, escape_pattern, other):
+        assert r.status_code == 403, r.text
+    assert len(up.requests) == 2
