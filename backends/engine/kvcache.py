@@ -47,10 +47,11 @@ class KVCache:
         if needed > self.max_len or slots > self.slots:
             raise ValueError(f"KV cache asked for {slots} slots x {needed} positions "
                              f"(limit {self.slots} x {self.max_len})")
-        cap = self.capacity
+        cap, rows = self.capacity, self.rows
+        if not cap:  # the first allocation is exactly what was asked (an idle engine)
+            cap, rows = needed, slots
         if needed > cap:
             cap = min(self.max_len, _round_up(max(needed, cap + cap // 2), POS_CHUNK))
-        rows = self.rows
         if slots > rows:
             rows = min(self.slots, _round_up(slots, SLOT_CHUNK))
         new = torch.zeros((self.layers, 2, rows + 1, self.kv_heads, cap, self.head_dim),

@@ -86,14 +86,17 @@ def _convert_gguf(path: Path, folder: Path) -> None:
 
 def load(cfg: EngineConfig) -> Loaded:
     import torch
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     folder = resolve_folder(cfg)
     device = resolve_device(cfg.device)
     dtype = getattr(torch, resolve_dtype(cfg.dtype, device))
-    tok = AutoTokenizer.from_pretrained(str(folder))
+    # The fast tokenizer class directly: AutoTokenizer's resolution costs ~70 MiB more resident
+    # for the same tokenizer (measured on SmolLM2).
+    cls = PreTrainedTokenizerFast if (folder / "tokenizer.json").is_file() else AutoTokenizer
+    tok = cls.from_pretrained(str(folder))
     model = _load_model(folder, dtype, device)
     return Loaded(model=model, tokenizer=tok, folder=folder)
 

@@ -6,6 +6,8 @@ policy layer never waits behind a forward pass); the main thread owns the model 
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import os
 import queue
@@ -36,11 +38,12 @@ def main(sock: socket.socket, cfg_data: dict[str, Any]) -> None:
 
         loaded = load(cfg)
         engine = Engine(loaded.model, loaded.tokenizer, outbox.append, max_batch=cfg.max_batch,
-                        context_window=cfg.context_window)
+                        context_window=cfg.context_window, prefill_chunk=cfg.prefill_chunk)
     except Exception as e:
         chan.send(("failed", f"{type(e).__name__}: {e}", traceback.format_exc()))
         return
     holder["engine"] = engine
+    _trim()
     chan.send(("ready", {"context_window": engine.context_window, "pid": os.getpid()}))
     while True:
         try:
@@ -64,6 +67,12 @@ def main(sock: socket.socket, cfg_data: dict[str, Any]) -> None:
         if outbox:
             chan.send(outbox[0] if len(outbox) == 1 else ("batch", list(outbox)))
             outbox.clear()
+
+
+def _trim() -> None:
+    """Give the allocator's free pages back (loading frees many large temporaries)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def _read(chan: SyncChannel, inbox: queue.Queue[tuple[Any, ...]], holder: dict[str, Any]) -> None:

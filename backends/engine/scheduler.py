@@ -24,11 +24,12 @@ from gateway.errors import GatewayError, InvalidRequest
 from gateway.stops import StopScanner
 
 MAX_LOGPROBS = 20
+IDLE_CHUNK = 512  # prompt tokens per step when nothing decodes (bounds attention's scratch memory)
 
 
 class Engine:
     def __init__(self, model: Any, tokenizer: Any, emit: Emit, max_batch: int = 16,
-                 context_window: int | None = None) -> None:
+                 context_window: int | None = None, prefill_chunk: int = 64) -> None:
         cfg = model.config
         self.tokenizer = tokenizer
         self.emit = emit
@@ -49,12 +50,15 @@ class Engine:
         self.jobs: dict[int, Job] = {}
         self.waiting: deque[Seq] = deque()
         self.active: list[Seq] = []  # active[i].slot == i
+        # A prompt too long for one step's budget, partly in the cache at slot len(active).
+        self.filling: Seq | None = None
+        self.prefill_chunk = prefill_chunk
 
     # -- requests ---------------------------------------------------------------------------
 
     @property
     def busy(self) -> bool:
-        return bool(self.waiting or self.active)
+        return bool(self.waiting or self.active or self.filling)
 
     def count_tokens(self, req: CanonicalRequest) -> int:
         return sum(len(p.ids) for p in build_prompts(self.tokenizer, req, self.vocab_size))
@@ -129,18 +133,32 @@ class Engine:
         if self.active:
             parts.append(self.runner.decode([s.pending for s in self.active]))
             rows.extend(self.active)
+        # Prompt tokens this step may run: few while others decode (chunked prefill keeps their
+        # inter-token gap), more when nothing waits on it.
+        budget = self.prefill_chunk if self.active else max(self.prefill_chunk, IDLE_CHUNK)
+        if self.filling is not None:
+            budget = self._fill(budget, rows, parts)
         # Admitted prompts run together in one padded forward, except that a prompt sharing a
         # prefix with a pending one waits for it (so it can copy that prefix from the cache), and
-        # echo with logprobs runs alone.
+        # echo with logprobs runs alone. A prompt beyond the budget runs in chunks, one a step.
         batch: list[tuple[int, list[int], list[int]]] = []
-        while self.waiting and len(self.active) < self.slots:
+        while self.waiting and self.filling is None and budget > 0 and len(self.active) < self.slots:
             seq = self.waiting.popleft()
             if batch and any(common_prefix(b[2], seq.prompt.ids) > 1 for b in batch):
                 parts.append(self._prefill(batch))
                 batch = []
             run = self._admit(seq)
+            if isinstance(run, list) and len(run) > budget:
+                if batch:
+                    parts.append(self._prefill(batch))
+                    batch = []
+                self.active.pop()  # it waits at slot len(active) until its prompt is in
+                seq.rest, self.filling = run, seq
+                budget = self._fill(budget, rows, parts)
+                continue
             if isinstance(run, list):
                 batch.append((seq.slot, run, seq.prompt.ids))
+                budget -= len(run)
             else:
                 if batch:
                     parts.append(self._prefill(batch))
@@ -152,6 +170,24 @@ class Engine:
         if rows:
             self._sample(rows, torch.cat(parts) if len(parts) > 1 else parts[0])
         self._release()
+
+    def _fill(self, budget: int, rows: list[Seq], parts: list[torch.Tensor]) -> int:
+        """Run the next chunk of the filling prompt; once it is all in, the sequence joins the
+        active ones (its logits are sampled with this step's). Returns the budget left."""
+        seq = self.filling
+        assert seq is not None
+        n = min(budget, len(seq.rest))
+        if n <= 0:
+            return budget
+        chunk, seq.rest = seq.rest[:n], seq.rest[n:]
+        seq.chunks += 1
+        logits = self.runner.prefill_many(seq.slot, [chunk])
+        if not seq.rest:
+            self.filling = None
+            self.active.append(seq)
+            rows.append(seq)
+            parts.append(logits)
+        return budget - n
 
     def _prefill(self, batch: list[tuple[int, list[int], list[int]]]) -> torch.Tensor:
         return self.runner.prefill_many(batch[0][0], [b[1] for b in batch])
@@ -283,5 +319,9 @@ class Engine:
                 self.active[slot] = self.active[last]
                 self.active[slot].slot = slot
             self.active.pop()
-
-
+        f = self.filling
+        if f is not None and f.job.cancelled:
+            f.finish, self.filling = "stop", None
+        elif f is not None and f.slot != len(self.active):
+            cache.swap(f.slot, len(self.active))  # it follows the active ones down
+            f.slot = len(self.active)

@@ -58,6 +58,8 @@ class Seq:
     matcher: Any = None  # llguidance.LLMatcher
     slot: int = -1
     pending: int | None = None  # sampled, not yet in the KV cache
+    rest: list[int] = field(default_factory=list)  # prompt tokens not yet run (chunked prefill)
+    chunks: int = 0  # prefill chunks run for it
     finish: FinishReason | None = None
     stop_word: str | None = None
     # Produced since the last chunk:

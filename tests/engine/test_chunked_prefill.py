@@ -1,0 +1,85 @@
+"""Chunked prefill: a long prompt arriving while others decode runs a chunk per step, the others
+keep getting a token every step, and its output is what it would have been unchunked."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from backends.engine.scheduler import Engine
+from tests.engine.conftest import Collector, completion, results, submit, text_of
+
+LONG = ("The quick brown fox jumps over the lazy dog. A stitch in time saves nine. "
+        "Lorem ipsum dolor sit amet, consectetur adipiscing elit. ") * 3
+
+
+def engine(loaded, chunk: int) -> Engine:
+    col = Collector()
+    eng = Engine(loaded.model, loaded.tokenizer, col, max_batch=8, prefill_chunk=chunk)
+    eng.collector = col
+    return eng
+
+
+def greedy(prompt: str, n: int):
+    return completion(prompt, temperature=0, max_tokens=n, ignore_eos=True, cache_prompt=False)
+
+
+def test_long_prompt_interleaves_with_decodes_and_keeps_its_output(tiny_loaded):
+    model, tok = tiny_loaded.model, tiny_loaded.tokenizer
+    ids = tok.encode(LONG)
+    chunk = 16
+    assert len(ids) > 4 * chunk
+    eng = engine(tiny_loaded, chunk)
+    streams = [submit(eng, greedy(p, 80)) for p in ("Hello world", "red green", "def add(a, b):")]
+    eng.step()  # the three short prompts prefill together
+    assert len(eng.active) == 3
+    long_rid = submit(eng, greedy(LONG, 12))
+    steps_filling = 0
+    made = {r: 0 for r in streams}
+    while True:
+        before = {r: sum(len(s.row.output_ids) for s in eng.jobs[r].seqs) for r in streams}
+        eng.step()
+        after = {r: sum(len(s.row.output_ids) for s in eng.jobs[r].seqs) for r in streams}
+        for r in streams:  # every decoding stream advanced by exactly one token in this step
+            assert after[r] == before[r] + 1
+            made[r] += 1
+        if eng.filling is None:
+            break
+        steps_filling += 1
+        assert eng.filling.slot == len(eng.active) == 3
+    long_seq = eng.jobs[long_rid].seqs[0]
+    assert long_seq.chunks == math.ceil(len(ids) / chunk)  # one chunk per step, none bigger
+    assert steps_filling == long_seq.chunks - 1
+    while eng.busy:
+        eng.step()
+    chunked = text_of(results(eng, long_rid))
+    # the same prompt alone, unchunked, and model.generate() agree with it token for token
+    alone = engine(tiny_loaded, 4096)
+    alone_rid = submit(alone, greedy(LONG, 12))
+    alone.step()
+    assert alone.filling is None  # nothing else decoding: the whole prompt in one forward
+    while alone.busy:
+        alone.step()
+    assert text_of(results(alone, alone_rid)) == chunked
+    with torch.inference_mode():
+        out = model.generate(torch.tensor([ids]), max_new_tokens=12, min_new_tokens=12, do_sample=False,
+                             pad_token_id=tok.pad_token_id)
+    assert chunked == tok.decode(out[0, len(ids):], skip_special_tokens=True)
+    for r in streams:
+        assert len(text_of(results(eng, r))) > 0
+
+
+def test_cancelled_long_prompt_frees_its_slot(tiny_loaded):
+    eng = engine(tiny_loaded, 8)
+    stream = submit(eng, greedy("Hello world", 30))
+    eng.step()
+    rid = submit(eng, greedy(LONG, 5))
+    eng.step()
+    assert eng.filling is not None
+    eng.cancel(rid)
+    eng.step()
+    assert eng.filling is None
+    while eng.busy:
+        eng.step()
+    assert len(text_of(results(eng, stream))) > 0
