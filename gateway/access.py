@@ -46,8 +46,9 @@ def record(ctx: RequestContext) -> dict[str, Any]:
         out["team"] = p.team
     route, run = ctx.route, ctx.run
     if route is not None:
-        if route.upstream_model is None:  # a configured name, alias or pinned deployment
-            out["model"] = ctx.requested_model
+        model = ctx.known_model
+        if model is not None:
+            out["model"] = model
         out["group"] = route.model.name
     if run.deployment is not None:
         out["deployment"] = run.deployment
@@ -66,15 +67,15 @@ def record(ctx: RequestContext) -> dict[str, Any]:
         out["completion_tokens"] = usage.completion_tokens
         if usage.cached_tokens:
             out["cached_tokens"] = usage.cached_tokens
-        price = route.model.price
-        out["spend_usd"] = round((usage.prompt_tokens * price.prompt_per_1m
-                                  + usage.completion_tokens * price.completion_per_1m) / 1e6, 9)
+        out["spend_usd"] = round(ctx.spend_usd, 9)
     ttfb = ctx.ttfb
     if ttfb is not None:
         out["ttfb_ms"] = _ms(ttfb)
     upstream = ctx.upstream
     if upstream is not None:
         out["upstream_ms"] = _ms(upstream)
+    if ctx.trace_id is not None:
+        out["trace_id"] = ctx.trace_id
     return out
 
 

@@ -65,6 +65,7 @@ class RequestContext:
     settle_at: float | None = None
     settled_at: float | None = None
     span: object = None  # the request's trace span (gateway.tracing), when tracing is on
+    trace_id: str | None = None  # its trace id (32 hex digits), for the access log
 
     @property
     def latency(self) -> float:
@@ -84,6 +85,23 @@ class RequestContext:
         if run.upstream_start is None:
             return None
         return (run.upstream_end or time.monotonic()) - run.upstream_start
+
+    @property
+    def known_model(self) -> str | None:
+        """The model the caller named, when it is a configured name, alias or pinned deployment:
+        what logs and spans may record (a typo, or a wildcard's any name, may be a pasted key)."""
+        route = self.route
+        return self.requested_model if route is not None and route.upstream_model is None else None
+
+    @property
+    def spend_usd(self) -> float:
+        """What was charged, at the model's configured price (0 before settlement)."""
+        usage, route = self.usage, self.route
+        if usage is None or route is None:
+            return 0.0
+        price = route.model.price
+        return (usage.prompt_tokens * price.prompt_per_1m
+                + usage.completion_tokens * price.completion_per_1m) / 1e6
 
     @property
     def group(self) -> str | None:

@@ -154,8 +154,7 @@ class Recorder:
             if n:
                 k = (group, team, kind, *extra)
                 tokens[k] = tokens.get(k, 0) + n
-        price = ctx.route.model.price
-        usd = (prompt * price.prompt_per_1m + completion * price.completion_per_1m) / 1e6
+        usd = ctx.spend_usd
         if usd:
             spend = self.counts["spend_usd"]
             k = (group, team, *extra)

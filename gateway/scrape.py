@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from gateway.metrics import Families, Key, Recorder, Snapshot, gauges
 from gateway.pipeline import Gateway
+from gateway.quotas import quota_family
 from policies.store import StoreDown
 
 METRICS_DIR = "SWITCHYARD_METRICS_DIR"
@@ -91,7 +92,9 @@ class Exporter:
             self._add_others(snap)
         store = await self._ping()
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(Families(snap.families(rec.per_key, store)))
+        policies = self.gw.policies
+        quotas = await quota_family(policies.store, policies.registry) if store[0] else None
+        registry.register(Families([*snap.families(rec.per_key, store), *([quotas] if quotas else [])]))
         return generate_latest(registry)
 
     async def _ping(self) -> tuple[bool, float | None]:

@@ -175,6 +175,10 @@ def serve(config: Config, config_path: str, host: str, port: int, workers: int =
     if workers == 1:
         from gateway.app import create_app
 
+        given = metrics_dir()
+        if given is not None:  # a folder set for several processes: no earlier run's figures in it
+            prepare_dir(given)
+
         try:
             app = create_app(config)
         except ConfigError as e:

@@ -61,6 +61,7 @@ class Tracing:
         span = self.tracer.start_span(f"POST {ctx.endpoint}", context=parent,
                                       kind=self._trace.SpanKind.SERVER, start_time=_ns(ctx.started))
         ctx.span = span
+        ctx.trace_id = format(span.get_span_context().trace_id, "032x")
         ctx.run.spans = Attempts(self, ctx, span)
 
     def end(self, ctx: RequestContext) -> None:
@@ -140,8 +141,7 @@ def attributes(ctx: RequestContext) -> dict[str, Any]:
         out["switchyard.key_id"] = p.key_id
         out["switchyard.team"] = p.team
     if route is not None:
-        configured = route.upstream_model is None  # else a wildcard: the caller's name is not ours
-        out["gen_ai.request.model"] = ctx.requested_model if configured else route.model.name
+        out["gen_ai.request.model"] = ctx.known_model or route.model.name
         out["gen_ai.response.model"] = run.fallback or route.model.name
         out["switchyard.group"] = route.model.name
     if run.deployment is not None:

@@ -24,6 +24,7 @@ def config(url: str, **extra):  # type: ignore[no-untyped-def]
 
 
 async def scrape(client: httpx.AsyncClient, **headers: str) -> dict[tuple[str, tuple], float]:
+    await client.app.gateway.drain()  # type: ignore[attr-defined]  # every request settled
     r = await client.get("/metrics", headers=headers)
     assert r.status_code == 200, r.text
     assert r.headers["content-type"].startswith("text/plain")
@@ -160,3 +161,19 @@ async def test_the_grafana_dashboard_queries_only_metrics_that_exist(upstream) -
         text = (await client.get("/metrics")).text
     exported = {fam.name for fam in text_string_to_metric_families(text)}
     assert used <= exported, used - exported
+
+
+async def test_team_quota_remaining(upstream) -> None:
+    teams = [{"name": "t", "limits": {"tokens_per_day": 1000, "spend_per_month": 2.0}}]
+    async with serve(config(upstream.url, teams=teams)) as client:
+        r = await client.post("/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 5})
+        assert r.status_code == 200
+        used = r.json()["usage"]["total_tokens"]
+        m = await scrape(client)
+    assert value(m, "switchyard_team_quota_remaining", team="t", quota="tokens_per_day") == 1000 - used
+    usage = r.json()["usage"]
+    spent = (usage["prompt_tokens"] * 1.0 + usage["completion_tokens"] * 2.0) / 1e6
+    assert abs(value(m, "switchyard_team_quota_remaining", team="t", quota="spend_per_month")
+               - (2.0 - spent)) < 1e-9
+    assert not [ls for (n, ls) in m if n == "switchyard_team_quota_remaining"
+                and dict(ls)["quota"] in ("tokens_per_month", "spend_per_day")]  # no such quota

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import json
 import socket
 import subprocess
 import sys
@@ -71,7 +72,8 @@ def attrs(span: Any) -> dict[str, Any]:
     return out
 
 
-async def test_spans_attributes_parenting_and_traceparent_to_the_upstream(upstream, collector) -> None:
+async def test_spans_attributes_parenting_and_traceparent_to_the_upstream(upstream, collector,
+                                                                         capsys) -> None:
     config = base_config([upstream_model("v/m", upstream.url)],
                          tracing={"otlp_endpoint": f"http://127.0.0.1:{collector.port}/v1/traces",
                                   "service_name": "gw-under-test"})
@@ -85,6 +87,9 @@ async def test_spans_attributes_parenting_and_traceparent_to_the_upstream(upstre
         await asyncio.sleep(0.2)
 
     assert {svc for svc, _ in collector.spans} == {"gw-under-test"}
+    err = capsys.readouterr().err.splitlines()
+    access = [json.loads(line) for line in err if '"event":"request"' in line]
+    assert [(r["request_id"], r["trace_id"]) for r in access] == [("trace-me-1", TRACE)]
     (root,) = collector.named("POST /v1/chat/completions")
     assert root.trace_id.hex() == TRACE and root.parent_span_id.hex() == CALLER_SPAN  # the caller's trace
     a = attrs(root)
