@@ -31,6 +31,7 @@ def echoed(text: str, tokens: Sequence[str], token_logprobs: Sequence[float | No
         assert text_offset[0] == 0 and list(text_offset) == sorted(text_offset)
 
 
-def names(detail: Any, param: str) -> None:
-    """A FastAPI 422 body that blames ``param``."""
-    assert isinstance(detail, dict) and detail["detail"][0]["loc"] == ["body", param], detail
+def names(detail: Any) -> str:
+    """The parameter a FastAPI 422 body blames."""
+    assert isinstance(detail, dict) and detail["detail"][0]["loc"][0] == "body", detail
+    return ".".join(str(x) for x in detail["detail"][0]["loc"][1:])

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tests.clients.conftest import Gateway
-from tests.clients.drivers_openai import LangChain, LiteLLM, OpenAISDK
-from tests.clients.drivers_vendors import Fireworks, ScaleGP, ScaleGPBeta
+from tests.clients.drivers_frameworks import LangChain, LiteLLM
+from tests.clients.drivers_sdks import Fireworks, OpenAISDK, ScaleGP, ScaleGPBeta
 from tests.clients.matrix import CALLS, Cell, params
 
 CLIENTS = [OpenAISDK(), LangChain(), Fireworks(), ScaleGP(), ScaleGPBeta(), LiteLLM()]

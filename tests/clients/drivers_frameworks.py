@@ -1,5 +1,5 @@
-"""The OpenAI-family clients: the ``openai`` SDK, LangChain's ``langchain-openai`` and LiteLLM used
-as a client library. Each method is one cell of the matrix: (gateway, model) -> asserts."""
+"""Frameworks over the ``openai`` SDK: LangChain's ``langchain-openai`` and LiteLLM used as a client
+library. Each method is one cell of the matrix: (gateway, model) -> asserts."""
 
 from __future__ import annotations
 
@@ -10,65 +10,8 @@ import pytest
 
 from tests.clients.checks import echoed, joined, same_text
 from tests.clients.conftest import GREEDY, MAX_TOKENS, PARTS, PROMPT, Gateway
+from tests.clients.drivers_sdks import MESSAGES, PART_MESSAGES, WRONG, parts_reached
 from tests.gateway.conftest import KEY
-
-WRONG = "sk-not-a-key"
-MESSAGES = [{"role": "user", "content": PROMPT}]
-PART_MESSAGES = [{"role": "user", "content": [{"type": "text", "text": p} for p in PARTS]}]
-
-
-def parts_reached(gw: Gateway, route: str) -> None:
-    """An upstream gets the caller's content parts as they were (it reads them itself)."""
-    if route == "vendor/up":
-        assert gw.upstream.requests[-1].body["messages"] == PART_MESSAGES
-
-
-class OpenAISDK:
-    name = "openai"
-
-    @staticmethod
-    def client(gw: Gateway, key: str = KEY) -> openai.OpenAI:
-        return openai.OpenAI(base_url=gw.url + "/v1", api_key=key, max_retries=0, timeout=60)
-
-    def completion(self, gw: Gateway, route: str) -> None:
-        c = self.client(gw).completions.create(model=route, prompt=PROMPT, **GREEDY)
-        same_text(gw, route, "completion", c.choices[0].text)
-
-    def completion_stream(self, gw: Gateway, route: str) -> None:
-        s = self.client(gw).completions.create(model=route, prompt=PROMPT, **GREEDY, stream=True)
-        same_text(gw, route, "completion", joined(ch.choices[0].text for ch in s))
-
-    def chat(self, gw: Gateway, route: str) -> None:
-        c = self.client(gw).chat.completions.create(model=route, messages=MESSAGES,  # type: ignore[arg-type]
-                                                    **GREEDY)
-        same_text(gw, route, "chat", c.choices[0].message.content)
-
-    def chat_stream(self, gw: Gateway, route: str) -> None:
-        s = self.client(gw).chat.completions.create(model=route, messages=MESSAGES,  # type: ignore[arg-type]
-                                                    **GREEDY, stream=True)
-        same_text(gw, route, "chat", joined(ch.choices[0].delta.content for ch in s))
-
-    def chat_parts(self, gw: Gateway, route: str) -> None:
-        c = self.client(gw).chat.completions.create(model=route, messages=PART_MESSAGES,  # type: ignore[arg-type]
-                                                    **GREEDY)
-        same_text(gw, route, "parts", c.choices[0].message.content)
-        parts_reached(gw, route)
-
-    def bad_key(self, gw: Gateway, route: str) -> None:
-        with pytest.raises(openai.AuthenticationError):
-            self.client(gw, WRONG).completions.create(model=route, prompt=PROMPT, max_tokens=1)
-
-    def bad_param(self, gw: Gateway, route: str) -> None:
-        with pytest.raises(openai.BadRequestError) as e:
-            self.client(gw).completions.create(model=route, prompt=PROMPT, max_tokens=1, temperature=5)
-        assert e.value.param == "temperature"
-
-    def logprobs_echo(self, gw: Gateway, route: str) -> None:
-        c = self.client(gw).completions.create(model=route, prompt=PROMPT, **GREEDY,
-                                               echo=True, logprobs=1)
-        lp = c.choices[0].logprobs
-        assert lp is not None and lp.tokens is not None and lp.token_logprobs is not None
-        echoed(c.choices[0].text, lp.tokens, lp.token_logprobs, lp.text_offset)
 
 
 class LangChain:
@@ -136,15 +79,14 @@ class LiteLLM:
     def text(self, gw: Gateway, route: str, key: str = KEY, **kw: Any) -> Any:
         import litellm
 
-        kw = {**GREEDY, **kw}
         return litellm.text_completion(model="text-completion-openai/" + route, prompt=PROMPT,
-                                       **self.kw(gw, key), **kw)
+                                       **self.kw(gw, key), **{**GREEDY, **kw})
 
     def chat_call(self, gw: Gateway, route: str, key: str = KEY, **kw: Any) -> Any:
         import litellm
 
-        kw = {**GREEDY, "messages": MESSAGES, **kw}
-        return litellm.completion(model="openai/" + route, **self.kw(gw, key), **kw)
+        return litellm.completion(model="openai/" + route, **self.kw(gw, key),
+                                  **{**GREEDY, "messages": MESSAGES, **kw})
 
     def completion(self, gw: Gateway, route: str) -> None:
         same_text(gw, route, "completion", self.text(gw, route).choices[0].text)
