@@ -110,9 +110,6 @@ class Renderer:
                             "logprobs": self._logprobs(ch.index, ch.logprobs, ch.prompt_logprobs),
                             "finish_reason": ch.finish_reason})
 
-    def wants_stream_usage(self) -> bool:
-        return bool(self.req.include_usage) or self.always_stream_usage
-
     def usage_event(self, usage: Usage) -> bytes:
         return sse({"id": self.id, "object": self.chunk_object, "created": self.created,
                     "model": self.req.model, "system_fingerprint": FINGERPRINT,

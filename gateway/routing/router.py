@@ -274,6 +274,8 @@ class Router:
             window = route.model.context_window
             nxt = route.model.context_fallback
             if self._need(req, route, info) <= window or nxt is None or nxt in seen:
+                if all(t.deployment.backend == "engine" for t in route.targets):
+                    return route, req  # the engine fits exactly itself, with the model's tokenizer
                 return route, fit_window(req, route.group, route.model, window, info.prompt_tokens or 0)
             route = self.resolve(nxt)
             seen.add(route.group)
