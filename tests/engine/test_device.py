@@ -59,3 +59,27 @@ def test_everything_on_the_models_device_and_stored_once(tiny_dir, dtype):
         ref = model(torch.tensor([ids])).logits[0, -1].float()
     tol = 1e-4 if dtype == "float32" else 0.1
     torch.testing.assert_close(logits, ref, atol=tol, rtol=tol)
+
+
+def test_static_step_equals_decode_and_padding_touches_no_slot(tiny_loaded):
+    """The step CUDA graphs capture (bucket padding, whole-capacity attention under a position
+    mask, padding rows writing to the scratch slot), run eagerly on CPU, against ``decode``."""
+    from backends.engine.cudagraph import GraphedDecode
+
+    model, tok = tiny_loaded.model, tiny_loaded.tokenizer
+    eager = Runner(model, slots=4, max_len=64, kv_dtype=torch.float32)
+    static = Runner(model, slots=4, max_len=64, kv_dtype=torch.float32)
+    graphed = GraphedDecode(static, capture=False)
+    prompts = [tok.encode("Hello world"), tok.encode("The rain in Spain"), tok.encode("red")]
+    for r in (eager, static):
+        r.prefill_many(0, prompts)
+        r.prefill(3, tok.encode("def add(a, b):"))  # a free slot holding a cached prompt
+    held = static.cache.kv[:, :, 3].clone()
+    toks = [5, 9, 11]
+    for _ in range(4):
+        assert graphed.bucket(len(toks)) == 4  # padded by one row
+        want, got = eager.decode(toks), graphed.decode(toks)
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+        toks = want.argmax(dim=1).tolist()
+    assert torch.equal(static.cache.kv[:, :, 3], held)
+    assert static.cache.tokens == eager.cache.tokens
