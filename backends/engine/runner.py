@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from backends.engine.cudagraph import GraphedDecode
 from backends.engine.kvcache import KVCache
 from backends.engine.weights import Weights, prefer_transposed
 
@@ -25,7 +26,8 @@ SUPPORTED = frozenset({"llama", "mistral", "qwen2"})
 
 
 class Runner:
-    def __init__(self, model: torch.nn.Module, slots: int, max_len: int, kv_dtype: torch.dtype) -> None:
+    def __init__(self, model: torch.nn.Module, slots: int, max_len: int, kv_dtype: torch.dtype,
+                 cuda_graphs: bool = True) -> None:
         cfg = model.config
         if cfg.model_type not in SUPPORTED:
             raise ValueError(f"model_type {cfg.model_type!r} is not supported ({sorted(SUPPORTED)} are)")
@@ -51,6 +53,10 @@ class Runner:
                 probe = torch.zeros(1, dtype=self.dtype, device=self.device)
                 cos, sin = self.rotary(probe, torch.arange(max_len, device=self.device).view(1, -1))
                 self._rope = (cos[0].contiguous(), _signed_sin(sin[0]))
+        # On CUDA, decode steps replay captured graphs (a step is otherwise launch-bound).
+        self.graphs: GraphedDecode | None = None
+        if cuda_graphs and self.device.type == "cuda" and self._rope is not None:
+            self.graphs = GraphedDecode(self, capture=True)
 
     def tensor(self, data: object, dtype: torch.dtype = torch.long) -> torch.Tensor:
         return torch.tensor(data, dtype=dtype, device=self.device)
@@ -60,6 +66,8 @@ class Runner:
     @torch.inference_mode()
     def decode(self, tokens: list[int]) -> torch.Tensor:
         """Feed ``tokens[b]`` to slot ``b`` for b in 0..B-1; returns next-token logits ``[B, V]``."""
+        if self.graphs is not None and len(tokens) <= self.graphs.largest:
+            return self.graphs.decode(tokens)
         b, cache = len(tokens), self.cache
         pos = [len(cache.tokens[s]) for s in range(b)]
         total = max(pos) + 1
@@ -123,11 +131,21 @@ class Runner:
             sin = _signed_sin(sin)
         return cos.view(n, t, 1, -1), sin.view(n, t, 1, -1)
 
+    def step_static(self, ids: torch.Tensor, pos: torch.Tensor, write: torch.Tensor) -> torch.Tensor:
+        """A decode step whose shapes depend only on the batch bucket and the cache capacity (what
+        a CUDA graph captures): ``ids``, ``pos``, ``write`` ``[B]`` on the device; row ``b`` reads
+        slot ``b`` over the whole capacity under a position mask and writes its key/value to slot
+        ``write[b]`` (padding rows write to the scratch slot). Returns logits ``[B, V]``."""
+        b, cap = ids.shape[0], self.cache.capacity
+        pos = pos.view(b, 1)
+        h = self._forward(ids.view(b, 1), pos, 0, cap, self._keep(pos, cap), write)
+        return self._logits(h[:, 0])
+
     def _forward(self, ids: torch.Tensor, pos: torch.Tensor, first: int, total: int,
-                 keep: torch.Tensor | None) -> torch.Tensor:
+                 keep: torch.Tensor | None, write: torch.Tensor | None = None) -> torch.Tensor:
         """Run ``ids`` ``[n, t]`` at positions ``pos`` for slots ``first..first+n-1``, writing their
-        keys and values to the cache and attending over ``total`` positions; returns the final
-        hidden states before the norm ``[n, t, hidden]``."""
+        keys and values to the cache (to slots ``write`` ``[n]`` when given) and attending over
+        ``total`` positions; returns the final hidden states before the norm ``[n, t, hidden]``."""
         n, t = ids.shape
         w, cache = self.w, self.cache
         heads, kvh, g, hd = self.heads, self.kv_heads, self.groups, self.head_dim
@@ -137,8 +155,9 @@ class Runner:
         # Rows of a layer's flattened [2 * (rows + 1) * kv_heads * capacity, head_dim] cache that
         # the new keys ([n, kv_heads, t] order) take; values sit one cache half further on.
         cap, half_rows = cache.capacity, (cache.rows + 1) * kvh * cache.capacity
-        slot_head = (torch.arange(first, first + n, device=self.device) * kvh).view(n, 1, 1) + torch.arange(
-            kvh, device=self.device).view(1, kvh, 1)
+        if write is None:
+            write = torch.arange(first, first + n, device=self.device)
+        slot_head = (write * kvh).view(n, 1, 1) + torch.arange(kvh, device=self.device).view(1, kvh, 1)
         dst_k = (slot_head * cap + pos.view(n, 1, t)).view(-1)
         dst_v = dst_k + half_rows
         for i, lw in enumerate(w.layers):

@@ -4,6 +4,7 @@ emits chunks. Runs single-threaded inside the engine process; ``emit`` sends to 
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from typing import Any
 
@@ -29,14 +30,15 @@ IDLE_CHUNK = 512  # prompt tokens per step when nothing decodes (bounds attentio
 
 class Engine:
     def __init__(self, model: Any, tokenizer: Any, emit: Emit, max_batch: int = 16,
-                 context_window: int | None = None, prefill_chunk: int = 64) -> None:
+                 context_window: int | None = None, prefill_chunk: int = 64,
+                 cuda_graphs: bool = True) -> None:
         cfg = model.config
         self.tokenizer = tokenizer
         self.emit = emit
         self.context_window = min(context_window or cfg.max_position_embeddings, cfg.max_position_embeddings)
         self.vocab_size = cfg.vocab_size
         self.runner = Runner(model, slots=max_batch, max_len=self.context_window,
-                             kv_dtype=next(model.parameters()).dtype)
+                             kv_dtype=next(model.parameters()).dtype, cuda_graphs=cuda_graphs)
         self.slots = max_batch
         eos = getattr(model.generation_config, "eos_token_id", None)
         eos_ids = eos if isinstance(eos, list) else [eos] if eos is not None else []
@@ -228,13 +230,22 @@ class Engine:
 
     def _sample(self, rows: list[Seq], logits: torch.Tensor) -> None:
         want = [i for i, s in enumerate(rows) if s.job.want_logprobs]
-        raw = logits[want].log_softmax(dim=1) if want else None
         constrained = [i for i, s in enumerate(rows) if s.matcher is not None]
+        # Off CPU, an all-greedy batch takes its argmax where the logits are (one small copy
+        # back); anything else (processors, constraints, logprobs) runs on CPU.
+        on_device = logits.device.type != "cpu"
+        if on_device and (want or constrained or not self.pipeline.plain([s.row for s in rows])):
+            logits, on_device = logits.cpu(), False
+        raw = logits[want].log_softmax(dim=1) if want else None
         self.constraints.apply(logits, constrained, [rows[i].matcher for i in constrained])
         no_eos = [i for i, s in enumerate(rows) if s.row.params.ignore_eos and s.matcher is None]
         if no_eos and len(self.eos):
-            logits[torch.tensor(no_eos).view(-1, 1), self.eos_t.view(1, -1)] = float("-inf")
-        tokens = self.pipeline.sample(logits, [s.row for s in rows])
+            dev = logits.device
+            logits[torch.tensor(no_eos, device=dev).view(-1, 1), self.eos_t.to(dev).view(1, -1)] = -math.inf
+        if on_device:
+            tokens = logits.argmax(dim=1).tolist()
+        else:
+            tokens = self.pipeline.sample(logits, [s.row for s in rows])
         raw_of = dict(zip(want, range(len(want)), strict=True))
         for i, s in enumerate(rows):
             logp = raw[raw_of[i]] if i in raw_of else None

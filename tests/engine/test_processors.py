@@ -177,3 +177,29 @@ def test_resolve_uses_dialect_defaults():
     p = resolve(req)
     assert (p.temperature, p.top_k, p.top_p, p.min_p, p.repetition_penalty) == (0.8, 40, 0.5, 0.05, 1.1)
     assert resolve(CanonicalRequest(kind="completion", model="m", dialect="openai", seed=3), 2).seed == 5
+
+
+def test_vectorized_draw_follows_the_distribution_and_keeps_greedy_rows():
+    probs = torch.tensor([0.6, 0.3, 0.1, 0.0])
+    n = 4000
+    rs = rows(*[SamplingParams(temperature=1.0) for _ in range(n)], SamplingParams(temperature=0.0))
+    logits = probs.log().repeat(n + 1, 1)
+    logits[-1] = torch.tensor([0.0, 0.0, 5.0, 0.0])  # the greedy row's argmax is token 2
+    tokens = Pipeline().sample(logits, rs)
+    assert tokens[-1] == 2
+    freq = torch.bincount(torch.tensor(tokens[:n]), minlength=4).float() / n
+    assert freq[3] == 0  # a zero-probability token is never drawn
+    torch.testing.assert_close(freq, probs, atol=0.03, rtol=0)
+
+
+def test_seeded_rows_draw_the_same_whatever_the_batch():
+    logits = torch.randn(1, 50)
+
+    def draws(position: int, batch: int) -> list[int]:
+        params = [SamplingParams(temperature=1.0) for _ in range(batch)]
+        params[position] = SamplingParams(temperature=1.0, seed=7)
+        rs, pipe = rows(*params), Pipeline()
+        return [pipe.sample(logits.repeat(batch, 1), rs)[position] for _ in range(20)]
+
+    assert draws(0, 1) == draws(3, 6) == draws(1, 2)
+    assert len(set(draws(0, 1))) > 1  # it does draw, not argmax

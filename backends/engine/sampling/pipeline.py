@@ -1,6 +1,15 @@
-"""The processors in order, and the sampler at the end."""
+"""The processors in order, and the sampler at the end.
+
+Drawing is vectorized: a row's token is ``argmax(probs / E)`` with ``E`` standard exponential
+noise (the exponential race, equal in distribution to a multinomial draw), so the whole batch is
+one softmax, one division and one argmax. Rows without a seed share one generator (one draw for
+all of them); a row with a seed draws its noise from its own generator, so its output does not
+depend on what else is batched.
+"""
 
 from __future__ import annotations
+
+import secrets
 
 import torch
 
@@ -27,6 +36,9 @@ class Pipeline:
         self._on: list[LogitsProcessor] = []
         self._watching: list[LogitsProcessor] = []
         self._greedy: list[int] = []
+        self._seeded: list[int] = []
+        self.shared = torch.Generator()
+        self.shared.manual_seed(secrets.randbits(63))
 
     def validate(self, p: SamplingParams, vocab_size: int) -> None:
         for proc in self.processors:
@@ -41,25 +53,30 @@ class Pipeline:
             self._on = [p for p in self.processors if p.active]
             self._watching = [p for p in self._on if type(p).on_sampled is not LogitsProcessor.on_sampled]
             self._greedy = [i for i, r in enumerate(rows) if r.params.greedy]
+            self._seeded = [i for i, r in enumerate(rows)
+                            if not r.params.greedy and r.params.seed is not None]
+
+    def plain(self, rows: list[RowState]) -> bool:
+        """Every row greedy and no processor active: the argmax alone (it runs on any device)."""
+        self.update_state(rows)
+        return not self._on and len(self._greedy) == len(rows)
 
     def sample(self, logits: torch.Tensor, rows: list[RowState]) -> list[int]:
         """Process ``logits`` ``[rows, vocab]`` in place and draw one token per row."""
         self.update_state(rows)
         for proc in self._on:
             logits = proc.apply(logits)
-        greedy = self._greedy
-        if len(greedy) == len(rows):  # all greedy: one argmax over the batch
+        if len(self._greedy) == len(rows):  # all greedy: one argmax over the batch
             tokens = logits.argmax(dim=1).tolist()
         else:
-            tokens = [0] * len(rows)
-            if greedy:
-                picks = logits[greedy].argmax(dim=1).tolist()
-                for i, t in zip(greedy, picks, strict=True):
-                    tokens[i] = t
-            probs = logits.softmax(dim=1)
-            for i, r in enumerate(rows):
-                if not r.params.greedy:
-                    tokens[i] = int(torch.multinomial(probs[i], 1, generator=r.generator))
+            noise = torch.empty_like(logits).exponential_(generator=self.shared)
+            for i in self._seeded:
+                noise[i].exponential_(generator=rows[i].generator)
+            noise.clamp_(min=torch.finfo(noise.dtype).tiny)  # a zero would make any token win
+            scores = logits.softmax(dim=1).div_(noise)
+            if self._greedy:  # greedy rows take their plain argmax
+                scores[self._greedy] = logits[self._greedy]
+            tokens = scores.argmax(dim=1).tolist()
         if self._watching:
             logp = logits.log_softmax(dim=1)
             for proc in self._watching:
