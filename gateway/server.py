@@ -136,9 +136,11 @@ class GuardedHttp(HttpToolsProtocol):
 def serve_config(app: Any, config: Config, host: str, port: int, **kw: Any) -> ServeConfig:
     s = config.server
     # No proxy-header rewriting, Server or Date headers: per-request work nobody here uses.
+    # uvicorn's own lines go through our handler (gateway.logs): JSON like every other line.
     return ServeConfig(app, s, host=host, port=port, http=GuardedHttp, loop="uvloop",
-                       access_log=False, log_level="warning", lifespan="on", proxy_headers=False,
-                       server_header=False, date_header=False, timeout_keep_alive=int(s.idle_timeout),
+                       access_log=False, log_level="warning", log_config=None, lifespan="on",
+                       proxy_headers=False, server_header=False, date_header=False,
+                       timeout_keep_alive=int(s.idle_timeout),
                        timeout_graceful_shutdown=int(s.shutdown_grace), **kw)
 
 
