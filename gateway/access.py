@@ -94,7 +94,16 @@ class AccessLog:
         self._timer: asyncio.TimerHandle | None = None
 
     def observe(self, ctx: RequestContext) -> None:
-        r = record(ctx)
+        self._add(record(ctx))
+
+    def observe_other(self, request_id: str, method: str, route: str, status: int, seconds: float) -> None:
+        """A line for the admin API, the console and /v1/models: the route's template (never the
+        path itself, which may hold what a caller typed), its status and latency."""
+        self._add({"ts": iso(time.time()), "event": "request", "request_id": request_id,
+                   "endpoint": route, "method": method, "status": status or 499,
+                   "latency_ms": _ms(seconds)})
+
+    def _add(self, r: dict[str, Any]) -> None:
         line = console_line(r).encode() if self.console else _encode(r)
         self._lines.append(line)
         if len(self._lines) >= BATCH:

@@ -171,4 +171,4 @@ def create_app(config: Config, *, router: Router | None = None,
     )
     app.state.gateway = gw
     app.state.exporter = exporter
-    return Switchyard(app, {path: endpoint_app(gw, ep, path) for path, (ep, _, _) in HOT.items()}, gw)
+    return Switchyard(app, {path: endpoint_app(gw, ep, path) for path, (ep, _, _) in HOT.items()}, gw, access)

@@ -13,6 +13,7 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from gateway.access import AccessLog
 from gateway.context import REQUEST_ID, RequestContext, request_id
 from gateway.dialects.errors import error_bytes
 from gateway.errors import GatewayError, InvalidRequest, MethodNotAllowed, PayloadTooLarge
@@ -193,13 +194,19 @@ def endpoint_app(gw: Gateway, ep: Endpoint, path: str) -> ASGIApp:
     return app
 
 
+# Probes and scrapes come every few seconds and say nothing an operator needs line by line.
+UNLOGGED = frozenset({"/health", "/ready", "/metrics"})
+
+
 class Switchyard:
     """The ASGI application served: hot paths first, then Litestar."""
 
-    def __init__(self, litestar: Any, hot: dict[str, ASGIApp], gateway: Gateway) -> None:
+    def __init__(self, litestar: Any, hot: dict[str, ASGIApp], gateway: Gateway,
+                 access: AccessLog | None = None) -> None:
         self.litestar = litestar
         self.hot = hot
         self.gateway = gateway
+        self.access = access
 
     @property
     def state(self) -> Any:
@@ -213,12 +220,24 @@ class Switchyard:
             return await handler(scope, receive, send)
         raw_id = next((v for k, v in scope["headers"] if k == b"x-request-id"), None)
         rid = request_id(raw_id.decode("latin-1") if raw_id else None).encode()
+        status = 0
 
         async def send_with_id(msg: MutableMapping[str, Any]) -> None:
+            nonlocal status
             if msg["type"] == "http.response.start":
+                status = msg["status"]
                 msg["headers"] = [*msg.get("headers", ()), (b"x-request-id", rid)]
             await send(msg)
 
+        started = time.monotonic()
+        try:
+            await self._litestar(scope, receive, send_with_id)
+        finally:
+            if self.access is not None and scope["path"] not in UNLOGGED:
+                self.access.observe_other(rid.decode(), scope["method"], scope.get("path_template") or "-",
+                                          status, time.monotonic() - started)
+
+    async def _litestar(self, scope: Scope, receive: Receive, send_with_id: Send) -> None:
         try:  # the admin API and /v1/models follow the completion endpoints' rule
             headers_of(scope)
         except InvalidRequest as e:

@@ -1,5 +1,6 @@
 """Logs of the real command: a start line, one access line per request (streams, cut or not),
-errors once with their cause, and never a secret in any line, header or error body."""
+errors once with their cause, and never a secret in any line, header or error body. The admin API
+gets access lines too (its route template, never the path); probes and scrapes do not."""
 
 from __future__ import annotations
 
@@ -91,6 +92,8 @@ async def test_no_secret_in_any_line_header_or_body_and_one_access_line_per_requ
             assert r.status_code == 200 and "error" in r.text  # cut: the error event ends it
             # The admin API and /metrics with their credentials.
             assert (await call("/admin/keys", {}, key=MASTER, method="GET")).status_code == 200
+            # A path that holds what an operator pasted: logged as its route's template.
+            assert (await call(f"/admin/keys/{PASTED}", {}, key=MASTER, method="DELETE")).status_code == 404
             assert (await call("/metrics", {}, key=METRICS_TOKEN, method="GET")).status_code == 200
         lines = await stop_and_read(proc)
 
@@ -105,7 +108,9 @@ async def test_no_secret_in_any_line_header_or_body_and_one_access_line_per_requ
     started = [r for r in records if r.get("event") == "switchyard started"]
     assert len(started) == 1 and started[0]["workers"] == 1 and started[0]["models"] == ["v/m", "v/other"]
     access = [r for r in records if r.get("event") == "request"]
-    assert [r["request_id"] for r in access] == sent  # one line per request, in order
+    assert [r["request_id"] for r in access if r["endpoint"].startswith("/v1/")] == sent  # in order
+    admin = [(r["method"], r["endpoint"], r["status"]) for r in access if "method" in r]
+    assert admin == [("GET", "/admin/keys", 200), ("DELETE", "/admin/keys/{key_id}", 404)]  # not /metrics
     by_id = {r["request_id"]: r for r in access}
     ok = by_id["req-0"]
     assert ok["status"] == 200 and ok["key_id"] == "k1" and ok["team"] == "t" and ok["model"] == "v/m"
