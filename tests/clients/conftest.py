@@ -1,6 +1,7 @@
 """One real gateway for the whole client suite, on loopback, in a thread of its own (the SDKs under
 test are called synchronously, as most callers use them): the built-in engine on the tiny test
-model (``local/tiny``) and an OpenAI-dialect loopback upstream (``vendor/up``). The suite records
+model (``local/tiny``), an OpenAI-dialect loopback upstream (``vendor/up``) and the same upstream
+as a Fireworks route that takes Fireworks' own model names (``fireworks/*``). The suite records
 every cell's outcome and writes ``docs/clients.md`` when the whole matrix has run."""
 
 from __future__ import annotations
@@ -71,6 +72,8 @@ class _Served:
                     "path": str(self.model_dir), "threads": 1, "max_batch": 4}}]},
                 {"name": UPSTREAM, "deployments": [{"name": "d1", "backend": "upstream",
                                                     "dialect": "openai", "base_url": self.up.url}]},
+                {"name": "fireworks/*", "aliases": ["accounts/fireworks/models/*"], "deployments": [
+                    {"name": "fw", "backend": "upstream", "dialect": "fireworks", "base_url": self.up.url}]},
             ], router={"retries": 0})
             cfg = serve_config(create_app(config), config, "127.0.0.1", self.port)
             cfg.loop = "asyncio"
