@@ -110,6 +110,9 @@ def write_doc(results: dict[tuple[str, str, str], tuple[str, str]]) -> None:
         "- every cell passes"]
     lines += ["", "## What each call checks", ""]
     lines += [f"- `{name}`: {what}" for name, what in CALLS.items()]
+    lines += ["- also (`test_fireworks_names.py`): the fireworks-ai SDK and LiteLLM's `fireworks_ai/` "
+              "provider naming `accounts/fireworks/models/<name>` reach a fireworks route through its alias "
+              "pattern, and its upstream gets that name"]
     lines += ["", "How each SDK is pointed at the gateway:", ""]
     lines += [f"- {client}: {HOW[client]}" for client in clients]
     text = "\n".join(lines) + "\n"
