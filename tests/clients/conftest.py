@@ -101,7 +101,8 @@ def _wait_ready(url: str) -> None:
 
 @pytest.fixture(scope="session")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    served = _Served(tiny.build(tmp_path_factory.mktemp("clients-tiny"), context=512))
+    # A 2048-token window: room for a tool's system prompt in the tiny model's small vocabulary.
+    served = _Served(tiny.build(tmp_path_factory.mktemp("clients-tiny"), context=2048))
     served.thread.start()
     served.started.wait(60)
     if served.error is not None or not served.started.is_set():

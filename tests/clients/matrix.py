@@ -27,6 +27,8 @@ CALLS: dict[str, str] = {
     "bad_param": "temperature 5 raises the SDK's own validation error class, naming the parameter",
     "logprobs_echo": "echo with logprobs on a completion: the prompt's tokens lead, the first with a "
                      "null logprob, then the completion's (lm-evaluation-harness's scoring call)",
+    "tools": "a chat with a tool the caller names in tool_choice (what agents send): the SDK reads a "
+             "call of that tool whose arguments fit its schema",
 }
 
 # Cells that cannot work, and why: (client, call, route or "*") -> reason. Strict: if one starts
