@@ -217,6 +217,8 @@ class Gateway:
             max_tokens = default if isinstance(default, int) and default > 0 else (
                 max(route.model.context_window - prompt_tokens, 1) if route.model.context_window
                 else DEFAULT_RESERVATION)
+        elif route.model.context_window:  # a known window bounds it (a larger ask is truncated or refused)
+            max_tokens = min(max_tokens, max(route.model.context_window - prompt_tokens, 1))
         return max_tokens * len(req.prompt or [None]) * max(req.best_of or 1, req.n or 1)
 
     @staticmethod

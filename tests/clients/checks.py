@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -29,6 +30,20 @@ def echoed(text: str, tokens: Sequence[str], token_logprobs: Sequence[float | No
     assert len(tokens) > MAX_TOKENS  # the prompt's tokens, then the completion's
     if text_offset is not None:
         assert text_offset[0] == 0 and list(text_offset) == sorted(text_offset)
+
+
+WEATHER = {"type": "function", "function": {
+    "name": "weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}},
+                   "required": ["city"]}}}
+NAMED = {"type": "function", "function": {"name": "weather"}}
+TOOL_TOKENS = 64  # room for the whole call
+
+
+def called(name: str, arguments: str | dict[str, Any]) -> None:
+    """A call of the weather tool whose arguments fit its schema."""
+    args = json.loads(arguments) if isinstance(arguments, str) else arguments
+    assert name == "weather" and args.get("city") in ("Paris", "Rome"), (name, arguments)
 
 
 def names(detail: Any) -> str:

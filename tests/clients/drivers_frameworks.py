@@ -8,9 +8,9 @@ from typing import Any
 import openai
 import pytest
 
-from tests.clients.checks import echoed, joined, same_text
-from tests.clients.conftest import GREEDY, MAX_TOKENS, PARTS, PROMPT, Gateway
-from tests.clients.drivers_sdks import MESSAGES, PART_MESSAGES, WRONG, parts_reached
+from tests.clients.checks import NAMED, TOOL_TOKENS, WEATHER, called, echoed, joined, same_text
+from tests.clients.conftest import GREEDY, PARTS, PROMPT, Gateway
+from tests.clients.drivers_sdks import MESSAGES, PART_MESSAGES, TOOL_MESSAGES, WRONG, parts_reached
 from tests.gateway.conftest import KEY
 
 
@@ -21,9 +21,9 @@ class LangChain:
     def chat_model(gw: Gateway, route: str, key: str = KEY, **kw: Any) -> Any:
         from langchain_openai import ChatOpenAI
 
-        kw.setdefault("temperature", 0)
+        kw = {**GREEDY, **kw}
         return ChatOpenAI(model=route, base_url=gw.url + "/v1", api_key=key,  # type: ignore[arg-type]
-                          max_tokens=MAX_TOKENS, max_retries=0, timeout=60, **kw)
+                          max_retries=0, timeout=60, **kw)
 
     @staticmethod
     def llm(gw: Gateway, route: str, **kw: Any) -> Any:
@@ -66,6 +66,12 @@ class LangChain:
         g = out.generations[0][0]
         lp = (g.generation_info or {})["logprobs"]
         echoed(g.text, lp["tokens"], lp["token_logprobs"], lp["text_offset"])
+
+    def tools(self, gw: Gateway, route: str) -> None:
+        model = self.chat_model(gw, route, max_tokens=TOOL_TOKENS)
+        msg = model.bind_tools([WEATHER], tool_choice="weather").invoke(TOOL_MESSAGES[0]["content"])
+        assert len(msg.tool_calls) == 1, msg
+        called(msg.tool_calls[0]["name"], msg.tool_calls[0]["args"])
 
 
 class LiteLLM:
@@ -124,3 +130,10 @@ class LiteLLM:
         c = self.text(gw, route, echo=True, logprobs=1)
         lp = c.choices[0].logprobs
         echoed(c.choices[0].text, lp.tokens, lp.token_logprobs, lp.text_offset)
+
+    def tools(self, gw: Gateway, route: str) -> None:
+        c = self.chat_call(gw, route, messages=TOOL_MESSAGES, tools=[WEATHER], tool_choice=NAMED,
+                           max_tokens=TOOL_TOKENS)
+        assert c.choices[0].finish_reason == "tool_calls"
+        fn = c.choices[0].message.tool_calls[0].function
+        called(fn.name, fn.arguments)

@@ -13,13 +13,14 @@ import pytest
 import scale_gp
 import scale_gp_beta
 
-from tests.clients.checks import echoed, joined, names, same_text
+from tests.clients.checks import NAMED, TOOL_TOKENS, WEATHER, called, echoed, joined, names, same_text
 from tests.clients.conftest import GREEDY, PARTS, PROMPT, UPSTREAM, Gateway
 from tests.gateway.conftest import KEY
 
 WRONG = "sk-not-a-key"
 MESSAGES = [{"role": "user", "content": PROMPT}]
 PART_MESSAGES = [{"role": "user", "content": [{"type": "text", "text": p} for p in PARTS]}]
+TOOL_MESSAGES = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
 def parts_reached(gw: Gateway, route: str) -> None:
@@ -83,6 +84,13 @@ class OpenAIShaped:
         c = self._complete(gw, route, echo=True, logprobs=1)
         lp = c.choices[0].logprobs
         echoed(c.choices[0].text, lp.tokens, lp.token_logprobs, lp.text_offset)
+
+    def tools(self, gw: Gateway, route: str) -> None:
+        c = self.chats(self.client(gw)).create(model=route, messages=TOOL_MESSAGES, tools=[WEATHER],
+                                               tool_choice=NAMED, max_tokens=TOOL_TOKENS, temperature=0)
+        assert c.choices[0].finish_reason == "tool_calls"
+        fn = c.choices[0].message.tool_calls[0].function
+        called(fn.name, fn.arguments)
 
 
 class OpenAISDK(OpenAIShaped):

@@ -27,6 +27,8 @@ CALLS: dict[str, str] = {
     "bad_param": "temperature 5 raises the SDK's own validation error class, naming the parameter",
     "logprobs_echo": "echo with logprobs on a completion: the prompt's tokens lead, the first with a "
                      "null logprob, then the completion's (lm-evaluation-harness's scoring call)",
+    "tools": "a chat with a tool the caller names in tool_choice (what agents send): the SDK reads a "
+             "call of that tool whose arguments fit its schema",
 }
 
 # Cells that cannot work, and why: (client, call, route or "*") -> reason. Strict: if one starts
@@ -110,6 +112,9 @@ def write_doc(results: dict[tuple[str, str, str], tuple[str, str]]) -> None:
         "- every cell passes"]
     lines += ["", "## What each call checks", ""]
     lines += [f"- `{name}`: {what}" for name, what in CALLS.items()]
+    lines += ["- also (`test_fireworks_names.py`): the fireworks-ai SDK and LiteLLM's `fireworks_ai/` "
+              "provider naming `accounts/fireworks/models/<name>` reach a fireworks route through its alias "
+              "pattern, and its upstream gets that name"]
     lines += ["", "How each SDK is pointed at the gateway:", ""]
     lines += [f"- {client}: {HOW[client]}" for client in clients]
     text = "\n".join(lines) + "\n"

@@ -102,7 +102,11 @@ class FakeUpstream:
                  "total_tokens": prompt_tokens + len(pieces) * n}
         finish = "length" if b.text is None else "stop"
         if not body.get("stream"):
-            if chat:
+            call = _tool_call(body) if chat else None
+            if call is not None:
+                msg = {"role": "assistant", "content": None, "tool_calls": [call]}
+                choices = [{"index": i, "message": msg, "finish_reason": "tool_calls"} for i in range(n)]
+            elif chat:
                 choices = [{"index": i, "message": {"role": "assistant", "content": "".join(pieces)},
                             "finish_reason": finish} for i in range(n)]
             else:
@@ -142,6 +146,25 @@ class FakeUpstream:
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
+
+
+def _tool_call(body: dict[str, Any]) -> dict[str, Any] | None:
+    """A call of the function ``tool_choice`` names (or, for "required", the first tool): each
+    required argument its schema's first enum value, else "w0"."""
+    choice, tools = body.get("tool_choice"), body.get("tools") or []
+    if isinstance(choice, dict):
+        name = (choice.get("function") or {}).get("name")
+    elif choice == "required" and tools:
+        name = tools[0]["function"]["name"]
+    else:
+        return None
+    fn = next((t["function"] for t in tools if t.get("function", {}).get("name") == name), None)
+    if fn is None:
+        return None
+    props = (fn.get("parameters") or {}).get("properties") or {}
+    args = {k: (props.get(k) or {}).get("enum", ["w0"])[0]
+            for k in (fn.get("parameters") or {}).get("required") or []}
+    return {"id": "call_up", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
 
 
 def _echo(body: dict[str, Any], lp: dict[str, Any] | None) -> str:

@@ -128,3 +128,16 @@ async def test_a_429_states_both_per_minute_limits(upstream, gateway_for) -> Non
     assert all(name in h for name in RATE_HEADERS), dict(h)
     assert (h["x-ratelimit-limit-tokens"], h["x-ratelimit-remaining-tokens"]) == ("15", "0")
     assert h["x-ratelimit-limit-requests"] == "100" and int(h["x-ratelimit-remaining-requests"]) == 99
+
+
+async def test_a_truncated_max_tokens_is_reserved_as_the_window_allows(upstream, gateway_for) -> None:
+    """Fireworks callers ask for large max_tokens and let truncation fit it: the limits hold what
+    the window lets through, not the ask."""
+    m = upstream_model("v/m", upstream.url)
+    m["context_window"] = 30
+    cfg = base_config([m], keys=[{"id": "k1", "team": "t", "key": "sk-test-key", "limits": {"tpm": 100}}])
+    async with gateway_for(cfg) as client:
+        r = await client.post("/inference/v1/completions", json={"model": "v/m", "prompt": LONG,
+                                                                  "max_tokens": 100_000})
+    assert r.status_code == 200, r.text
+    assert upstream.requests[0].body["max_tokens"] == 30 - 23
