@@ -43,6 +43,7 @@ class EngineBackend:
         self._context_window: int | None = None
         self.load_error: str | None = None
         self.restarts = 0
+        self._stats: dict[str, float] = {}
 
     # -- Backend ----------------------------------------------------------------------------
 
@@ -94,7 +95,7 @@ class EngineBackend:
                 self._chan.send(("cancel", rid))
 
     def stats(self) -> dict[str, float]:
-        return {}  # filled in by the engine's own counters (issue 12)
+        return self._stats  # as the engine process last reported (see process.Meter)
 
     async def count_tokens(self, req: CanonicalRequest) -> int:
         rid, q = self._open("count", req)
@@ -173,6 +174,7 @@ class EngineBackend:
         while True:
             msg = await self._chan.recv()
             if msg is None:
+                self._stats = {}
                 return False
             kind = msg[0]
             if kind == "ready":
@@ -182,6 +184,8 @@ class EngineBackend:
             elif kind == "failed":
                 self.load_error = f"engine failed to load: {msg[1]}"
                 return True
+            elif kind == "stats":
+                self._stats = msg[1]
             elif kind == "batch":  # everything one engine step emitted
                 streams = self._streams
                 for m in msg[1]:

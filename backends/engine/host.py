@@ -21,6 +21,7 @@ from typing import Any
 
 from backends.engine.backend import EngineBackend
 from backends.engine.channel import AsyncChannel
+from backends.engine.process import Meter
 from gateway.canonical import CanonicalRequest
 from gateway.config import DeploymentConfig
 from gateway.errors import GatewayError
@@ -85,13 +86,17 @@ class EngineHost:
             self._conns.discard(task)
 
     async def _announce(self, chan: AsyncChannel) -> None:
-        """Tells the worker the engine is ready once it is (it may still be loading)."""
+        """Tells the worker the engine is ready once it is (it may still be loading), then passes
+        on its gauges."""
         while not self.engine.ready:
             if self.engine.load_error is not None:
                 chan.send(("failed", self.engine.load_error))
                 return
             await asyncio.sleep(0.05)
         chan.send(("ready", {"context_window": self.engine.context_window}))
+        while True:  # the engine's gauges, for each worker's /metrics
+            await asyncio.sleep(Meter.EVERY)
+            chan.send(("stats", self.engine.stats()))
 
     async def _job(self, chan: AsyncChannel, kind: str, rid: int, req: CanonicalRequest) -> None:
         try:

@@ -14,6 +14,7 @@ import queue
 import socket
 import sys
 import threading
+import time
 import traceback
 from typing import Any
 
@@ -46,6 +47,7 @@ def main(sock: socket.socket, cfg_data: dict[str, Any]) -> None:
     holder["engine"] = engine
     _trim()
     chan.send(("ready", {"context_window": engine.context_window, "pid": os.getpid()}))
+    meter = Meter()
     while True:
         try:
             msg = inbox.get(block=not engine.busy)
@@ -64,10 +66,39 @@ def main(sock: socket.socket, cfg_data: dict[str, Any]) -> None:
             except queue.Empty:
                 msg = None
         if engine.busy:
+            decoding = len(engine.active)
             engine.step()
+            meter.tokens += decoding
         if outbox:
             chan.send(outbox[0] if len(outbox) == 1 else ("batch", list(outbox)))
             outbox.clear()
+        meter.report(engine, chan)
+
+
+class Meter:
+    """The engine's gauges for ``/metrics`` (``Backend.stats``): sent when the engine turns busy or
+    idle (so a short burst shows, and an idle engine never reports its last batch), and once a
+    second in between."""
+
+    EVERY = 1.0  # seconds
+
+    def __init__(self) -> None:
+        self.tokens = 0  # decode steps' tokens since the last report
+        self.since = time.monotonic()
+        self.idle = True
+
+    def report(self, engine: Any, chan: SyncChannel) -> None:
+        now = time.monotonic()
+        idle = not engine.busy
+        if now - self.since < self.EVERY and idle == self.idle:
+            return
+        self.idle = idle
+        cache = engine.runner.cache
+        held = sum(cache.length(s.slot) for s in engine.active)
+        chan.send(("stats", {"queue_depth": len(engine.waiting), "batch_size": len(engine.active),
+                             "tokens_per_second": self.tokens / max(now - self.since, 1e-3),
+                             "kv_cache_usage": held / (engine.slots * engine.context_window)}))
+        self.tokens, self.since = 0, now
 
 
 def _trim() -> None:
