@@ -59,7 +59,7 @@ class EngineConfig(_Model):
         "float32", description="auto: bfloat16 on CUDA and on CPUs with AMX/avx512_bf16")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: CUDA when torch sees a GPU")
     cuda_graphs: bool = Field(True, description="on CUDA, replay decode steps from captured graphs")
-    prefill_chunk: int = Field(64, ge=1, description="prompt tokens run per step while other "
+    prefill_chunk: int = Field(32, ge=1, description="prompt tokens run per step while other "
                                "sequences decode (chunked prefill keeps their inter-token gap)")
     threads: int | None = Field(None, ge=1)
     max_batch: int = Field(16, ge=1)

@@ -6,14 +6,14 @@ to the end), so a decode step attends over the view ``[:B, :, :max_len]`` withou
 anything. Free slots keep their tokens: a new prompt sharing a prefix with one of them copies
 that prefix instead of recomputing it (prompt caching).
 
-Sized by what is in flight. On CPU the whole ``slots`` x ``max_len`` tensor is reserved at once
-when it is under half the machine's memory: a fresh large allocation is an anonymous mapping whose
-pages the kernel supplies zeroed on first touch, so only the positions sequences actually wrote
-are resident (an idle engine holds none) and the cache never moves, so a long prompt arriving
-costs no reallocation stall. Elsewhere (CUDA, or a reservation too large) it starts at one slot
-and grows in chunks (slots by ``SLOT_CHUNK``, positions by ``POS_CHUNK`` or half the capacity,
-whichever is more), copying what is held. One row past the slots is scratch: a static-shape
-decode step (CUDA graphs) writes its padding rows there.
+Sized by what is in flight. On CPU all slots and as many positions as fit in half the machine's
+memory (up to ``max_len``) are reserved at once: a fresh large allocation is an anonymous mapping
+whose pages the kernel supplies zeroed on first touch, so only the positions sequences actually
+wrote are resident (an idle engine holds none), and the cache does not move when a long prompt
+arrives (no reallocation stall). On CUDA it starts at one slot and grows in chunks (slots by
+``SLOT_CHUNK``, positions by ``POS_CHUNK`` or half the capacity, whichever is more), copying
+what is held; so does a CPU cache asked for more than its reservation (lazily again).
+One row past the slots is scratch: a static-shape decode step (CUDA graphs) writes its padding rows there.
 """
 
 from __future__ import annotations
@@ -41,10 +41,11 @@ class KVCache:
         # The token ids whose keys/values each slot holds (its valid length is len(tokens[s])).
         self.tokens: list[list[int]] = [[] for _ in range(slots)]
         self.generation = 0  # bumped on every reallocation (captured graphs hold the old tensor)
-        full = (layers * 2 * (slots + 1) * kv_heads * max_len * head_dim
-                * torch.empty(0, dtype=dtype).element_size())
-        if self.device.type == "cpu" and full <= _memory_bytes() // 2:
-            self._allocate(max_len, slots, lazy=full >= LAZY_MIN_BYTES)
+        self.position_bytes = (layers * 2 * (slots + 1) * kv_heads * head_dim
+                               * torch.empty(0, dtype=dtype).element_size())
+        reserve = min(max_len, _memory_bytes() // 2 // self.position_bytes)
+        if self.device.type == "cpu" and reserve >= INITIAL_POS:
+            self._allocate(reserve, slots)
         else:
             self.ensure(min(INITIAL_POS, max_len), 1)
 
@@ -66,13 +67,15 @@ class KVCache:
             cap = min(self.max_len, _round_up(max(needed, cap + cap // 2), POS_CHUNK))
         if slots > rows:
             rows = min(self.slots, _round_up(slots, SLOT_CHUNK))
-        self._allocate(cap, rows, lazy=False)
+        self._allocate(cap, rows)
 
-    def _allocate(self, cap: int, rows: int, lazy: bool) -> None:
+    def _allocate(self, cap: int, rows: int) -> None:
         """A new tensor holding what the old one held. Every position must read as a finite
-        number (masked scores are zero weights, but 0 * NaN is NaN): zeros, or for ``lazy`` an
-        uninitialized allocation large enough to be a fresh, kernel-zeroed mapping."""
+        number (masked scores are zero weights, but 0 * NaN is NaN): zeros, or on CPU, for an
+        allocation large enough to be a fresh mapping, the kernel's zeroed pages (not touched
+        here, so not resident)."""
         shape = (self.layers, 2, rows + 1, self.kv_heads, cap, self.head_dim)
+        lazy = self.device.type == "cpu" and cap * self.position_bytes >= LAZY_MIN_BYTES
         make = torch.empty if lazy else torch.zeros
         new = make(shape, dtype=self.dtype, device=self.device)
         used = max((len(t) for t in self.tokens[:self.rows]), default=0)

@@ -30,7 +30,7 @@ IDLE_CHUNK = 512  # prompt tokens per step when nothing decodes (bounds attentio
 
 class Engine:
     def __init__(self, model: Any, tokenizer: Any, emit: Emit, max_batch: int = 16,
-                 context_window: int | None = None, prefill_chunk: int = 64,
+                 context_window: int | None = None, prefill_chunk: int = 32,
                  cuda_graphs: bool = True) -> None:
         cfg = model.config
         self.tokenizer = tokenizer
