@@ -59,6 +59,12 @@ def parse_expiry(value: Any) -> int | None:
                          "2027-01-31T00:00:00Z, or null", param="expires_at")
 
 
+def _in_grace(doc: dict[str, Any], now_ms: float) -> list[dict[str, Any]]:
+    """A key's earlier secrets (from rotations) that still work at ``now_ms``."""
+    prev = [*doc.get("older", ()), *([doc["previous"]] if doc.get("previous") else [])]
+    return [p for p in prev if p["until_ms"] > now_ms]
+
+
 def format_ms(ms: int | None) -> str | None:
     if ms is None:
         return None
@@ -200,14 +206,14 @@ class Registry:
         if revoked is not None:
             doc["revoked"] = revoked
         await self.store.put_doc(name, doc)
-        prev = doc.get("previous")
-        if revoked and prev and prev["until_ms"] > time.time() * 1000:
-            # A rotated key's old secret, still in its grace period, is revoked with it.
-            old_name = self.n["key"] + prev["digest"]
-            (old,) = await self.store.get_docs([old_name])
-            if old is not None:
-                await self.store.put_doc(old_name, old | {"revoked": True},
-                                         ttl_ms=int(prev["until_ms"] - time.time() * 1000) + 60_000)
+        if revoked:
+            # A rotated key's old secrets, still in their grace periods, are revoked with it.
+            for prev in _in_grace(doc, time.time() * 1000):
+                old_name = self.n["key"] + prev["digest"]
+                (old,) = await self.store.get_docs([old_name])
+                if old is not None:
+                    await self.store.put_doc(old_name, old | {"revoked": True},
+                                             ttl_ms=int(prev["until_ms"] - time.time() * 1000) + 60_000)
         self.keyring.forget()
         return await self.key(key_id)
 
@@ -231,11 +237,12 @@ class Registry:
         raw = "sk-sy-" + secrets.token_urlsafe(32)
         d = digest(raw)
         old_digest = name.removeprefix(self.n["key"])
-        new = {k: v for k, v in doc.items() if k != "previous"} | {
-            "rotated_ms": now, "previous": {"digest": old_digest, "until_ms": old_until}}
+        # Every earlier secret still in its grace stays listed, so a revocation reaches them all.
+        new = {k: v for k, v in doc.items() if k not in ("previous", "older")} | {
+            "previous": {"digest": old_digest, "until_ms": old_until}, "older": _in_grace(doc, now)}
         await self.store.put_doc(self.n["key"] + d, new)
         # The old secret's doc outlives its grace by a minute (a clear refusal meanwhile), then goes.
-        await self.store.put_doc(name, doc | {"expires_ms": old_until, "rotated_to": key_id},
+        await self.store.put_doc(name, doc | {"expires_ms": old_until},
                                  ttl_ms=old_until - now + 60_000)
         await self.store.put_doc(self.n["keyid"] + key_id, {"digest": d})
         self.keyring.forget()

@@ -66,6 +66,18 @@ async def test_revoking_a_rotated_key_revokes_the_old_secret_too(upstream):
         assert (await complete(c, new)).status_code == 401
 
 
+async def test_revoking_a_key_rotated_twice_revokes_every_old_secret(upstream):
+    async with gateway(console_config(upstream.url)) as c:
+        made = await c.post("/admin/keys", headers=MASTER_AUTH, json={"team": "ml", "id": "r2"})
+        secrets = [made.json()["key"]]
+        for _ in range(2):
+            r = await c.post("/admin/keys/r2/rotate", headers=MASTER_AUTH, json={"grace_seconds": 600})
+            secrets.append(r.json()["key"])
+        assert [(await complete(c, k)).status_code for k in secrets] == [200, 200, 200]  # all in grace
+        assert (await c.post("/admin/keys/r2/revoke", headers=MASTER_AUTH)).json()["revoked"] is True
+        assert [(await complete(c, k)).status_code for k in secrets] == [401, 401, 401]
+
+
 async def test_rotation_refusals_name_the_parameter(upstream):
     async with gateway(console_config(upstream.url)) as c:
         await c.post("/admin/keys", headers=MASTER_AUTH, json={"team": "ml", "id": "x"})
