@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
-import os
 import statistics
 import sys
 import time
@@ -36,7 +35,7 @@ from policies.factory import build_policies  # noqa: E402
 from policies.latency import latency  # noqa: E402
 from policies.usage_filter import parse_filter  # noqa: E402
 from tests.ledger.conftest import fresh_database  # noqa: E402
-from tests.ledger.postgres import PgServer  # noqa: E402
+from tests.ledger.postgres import postgres  # noqa: E402
 
 FILL = """
 INSERT INTO usage_records
@@ -67,13 +66,7 @@ async def timed(fn: Callable[[], Awaitable[Any]], repeat: int) -> list[float]:
 
 
 async def main(rows: int, repeat: int) -> None:
-    pg = None
-    server = os.environ.get("DATABASE_URL")
-    if not server:
-        pg = PgServer()
-        pg.start()
-        server = pg.url
-    try:
+    with postgres() as (server, _):
         url = await fresh_database(server)
         cfg = parse_config({"master_key": "m", "usage": {"ledger": url},
                             "teams": [{"name": t} for t in "abcd"], "models": []})
@@ -130,9 +123,6 @@ async def main(rows: int, repeat: int) -> None:
             await conn.execute(f'DROP DATABASE IF EXISTS "{urlsplit(url).path[1:]}" WITH (FORCE)')
         finally:
             await conn.close()
-    finally:
-        if pg is not None:
-            pg.destroy()
 
 
 if __name__ == "__main__":

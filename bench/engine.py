@@ -22,6 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.overhead import rss_mib
+
 BASE = [
     "The capital of France is", "Write a haiku about the sea.", "def fibonacci(n):",
     "Explain photosynthesis to a child.", "The three primary colors are", "Once upon a time, in a",
@@ -76,13 +78,6 @@ class Baseline:
 
 def best(out: dict[str, float], key: str, value: float) -> None:
     out[key] = max(out.get(key, 0.0), value)
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS")
 
 
 async def runs(path: str | None, dtype: str, device: str, threads: int, tokens: int, long_text: str,

@@ -42,7 +42,7 @@ from policies.plan import tag  # noqa: E402
 from policies.store import UsageRecord  # noqa: E402
 from tests.conftest import start_redis, stop  # noqa: E402
 from tests.ledger.conftest import fresh_database  # noqa: E402
-from tests.ledger.postgres import PgServer  # noqa: E402
+from tests.ledger.postgres import postgres  # noqa: E402
 
 MOCK = ROOT.parent / "shared" / "bench" / "mock_upstream.py"
 KEY = "sk-bench"
@@ -167,37 +167,28 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=4000)
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
-    pg = None
-    postmaster = None
-    server = os.environ.get("DATABASE_URL")
-    if not server:
-        pg = PgServer()
-        pg.start()
-        server = pg.url
-        postmaster = int((pg.data / "postmaster.pid").read_text().split()[0])
-    procs = Procs()
-    tmp = tempfile.mkdtemp()
-    rport = free_port()
-    redis = start_redis(rport, cwd=tmp)
-    try:
-        sink = asyncio.run(sink_rate(asyncio.run(fresh_database(server)), args.rows))
-        feed = asyncio.run(feed_rate(asyncio.run(fresh_database(server)), rport, args.rows))
-        up = free_port()
-        procs.start([sys.executable, str(MOCK), "--port", str(up)])
-        wait_http(up, "/health")
-        res: dict[str, list[tuple[float, float, float]]] = {"off": [], "on": []}
-        ledger_db = asyncio.run(fresh_database(server))
-        for i in range(args.rounds):  # a Redis db per run: the ledger sees only its runs' records
-            res["off"].append(gateway_run(procs, up, f"redis://127.0.0.1:{rport}/{2 * i + 1}", None,
-                                          args.requests))
-            res["on"].append(gateway_run(procs, up, f"redis://127.0.0.1:{rport}/{2 * i + 2}", ledger_db,
-                                         args.requests, postmaster))
-        rows = asyncio.run(count_rows(ledger_db))
-    finally:
-        procs.stop()
-        stop(redis)
-        if pg is not None:
-            pg.destroy()
+    with postgres() as (server, pg):
+        postmaster = int((pg.data / "postmaster.pid").read_text().split()[0]) if pg is not None else None
+        procs = Procs()
+        rport = free_port()
+        redis = start_redis(rport, cwd=tempfile.mkdtemp())
+        try:
+            sink = asyncio.run(sink_rate(asyncio.run(fresh_database(server)), args.rows))
+            feed = asyncio.run(feed_rate(asyncio.run(fresh_database(server)), rport, args.rows))
+            up = free_port()
+            procs.start([sys.executable, str(MOCK), "--port", str(up)])
+            wait_http(up, "/health")
+            res: dict[str, list[tuple[float, float, float]]] = {"off": [], "on": []}
+            ledger_db = asyncio.run(fresh_database(server))
+            for i in range(args.rounds):  # a Redis db per run: the ledger sees only its runs' records
+                res["off"].append(gateway_run(procs, up, f"redis://127.0.0.1:{rport}/{2 * i + 1}", None,
+                                              args.requests))
+                res["on"].append(gateway_run(procs, up, f"redis://127.0.0.1:{rport}/{2 * i + 2}",
+                                             ledger_db, args.requests, postmaster))
+            rows = asyncio.run(count_rows(ledger_db))
+        finally:
+            procs.stop()
+            stop(redis)
     served = args.rounds * (args.requests + 300)
     off_rps = statistics.median(r[0] for r in res["off"])
     on_rps = statistics.median(r[0] for r in res["on"])

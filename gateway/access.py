@@ -79,12 +79,14 @@ def record(ctx: RequestContext) -> dict[str, Any]:
     return out
 
 
+_IN_HEAD = frozenset({"ts", "event", "status", "endpoint", "model", "latency_ms"})
+
+
 def console_line(r: dict[str, Any]) -> str:
     """A line for a terminal: time, status, endpoint, model, latency, then the rest."""
     head = (f"{r['ts'][11:23]} {r['status']} {r['endpoint']} {r.get('model') or r.get('group') or '-'}"
             f" {r['latency_ms']:.1f}ms")
-    skip = {"ts", "event", "status", "endpoint", "model", "latency_ms"}
-    return head + "".join(f" {k}={v}" for k, v in r.items() if k not in skip)
+    return head + "".join(f" {k}={v}" for k, v in r.items() if k not in _IN_HEAD)
 
 
 class AccessLog:

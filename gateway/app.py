@@ -28,6 +28,7 @@ from gateway.openapi import add_completion_paths
 from gateway.pipeline import Endpoint, Gateway
 from gateway.router import Router
 from gateway.scrape import CONTENT_TYPE, Exporter
+from policies.admin import error_response
 from policies.factory import Policies, build_policies
 from policies.store import StoreDown
 
@@ -107,14 +108,15 @@ def create_app(config: Config, *, router: Router | None = None,
 
     def http_error(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
         if exc.status_code != 413:
-            return Response({"error": {"message": exc.detail, "type": "invalid_request_error",
-                                       "param": None, "code": None}}, status_code=exc.status_code)
+            return error_response(exc.status_code, "invalid_request_error", exc.detail)
         limit = config.server.max_body_bytes
         status, body = error_bytes("openai", PayloadTooLarge(
             f"request body exceeds the limit of {limit} bytes", param="body"))
         return Response(body, status_code=status, media_type="application/json")
 
     exporter = Exporter(gw) if config.metrics.enabled else None
+    if exporter is not None:
+        gw.observers.append(exporter.recorder.observe)
     access = AccessLog(log_settings(None, None, config.logging.level, config.logging.format)[1]) \
         if config.logging.access else None
     if access is not None:
@@ -127,16 +129,14 @@ def create_app(config: Config, *, router: Router | None = None,
         gw.observers.append(gw.tracing.end)
     handlers = [models, health, ready, policies.admin_router(), *console_routes(gw, router, policies)]
     if exporter is not None:
-        gw.observers.append(exporter.recorder.observe)
 
         @get("/metrics", include_in_schema=False)
         async def metrics(request: Request[Any, Any, Any]) -> Response[Any]:
             """Prometheus text format (docs/observability.md)."""
             assert exporter is not None
             if not exporter.allowed(request.headers.get("authorization")):
-                return Response({"error": {"message": "send Authorization: Bearer <metrics.token>",
-                                           "type": "authentication_error", "param": None, "code": None}},
-                                status_code=401)
+                return error_response(401, "authentication_error",
+                                      "send Authorization: Bearer <metrics.token>")
             return Response(await exporter.render(), media_type=CONTENT_TYPE)
 
         handlers.append(metrics)

@@ -6,6 +6,7 @@ Secrets may be written as ``env:NAME`` and are read from the environment at load
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -266,17 +267,9 @@ class UsageConfig(_Model):
     @field_validator("ledger")
     @classmethod
     def _scheme(cls, v: str | None) -> str | None:
-        v = resolve_secret(v)
-        if v is None:
-            return v
-        if not v.startswith(("postgresql://", "postgres://")):
-            raise ValueError("must start with postgresql:// or postgres://")
-        try:
-            import asyncpg  # noqa: F401 -- the ``ledger`` extra
-        except ImportError:
-            raise ValueError("the usage ledger needs the ledger extra: pip install 'switchyard[ledger]'") \
-                from None
-        return v
+        return _url_of_extra(v, ("postgresql://", "postgres://"),
+                             "must start with postgresql:// or postgres://", "the usage ledger", "ledger",
+                             ("asyncpg",))
 
 
 class RouterConfig(_Model):
@@ -320,17 +313,25 @@ class TracingConfig(_Model):
     @field_validator("otlp_endpoint")
     @classmethod
     def _otel(cls, v: str | None) -> str | None:
-        v = resolve_secret(v)
-        if v is None:
-            return v
-        if not v.startswith(("http://", "https://")):
-            raise ValueError("must be an http:// or https:// URL (OTLP over HTTP)")
-        try:
-            import opentelemetry.exporter.otlp.proto.http
-            import opentelemetry.sdk  # noqa: F401
-        except ImportError:
-            raise ValueError("tracing needs the otel extra: pip install 'switchyard[otel]'") from None
+        return _url_of_extra(v, ("http://", "https://"),
+                             "must be an http:// or https:// URL (OTLP over HTTP)", "tracing", "otel",
+                             ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http"))
+
+
+def _url_of_extra(v: str | None, schemes: tuple[str, ...], bad_scheme: str, what: str, extra: str,
+                  modules: tuple[str, ...]) -> str | None:
+    """A setting that is a URL served by an optional extra: its scheme, then the extra's modules."""
+    v = resolve_secret(v)
+    if v is None:
         return v
+    if not v.startswith(schemes):
+        raise ValueError(bad_scheme)
+    try:
+        for m in modules:
+            importlib.import_module(m)
+    except ImportError:
+        raise ValueError(f"{what} needs the {extra} extra: pip install 'switchyard[{extra}]'") from None
+    return v
 
 
 class Config(_Model):

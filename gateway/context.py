@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from gateway.routing.resolve import RunInfo
 from gateway.streaming import Tally
+from policies.pricing import nano_usd
 
 if TYPE_CHECKING:
     from gateway.canonical import Usage
@@ -43,7 +44,7 @@ class RequestContext:
     started: float = field(default_factory=time.monotonic)
     dialect: str = ""  # the caller's dialect, once known
     shape: str = "chat"  # the answer and error shape (a renderer name)
-    dialect_named: bool = False  # the caller chose its dialect (x-switchyard-dialect): its errors
+    dialect_named: bool = False  # the caller chose its dialect (x-switchyard-dialect): FastAPI's 422 errors
     principal: Principal | None = None
     requested_model: str = ""  # as the caller named it
     route: Route | None = None
@@ -59,7 +60,8 @@ class RequestContext:
     cut: bool = False  # a stream that ended before its last event
     warning: str | None = None  # x-switchyard-warning, if any
     usage: Usage | None = None  # what was charged, once settled
-    # time.monotonic() instants around admission and settlement (the trace's child spans)
+    # time.monotonic() instants around admission and settlement (the trace's child spans; the
+    # metrics read admit_at)
     admit_at: float | None = None
     admitted_at: float | None = None
     settle_at: float | None = None
@@ -99,9 +101,7 @@ class RequestContext:
         usage, route = self.usage, self.route
         if usage is None or route is None:
             return 0.0
-        price = route.model.price
-        return (usage.prompt_tokens * price.prompt_per_1m
-                + usage.completion_tokens * price.completion_per_1m) / 1e6
+        return nano_usd(route.model.price, usage.prompt_tokens, usage.completion_tokens) / 1e9
 
     @property
     def group(self) -> str | None:

@@ -97,7 +97,7 @@ def configure_logging(level: str = "info", fmt: str = "json") -> None:
 
 
 class Throttled:
-    """At most one line per ``every`` seconds for each key (a deployment, the store), saying how
+    """At most one line per ``every`` seconds for each key (a deployment), saying how
     many were held back since: an outage must not print a line per request."""
 
     def __init__(self, logger: logging.Logger, every: float) -> None:

@@ -10,7 +10,7 @@ gateway's own tables (dialects, endpoints, status classes): a caller's made-up m
 one value ``unknown``, never a new series. Key ids are labels only with ``metrics.per_key``.
 
 Under ``--workers N`` each worker writes its counters to a file once a second
-(``gateway.metrics_files``) and a scrape of any worker adds up all of them.
+(``gateway.scrape``) and a scrape of any worker adds up all of them.
 """
 
 from __future__ import annotations

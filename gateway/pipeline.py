@@ -101,7 +101,7 @@ class Gateway:
         self.config = config
         self.router = router
         self.policies = policies
-        # Called with every finished request's context (access log, metrics).
+        # Called with every finished request's context (access log, metrics, tracing).
         self.observers: list[Callable[[RequestContext], None]] = []
         self.tracing: Tracing | None = None  # set when tracing.otlp_endpoint is configured
         self.inflight = 0  # requests between their first byte in and their settlement

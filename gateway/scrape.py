@@ -2,8 +2,8 @@
 the other workers wrote to the shared metrics folder (``METRICS_DIR``; ``PROMETHEUS_MULTIPROC_DIR``
 names it where set, else ``switchyard serve`` makes one per run).
 
-Each worker rewrites its own file (``<pid>.json``, replaced atomically) once a second while
-something changed, and once more when it stops: another worker's figures on a scrape are at most
+Each worker rewrites its own file (``<pid>.json``, replaced atomically) once a second, and
+once more when it stops: another worker's figures on a scrape are at most
 about a second old. Counters of workers that have exited still count (a counter never goes
 down); their gauges (in flight, breakers) do not.
 """
@@ -68,7 +68,6 @@ class Exporter:
         self.recorder = Recorder(gw.config)
         self.dir = metrics_dir()
         self.token = gw.config.metrics.token
-        self.master = gw.config.master_key
         self._task: asyncio.Task[None] | None = None
 
     def allowed(self, authorization: str | None) -> bool:
@@ -78,10 +77,9 @@ class Exporter:
         scheme, _, given = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not given:
             return False
-        given_b = given.strip().encode()
-        ok = hmac.compare_digest(given_b, self.token.encode())
-        if self.master:
-            ok |= hmac.compare_digest(given_b, self.master.encode())
+        given = given.strip()
+        ok = hmac.compare_digest(given.encode(), self.token.encode())
+        ok |= self.gw.policies.auth.is_master_key(given)  # both compared, whichever matched
         return ok
 
     async def render(self) -> bytes:

@@ -185,7 +185,6 @@ def serve(config: Config, config_path: str, host: str, port: int, workers: int =
             app = create_app(config)
         except ConfigError as e:
             log.error("cannot serve this config: %s", e)
-            print(f"switchyard: cannot serve this config\n{e}", file=sys.stderr)
             return 2
         _tune_gc()
         _started(config, host, port, workers)

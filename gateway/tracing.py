@@ -105,19 +105,19 @@ class Attempts:
         self.parent = tracing._trace.set_span_in_context(span)
         self.current: Any = None
 
-    def start(self, deployment: str) -> object:
+    def start(self, deployment: str) -> None:
         t = self.tracing
         self.end()
-        span = t.tracer.start_span(f"{_operation(self.ctx)} {deployment}", context=self.parent,
+        op = _operation(self.ctx)
+        span = t.tracer.start_span(f"{op} {deployment}", context=self.parent,
                                    kind=t._trace.SpanKind.CLIENT,
-                                   attributes={"gen_ai.operation.name": _operation(self.ctx),
+                                   attributes={"gen_ai.operation.name": op,
                                                "switchyard.deployment": deployment,
                                                "switchyard.attempt": self.ctx.run.attempts})
         self.current = span
         headers = {REQUEST_ID: self.ctx.id}
         t.propagator.inject(headers, context=t._trace.set_span_in_context(span))
         OUTGOING.set(headers)
-        return span
 
     def end(self, error: BaseException | None = None) -> None:
         span, self.current = self.current, None

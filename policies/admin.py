@@ -19,31 +19,31 @@ from policies.usage_filter import parse_filter, to_csv
 RECORD_FIELDS = tuple(UsageRecord.__dataclass_fields__)
 
 
-def _error(status: int, type_: str, message: str, param: str | None = None,
+def error_response(status: int, type_: str, message: str, param: str | None = None,
            headers: dict[str, str] | None = None) -> Response[Any]:
     return Response({"error": {"message": message, "type": type_, "param": param, "code": None}},
                     status_code=status, headers=headers or {})
 
 
 def _on_gateway_error(_: Request[Any, Any, Any], e: GatewayError) -> Response[Any]:
-    return _error(e.status, e.type, e.message, e.param, e.headers)
+    return error_response(e.status, e.type, e.message, e.param, e.headers)
 
 
 def _on_store_down(_: Request[Any, Any, Any], e: StoreDown) -> Response[Any]:
-    return _error(503, "service_unavailable", f"the policy store is unavailable: {e}",
+    return error_response(503, "service_unavailable", f"the policy store is unavailable: {e}",
                   headers={"Retry-After": "1"})
 
 
 def _on_unauthorized(_: Request[Any, Any, Any], e: NotAuthorizedException) -> Response[Any]:
-    return _error(401, "authentication_error", str(e.detail))
+    return error_response(401, "authentication_error", str(e.detail))
 
 
 def _on_forbidden(_: Request[Any, Any, Any], e: PermissionDeniedException) -> Response[Any]:
-    return _error(403, "permission_error", str(e.detail))
+    return error_response(403, "permission_error", str(e.detail))
 
 
 def _on_bad_json(_: Request[Any, Any, Any], e: SerializationException) -> Response[Any]:
-    return _error(400, "invalid_request_error", "the body is not valid JSON")
+    return error_response(400, "invalid_request_error", "the body is not valid JSON")
 
 
 async def _body(request: Request[Any, Any, Any]) -> dict[str, Any]:

@@ -59,6 +59,7 @@ class MemoryStore:
         self._logs: dict[str, deque[UsageRecord]] = defaultdict(lambda: deque(maxlen=max_records))
         self._docs: dict[str, dict[str, Any]] = {}
         self._doc_exp: dict[str, int] = {}  # doc name -> expiry (ms) for docs put with a ttl
+        self._sweep_at = 1024  # TTL docs held before the next sweep
         self._sets: dict[str, set[str]] = defaultdict(set)
         # Called with every settled record (the usage ledger's queue, when one is configured).
         self.journal: Callable[[UsageRecord], None] | None = None
@@ -198,10 +199,11 @@ class MemoryStore:
             self._doc_exp.pop(name, None)
             return
         now = self._now()
-        if len(self._doc_exp) >= 1024:  # sweep now and then: expired docs nobody reads again
+        if len(self._doc_exp) >= self._sweep_at:  # now and then: expired docs nobody reads again
             for n in [n for n, exp in self._doc_exp.items() if exp <= now]:
                 self._docs.pop(n, None)
                 del self._doc_exp[n]
+            self._sweep_at = max(1024, 2 * len(self._doc_exp))  # amortized: not on every write
         self._doc_exp[name] = now + ttl_ms
 
     async def add_member(self, set_name: str, member: str) -> None:

@@ -8,6 +8,13 @@ from gateway.config import Config, Price
 _FREE = Price()
 
 
+def nano_usd(price: Price, prompt_tokens: int, completion_tokens: int) -> int:
+    """What the tokens cost at ``price``, in nano-USD."""
+    # USD per 1M tokens * 1e9 nano-USD / 1e6 tokens = price * 1000 nano-USD per token.
+    return round(prompt_tokens * price.prompt_per_1m * 1000
+                 + completion_tokens * price.completion_per_1m * 1000)
+
+
 class Pricing:
     def __init__(self, config: Config) -> None:
         self._by_name: dict[str, Price] = {}
@@ -25,9 +32,7 @@ class Pricing:
         return p
 
     def cost_nano(self, model: str, prompt_tokens: int, completion_tokens: int) -> int:
-        # USD per 1M tokens * 1e9 nano-USD / 1e6 tokens = price * 1000 nano-USD per token.
-        p = self.price(model)
-        return round(prompt_tokens * p.prompt_per_1m * 1000 + completion_tokens * p.completion_per_1m * 1000)
+        return nano_usd(self.price(model), prompt_tokens, completion_tokens)
 
     def cost(self, model: str, usage: Usage) -> int:
         return self.cost_nano(model, usage.prompt_tokens, usage.completion_tokens)

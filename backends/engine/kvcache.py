@@ -1,6 +1,6 @@
 """A slot-based KV cache shared by all sequences of the batch.
 
-One tensor ``[layers, 2 (key, value), rows, kv_heads, capacity, head_dim]`` on the model's
+One tensor ``[layers, 2 (key, value), rows + 1 (a scratch row), kv_heads, capacity, head_dim]`` on the model's
 device. Active sequences always sit in slots ``0..B-1`` (the scheduler swaps a leaving sequence
 to the end), so a decode step attends over the view ``[:B, :, :max_len]`` without gathering
 anything. Free slots keep their tokens: a new prompt sharing a prefix with one of them copies
@@ -75,7 +75,8 @@ class KVCache:
         allocation large enough to be a fresh mapping, the kernel's zeroed pages (not touched
         here, so not resident)."""
         shape = (self.layers, 2, rows + 1, self.kv_heads, cap, self.head_dim)
-        lazy = self.device.type == "cpu" and cap * self.position_bytes >= LAZY_MIN_BYTES
+        size = cap * self.position_bytes // (self.slots + 1) * (rows + 1)  # this tensor's bytes
+        lazy = self.device.type == "cpu" and size >= LAZY_MIN_BYTES
         make = torch.empty if lazy else torch.zeros
         new = make(shape, dtype=self.dtype, device=self.device)
         used = max((len(t) for t in self.tokens[:self.rows]), default=0)

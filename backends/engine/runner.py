@@ -2,7 +2,7 @@
 
 For Llama-style decoders (llama, mistral, qwen2: pre-norm, rotary, GQA, gated MLP) the engine
 runs its own forward over its own fused weights (``weights.py``) and cache layout: a decode step
-feeds one token per active slot, attends over a view of the cache and costs ~13 torch ops per
+feeds one token per active slot, attends over a view of the cache and costs ~35 torch ops per
 layer, instead of ``generate()``'s per-step framework work (cache objects, mask builders, logits
 processors, stopping criteria). Decode, batched prefill, prefill chunks and scoring (logits at
 every position) are the same forward with different shapes.
@@ -66,7 +66,7 @@ class Runner:
     @torch.inference_mode()
     def decode(self, tokens: list[int]) -> torch.Tensor:
         """Feed ``tokens[b]`` to slot ``b`` for b in 0..B-1; returns next-token logits ``[B, V]``."""
-        if self.graphs is not None and len(tokens) <= self.graphs.largest:
+        if self.graphs is not None:  # its buckets reach max_batch: every decode fits one
             return self.graphs.decode(tokens)
         b, cache = len(tokens), self.cache
         pos = [len(cache.tokens[s]) for s in range(b)]
@@ -74,8 +74,8 @@ class Runner:
         cache.ensure(total, b)
         pos_t = self.tensor(pos).view(b, 1)
         # No mask when every row sees the whole window (one sequence, or equal lengths).
-        keep = None if min(pos) == total - 1 else self._keep(pos_t, total)
-        h = self._forward(self.tensor(tokens).view(b, 1), pos_t, 0, total, keep)
+        hide = None if min(pos) == total - 1 else self._hide(pos_t, total)
+        h = self._forward(self.tensor(tokens).view(b, 1), pos_t, 0, total, hide)
         for s in range(b):
             cache.tokens[s].append(tokens[s])
         return self._logits(h[:, 0]).float()
@@ -94,7 +94,7 @@ class Runner:
         cache.ensure(total, first + n)
         ids = self.tensor([p + [p[-1]] * (t - len(p)) for p in prompts])
         pos = self.tensor(starts).view(n, 1) + torch.arange(t, device=self.device).view(1, t)
-        h = self._forward(ids, pos, first, total, self._keep(pos, total))
+        h = self._forward(ids, pos, first, total, self._hide(pos, total))
         for r, p in enumerate(prompts):
             cache.tokens[first + r].extend(p)
         last = self.tensor([len(p) - 1 for p in prompts])
@@ -109,16 +109,17 @@ class Runner:
         total = start + t
         cache.ensure(total, slot + 1)
         pos = torch.arange(start, total, device=self.device).view(1, t)
-        h = self._forward(self.tensor(tokens).view(1, t), pos, slot, total, self._keep(pos, total))
+        h = self._forward(self.tensor(tokens).view(1, t), pos, slot, total, self._hide(pos, total))
         cache.tokens[slot].extend(tokens)
         return self._logits(h[0] if all_logits else h[0, -1]).float()
 
     # -- the forward ---------------------------------------------------------------------------
 
-    def _keep(self, pos: torch.Tensor, total: int) -> torch.Tensor:
-        """``[n, 1, 1, t, total]``: which cached positions each new position may attend to."""
+    def _hide(self, pos: torch.Tensor, total: int) -> torch.Tensor:
+        """``[n, 1, 1, t, total]``: which cached positions each new position may not attend to
+        (built once a step, so no layer inverts it)."""
         n, t = pos.shape
-        return (torch.arange(total, device=self.device).view(1, 1, -1) <= pos.view(n, t, 1)).view(
+        return (torch.arange(total, device=self.device).view(1, 1, -1) > pos.view(n, t, 1)).view(
             n, 1, 1, t, total)
 
     def _rotary(self, pos: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -138,11 +139,11 @@ class Runner:
         ``write[b]`` (padding rows write to the scratch slot). Returns logits ``[B, V]``."""
         b, cap = ids.shape[0], self.cache.capacity
         pos = pos.view(b, 1)
-        h = self._forward(ids.view(b, 1), pos, 0, cap, self._keep(pos, cap), write)
+        h = self._forward(ids.view(b, 1), pos, 0, cap, self._hide(pos, cap), write)
         return self._logits(h[:, 0])
 
     def _forward(self, ids: torch.Tensor, pos: torch.Tensor, first: int, total: int,
-                 keep: torch.Tensor | None, write: torch.Tensor | None = None) -> torch.Tensor:
+                 hide: torch.Tensor | None, write: torch.Tensor | None = None) -> torch.Tensor:
         """Run ``ids`` ``[n, t]`` at positions ``pos`` for slots ``first..first+n-1``, writing their
         keys and values to the cache (to slots ``write`` ``[n]`` when given) and attending over
         ``total`` positions; returns the final hidden states before the norm ``[n, t, hidden]``."""
@@ -178,8 +179,8 @@ class Runner:
             # queries [n * kv_heads, groups * t, hd]: a key head's query heads as extra rows
             q = qk[:, :, :heads].reshape(n, t, kvh, g, hd).permute(0, 2, 3, 1, 4).reshape(n * kvh, g * t, hd)
             s = torch.bmm(q, keys.reshape(n * kvh, total, hd).transpose(1, 2)).view(n, kvh, g, t, total)
-            if keep is not None:
-                s.masked_fill_(~keep, float("-inf"))
+            if hide is not None:
+                s.masked_fill_(hide, float("-inf"))
             p = torch.softmax(s.view(n * kvh, g * t, total) * self.scale, -1, dtype=torch.float32)
             o = torch.bmm(p.to(h.dtype), vals.reshape(n * kvh, total, hd))
             o = o.view(n, kvh, g, t, hd).permute(0, 3, 1, 2, 4).reshape(n, t, heads * hd)

@@ -233,19 +233,16 @@ class Engine:
         constrained = [i for i, s in enumerate(rows) if s.matcher is not None]
         # Off CPU, an all-greedy batch takes its argmax where the logits are (one small copy
         # back); anything else (processors, constraints, logprobs) runs on CPU.
-        on_device = logits.device.type != "cpu"
-        if on_device and (want or constrained or not self.pipeline.plain([s.row for s in rows])):
-            logits, on_device = logits.cpu(), False
+        states = [s.row for s in rows]
+        if logits.device.type != "cpu" and (want or constrained or not self.pipeline.plain(states)):
+            logits = logits.cpu()
         raw = logits[want].log_softmax(dim=1) if want else None
         self.constraints.apply(logits, constrained, [rows[i].matcher for i in constrained])
         no_eos = [i for i, s in enumerate(rows) if s.row.params.ignore_eos and s.matcher is None]
         if no_eos and len(self.eos):
             dev = logits.device
             logits[torch.tensor(no_eos, device=dev).view(-1, 1), self.eos_t.to(dev).view(1, -1)] = -math.inf
-        if on_device:
-            tokens = logits.argmax(dim=1).tolist()
-        else:
-            tokens = self.pipeline.sample(logits, [s.row for s in rows])
+        tokens = self.pipeline.sample(logits, states)
         raw_of = dict(zip(want, range(len(want)), strict=True))
         for i, s in enumerate(rows):
             logp = raw[raw_of[i]] if i in raw_of else None

@@ -17,6 +17,7 @@ from litestar import Request, Response, Router, get, post
 from litestar.datastructures import Cookie
 from litestar.params import FromPath
 
+from policies.admin import error_response
 from policies.admin_auth import AdminAuth
 from policies.sessions import COOKIE, CSRF_HEADER, csrf_ok
 from policies.store import StoreDown
@@ -79,9 +80,7 @@ def console_pages(auth: AdminAuth) -> Router:
         session = await sessions.get(sid)
         if session is not None and sid is not None:
             if not csrf_ok(session, request.headers.get(CSRF_HEADER)):
-                return Response({"error": {"message": f"sign out needs the {CSRF_HEADER} header",
-                                           "type": "permission_error", "param": None, "code": None}},
-                                status_code=403)
+                return error_response(403, "permission_error", f"sign out needs the {CSRF_HEADER} header")
             await sessions.end(sid)
         gone = Cookie(key=COOKIE, value="", path="/", httponly=True, samesite="strict", max_age=0)
         return Response("", status_code=303, headers=SECURITY_HEADERS | {"location": "/ui"}, cookies=[gone])

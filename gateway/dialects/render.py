@@ -110,10 +110,10 @@ class Renderer:
                             "logprobs": self._logprobs(ch.index, ch.logprobs, ch.prompt_logprobs),
                             "finish_reason": ch.finish_reason})
 
-    def usage_event(self, usage: Usage) -> bytes:
+    def usage_event(self, usage: Usage, choices: tuple[dict[str, Any], ...] = ()) -> bytes:
         return sse({"id": self.id, "object": self.chunk_object, "created": self.created,
                     "model": self.req.model, "system_fingerprint": FINGERPRINT,
-                    "choices": [], "usage": usage_json(usage)})
+                    "choices": list(choices), "usage": usage_json(usage)})
 
     def end(self) -> bytes:
         return DONE if self.sends_done else b""
@@ -137,9 +137,7 @@ class Renderer:
     def _final_event(self, usage: Usage, last: Chunk | None) -> bytes:
         choice = {"text": "", "index": last.index if last else 0, "logprobs": None,
                   "finish_reason": last.finish_reason if last else None}
-        return sse({"id": self.id, "object": self.chunk_object, "created": self.created,
-                    "model": self.req.model, "system_fingerprint": FINGERPRINT,
-                    "choices": [choice], "usage": usage_json(usage)})
+        return self.usage_event(usage, (choice,))
 
 
 class FireworksRenderer(Renderer):

@@ -74,12 +74,13 @@ class Route:
 class AttemptSpans(Protocol):
     """Trace spans for a request's upstream attempts (``gateway.tracing``)."""
 
-    def start(self, deployment: str) -> object:
+    def start(self, deployment: str) -> None:
         """A span for an attempt on ``deployment`` that begins now; upstream calls made until the
         next ``start`` carry its trace context."""
         ...
 
-    def end(self, span: object, error: BaseException | None = None) -> None: ...
+    def end(self, error: BaseException | None = None) -> None:
+        """End the current attempt's span (marked failed with ``error``)."""
 
 
 @dataclass(slots=True)

@@ -208,7 +208,7 @@ class Router:
 
     def _blame(self, target: Target, e: GatewayError, count: bool) -> None:
         """Count a failure against ``target``'s health; log it (at most once per deployment per
-        ``FAILURE_LOG_EVERY`` seconds) and the breaker opening."""
+        ``FAILURES``' interval) and the breaker opening."""
         breaker = target.health.breaker
         was_open = breaker.state == OPEN
         breaker.failure(self.clock(), e.retry_after, count=count)

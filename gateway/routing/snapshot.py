@@ -5,18 +5,13 @@ Read from the public health state (``gateway.routing.health``); nothing here cha
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
+from gateway.logs import iso
 from gateway.routing.health import CLOSED, HALF_OPEN, OPEN
 from gateway.routing.resolve import Target
 
 CIRCUIT = {CLOSED: "closed", OPEN: "open", HALF_OPEN: "half_open"}
-
-
-def _iso(epoch_s: float) -> str:
-    t = dt.datetime.fromtimestamp(epoch_s, dt.UTC)
-    return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def target_snapshot(t: Target, now: float) -> dict[str, Any]:
@@ -31,7 +26,7 @@ def target_snapshot(t: Target, now: float) -> dict[str, Any]:
         "circuit": CIRCUIT[b.state], "consecutive_failures": b.failures,
         "cooldown_s": round(cooldown, 3), "inflight": h.inflight,
         "latency_ms": round(h.ewma * 1000, 1) if h.ewma is not None else None,
-        "recent_errors": [{"at": _iso(at), "status": status, "message": msg}
+        "recent_errors": [{"at": iso(at), "status": status, "message": msg}
                           for at, status, msg in reversed(h.errors)],
     }
 

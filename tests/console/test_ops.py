@@ -18,7 +18,8 @@ async def test_deployments_show_circuit_cooldown_and_recent_errors(upstream):
         upstream.script += [Behaviour(status=500, error="boom one"), Behaviour(status=500, error="boom two")]
         assert (await complete(c, KEY)).status_code >= 500
         assert (await complete(c, KEY)).status_code >= 500
-        d = (await c.get("/admin/deployments", headers=MASTER_AUTH)).json()["data"][0]
+        r = await c.get("/admin/deployments", headers=MASTER_AUTH)
+        d = r.json()["data"][0]
         assert d["circuit"] == "open" and not d["healthy"] and d["consecutive_failures"] == 2
         assert 25 < d["cooldown_s"] <= 30
         assert len(d["recent_errors"]) == 2 and all(e["at"].endswith("Z") for e in d["recent_errors"])

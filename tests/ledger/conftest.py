@@ -3,7 +3,6 @@ when set, else on a PostgreSQL the session starts (``tests/ledger/postgres.py``)
 
 from __future__ import annotations
 
-import os
 import secrets
 from collections.abc import AsyncIterator, Iterator
 from urllib.parse import urlsplit, urlunsplit
@@ -12,7 +11,7 @@ import asyncpg
 import pytest
 
 from tests.fakes.upstream import FakeUpstream
-from tests.ledger.postgres import PgServer
+from tests.ledger.postgres import postgres
 from tests.policies.conftest import redis_cluster_url  # noqa: F401 -- the 3-node cluster fixture
 
 
@@ -24,15 +23,8 @@ async def upstream() -> AsyncIterator[FakeUpstream]:
 
 @pytest.fixture(scope="session")
 def pg_server_url() -> Iterator[str]:
-    if os.environ.get("DATABASE_URL"):
-        yield os.environ["DATABASE_URL"]
-        return
-    pg = PgServer()
-    pg.start()
-    try:
-        yield pg.url
-    finally:
-        pg.destroy()
+    with postgres() as (url, _):
+        yield url
 
 
 def with_db(url: str, name: str) -> str:

@@ -11,6 +11,8 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -70,3 +72,18 @@ class PgServer:
         subprocess.run([*self._as, str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate",
                         "-w", "stop"], capture_output=True)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@contextmanager
+def postgres() -> Iterator[tuple[str, PgServer | None]]:
+    """A server URL: $DATABASE_URL's, or that of a PostgreSQL started here (returned too, and
+    destroyed on exit)."""
+    if os.environ.get("DATABASE_URL"):
+        yield os.environ["DATABASE_URL"], None
+        return
+    pg = PgServer()
+    pg.start()
+    try:
+        yield pg.url, pg
+    finally:
+        pg.destroy()

@@ -57,9 +57,10 @@ class Pipeline:
                             if not r.params.greedy and r.params.seed is not None]
 
     def plain(self, rows: list[RowState]) -> bool:
-        """Every row greedy and no processor active: the argmax alone (it runs on any device)."""
+        """Every row greedy, no processor active or watching: ``sample`` is the argmax alone (it
+        runs on any device)."""
         self.update_state(rows)
-        return not self._on and len(self._greedy) == len(rows)
+        return not self._on and not self._watching and len(self._greedy) == len(rows)
 
     def sample(self, logits: torch.Tensor, rows: list[RowState]) -> list[int]:
         """Process ``logits`` ``[rows, vocab]`` in place and draw one token per row."""
