@@ -62,6 +62,8 @@ class EngineConfig(_Model):
     cuda_graphs: bool = Field(True, description="on CUDA, replay decode steps from captured graphs")
     prefill_chunk: int = Field(32, ge=1, description="prompt tokens run per step while other "
                                "sequences decode (chunked prefill keeps their inter-token gap)")
+    attention: Literal["auto", "sdpa", "bmm"] = Field(
+        "auto", description="auto: on CPU the faster of the two, timed once at start-up; sdpa on CUDA")
     threads: int | None = Field(None, ge=1)
     max_batch: int = Field(16, ge=1)
     context_window: int | None = Field(None, ge=16)

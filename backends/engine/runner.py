@@ -7,10 +7,8 @@ layer, instead of ``generate()``'s per-step framework work (cache objects, mask 
 processors, stopping criteria). Decode, batched prefill, prefill chunks and scoring (logits at
 every position) are the same forward with different shapes.
 
-Attention is two batched matrix products with the query heads of one key/value head stacked as
-extra query rows (GQA without repeating keys). ``F.scaled_dot_product_attention(enable_gqa=True)``
-costs ~7 ms a call on CPU at these sizes whatever the batch (measured; see docs/engine.md), more
-than all of a layer's matrix products.
+Attention reads a strided view of the cache through one of two implementations, the faster on
+this machine (``attention.py``).
 """
 
 from __future__ import annotations
@@ -18,6 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from backends.engine.attention import IMPLEMENTATIONS, choose
 from backends.engine.cudagraph import GraphedDecode
 from backends.engine.kvcache import KVCache
 from backends.engine.weights import Weights, prefer_transposed
@@ -27,7 +26,7 @@ SUPPORTED = frozenset({"llama", "mistral", "qwen2"})
 
 class Runner:
     def __init__(self, model: torch.nn.Module, slots: int, max_len: int, kv_dtype: torch.dtype,
-                 cuda_graphs: bool = True) -> None:
+                 cuda_graphs: bool = True, attention: str = "auto") -> None:
         cfg = model.config
         if cfg.model_type not in SUPPORTED:
             raise ValueError(f"model_type {cfg.model_type!r} is not supported ({sorted(SUPPORTED)} are)")
@@ -38,10 +37,11 @@ class Runner:
         self.act = inner.layers[0].mlp.act_fn
         self.heads = cfg.num_attention_heads
         self.kv_heads = cfg.num_key_value_heads
-        self.groups = self.heads // self.kv_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.scale = inner.layers[0].self_attn.scaling
         self.vocab_size = cfg.vocab_size
+        self.attention = choose(attention, self.device, self.dtype, self.heads, self.kv_heads, self.head_dim)
+        self.attend = IMPLEMENTATIONS[self.attention]
         self.w = Weights(model, prefer_transposed(self.device, self.dtype))
         self.cache = KVCache(len(self.w.layers), slots, self.kv_heads, self.head_dim, max_len, kv_dtype,
                              self.device)
@@ -74,8 +74,8 @@ class Runner:
         cache.ensure(total, b)
         pos_t = self.tensor(pos).view(b, 1)
         # No mask when every row sees the whole window (one sequence, or equal lengths).
-        hide = None if min(pos) == total - 1 else self._hide(pos_t, total)
-        h = self._forward(self.tensor(tokens).view(b, 1), pos_t, 0, total, hide)
+        allow = None if min(pos) == total - 1 else self._allow(pos_t, total)
+        h = self._forward(self.tensor(tokens).view(b, 1), pos_t, 0, total, allow)
         for s in range(b):
             cache.tokens[s].append(tokens[s])
         return self._logits(h[:, 0]).float()
@@ -94,7 +94,7 @@ class Runner:
         cache.ensure(total, first + n)
         ids = self.tensor([p + [p[-1]] * (t - len(p)) for p in prompts])
         pos = self.tensor(starts).view(n, 1) + torch.arange(t, device=self.device).view(1, t)
-        h = self._forward(ids, pos, first, total, self._hide(pos, total))
+        h = self._forward(ids, pos, first, total, self._allow(pos, total))
         for r, p in enumerate(prompts):
             cache.tokens[first + r].extend(p)
         last = self.tensor([len(p) - 1 for p in prompts])
@@ -109,18 +109,18 @@ class Runner:
         total = start + t
         cache.ensure(total, slot + 1)
         pos = torch.arange(start, total, device=self.device).view(1, t)
-        h = self._forward(self.tensor(tokens).view(1, t), pos, slot, total, self._hide(pos, total))
+        h = self._forward(self.tensor(tokens).view(1, t), pos, slot, total, self._allow(pos, total))
         cache.tokens[slot].extend(tokens)
         return self._logits(h[0] if all_logits else h[0, -1]).float()
 
     # -- the forward ---------------------------------------------------------------------------
 
-    def _hide(self, pos: torch.Tensor, total: int) -> torch.Tensor:
-        """``[n, 1, 1, t, total]``: which cached positions each new position may not attend to
-        (built once a step, so no layer inverts it)."""
+    def _allow(self, pos: torch.Tensor, total: int) -> torch.Tensor:
+        """``[n, 1, t, total]``: which cached positions each new position may attend to (built
+        once a step for every layer)."""
         n, t = pos.shape
-        return (torch.arange(total, device=self.device).view(1, 1, -1) > pos.view(n, t, 1)).view(
-            n, 1, 1, t, total)
+        return (torch.arange(total, device=self.device).view(1, 1, -1) <= pos.view(n, t, 1)).view(
+            n, 1, t, total)
 
     def _rotary(self, pos: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and signed sin ``[n, t, 1, head_dim]`` for ``pos`` ``[n, t]``."""
@@ -139,17 +139,17 @@ class Runner:
         ``write[b]`` (padding rows write to the scratch slot). Returns logits ``[B, V]``."""
         b, cap = ids.shape[0], self.cache.capacity
         pos = pos.view(b, 1)
-        h = self._forward(ids.view(b, 1), pos, 0, cap, self._hide(pos, cap), write)
+        h = self._forward(ids.view(b, 1), pos, 0, cap, self._allow(pos, cap), write)
         return self._logits(h[:, 0])
 
     def _forward(self, ids: torch.Tensor, pos: torch.Tensor, first: int, total: int,
-                 hide: torch.Tensor | None, write: torch.Tensor | None = None) -> torch.Tensor:
+                 allow: torch.Tensor | None, write: torch.Tensor | None = None) -> torch.Tensor:
         """Run ``ids`` ``[n, t]`` at positions ``pos`` for slots ``first..first+n-1``, writing their
         keys and values to the cache (to slots ``write`` ``[n]`` when given) and attending over
         ``total`` positions; returns the final hidden states before the norm ``[n, t, hidden]``."""
         n, t = ids.shape
         w, cache = self.w, self.cache
-        heads, kvh, g, hd = self.heads, self.kv_heads, self.groups, self.head_dim
+        heads, kvh, hd = self.heads, self.kv_heads, self.head_dim
         qk_heads, half = heads + kvh, hd // 2
         h = F.embedding(ids, w.embed)
         cos, sin = self._rotary(pos, h)
@@ -176,14 +176,7 @@ class Runner:
             keys, vals = kv[0, first:first + n, :, :total], kv[1, first:first + n, :, :total]
             if keys.dtype != h.dtype:
                 keys, vals = keys.to(h.dtype), vals.to(h.dtype)
-            # queries [n * kv_heads, groups * t, hd]: a key head's query heads as extra rows
-            q = qk[:, :, :heads].reshape(n, t, kvh, g, hd).permute(0, 2, 3, 1, 4).reshape(n * kvh, g * t, hd)
-            s = torch.bmm(q, keys.reshape(n * kvh, total, hd).transpose(1, 2)).view(n, kvh, g, t, total)
-            if hide is not None:
-                s.masked_fill_(hide, float("-inf"))
-            p = torch.softmax(s.view(n * kvh, g * t, total) * self.scale, -1, dtype=torch.float32)
-            o = torch.bmm(p.to(h.dtype), vals.reshape(n * kvh, total, hd))
-            o = o.view(n, kvh, g, t, hd).permute(0, 3, 1, 2, 4).reshape(n, t, heads * hd)
+            o = self.attend(qk[:, :, :heads], keys, vals, allow, self.scale)
             h += w.mm(o, lw.o)
             gu = w.mm(_rms(h, lw.ln_post, w.eps), lw.gate_up)
             act = self.act(gu[..., :lw.inter])

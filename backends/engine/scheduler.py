@@ -31,14 +31,15 @@ IDLE_CHUNK = 512  # prompt tokens per step when nothing decodes (bounds attentio
 class Engine:
     def __init__(self, model: Any, tokenizer: Any, emit: Emit, max_batch: int = 16,
                  context_window: int | None = None, prefill_chunk: int = 32,
-                 cuda_graphs: bool = True) -> None:
+                 cuda_graphs: bool = True, attention: str = "auto") -> None:
         cfg = model.config
         self.tokenizer = tokenizer
         self.emit = emit
         self.context_window = min(context_window or cfg.max_position_embeddings, cfg.max_position_embeddings)
         self.vocab_size = cfg.vocab_size
         self.runner = Runner(model, slots=max_batch, max_len=self.context_window,
-                             kv_dtype=next(model.parameters()).dtype, cuda_graphs=cuda_graphs)
+                             kv_dtype=next(model.parameters()).dtype, cuda_graphs=cuda_graphs,
+                             attention=attention)
         self.slots = max_batch
         eos = getattr(model.generation_config, "eos_token_id", None)
         eos_ids = eos if isinstance(eos, list) else [eos] if eos is not None else []
