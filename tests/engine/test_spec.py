@@ -86,3 +86,16 @@ def test_untied_qwen2_with_qkv_biases_matches_transformers(tmp_path, dtype):
         ref = ref_model(torch.tensor([ids])).logits[0].float()
     tol = 1e-4 if dtype == torch.float32 else 0.1
     torch.testing.assert_close(got, ref, atol=tol, rtol=tol)
+
+
+def test_a_failed_gguf_conversion_is_reported_and_leaves_no_folder(tmp_path):
+    """The conversion runs in a child process; its failure comes back as the load's error."""
+    from backends.engine.loader import resolve_folder
+    from gateway.config import EngineConfig
+
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"not a gguf file")
+    cache = tmp_path / "cache"
+    with pytest.raises(RuntimeError, match=r"converting .*broken\.gguf failed"):
+        resolve_folder(EngineConfig(path=str(bad), cache_dir=str(cache)))
+    assert not cache.exists() or not any(cache.iterdir())
