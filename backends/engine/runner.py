@@ -16,46 +16,34 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from backends.engine import rope
 from backends.engine.attention import IMPLEMENTATIONS, choose
 from backends.engine.cudagraph import GraphedDecode
 from backends.engine.kvcache import KVCache
-from backends.engine.weights import Weights, prefer_transposed
-
-SUPPORTED = frozenset({"llama", "mistral", "qwen2"})
+from backends.engine.weights import Model
 
 
 class Runner:
-    def __init__(self, model: torch.nn.Module, slots: int, max_len: int, kv_dtype: torch.dtype,
+    def __init__(self, model: Model, slots: int, max_len: int, kv_dtype: torch.dtype,
                  cuda_graphs: bool = True, attention: str = "auto") -> None:
-        cfg = model.config
-        if cfg.model_type not in SUPPORTED:
-            raise ValueError(f"model_type {cfg.model_type!r} is not supported ({sorted(SUPPORTED)} are)")
-        first = next(model.parameters())
-        self.device, self.dtype = first.device, first.dtype
-        inner = model.model
-        self.rotary = inner.rotary_emb
-        self.act = inner.layers[0].mlp.act_fn
-        self.heads = cfg.num_attention_heads
-        self.kv_heads = cfg.num_key_value_heads
-        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        self.scale = inner.layers[0].self_attn.scaling
-        self.vocab_size = cfg.vocab_size
+        spec, self.w = model.spec, model.weights
+        self.device, self.dtype = self.w.device, self.w.dtype
+        self.act = spec.act
+        self.heads = spec.heads
+        self.kv_heads = spec.kv_heads
+        self.head_dim = spec.head_dim
+        self.scale = self.head_dim ** -0.5
+        self.vocab_size = spec.vocab_size
         self.attention = choose(attention, self.device, self.dtype, self.heads, self.kv_heads, self.head_dim)
         self.attend = IMPLEMENTATIONS[self.attention]
-        self.w = Weights(model, prefer_transposed(self.device, self.dtype))
         self.cache = KVCache(len(self.w.layers), slots, self.kv_heads, self.head_dim, max_len, kv_dtype,
                              self.device)
-        # Static rotary types: cos/sin for every position, computed once by the model's own
-        # module (same ops, same values); dynamic ones depend on the length and run per call.
-        self._rope: tuple[torch.Tensor, torch.Tensor] | None = None
-        if getattr(self.rotary, "rope_type", "default") not in ("dynamic", "longrope"):
-            with torch.inference_mode():
-                probe = torch.zeros(1, dtype=self.dtype, device=self.device)
-                cos, sin = self.rotary(probe, torch.arange(max_len, device=self.device).view(1, -1))
-                self._rope = (cos[0].contiguous(), _signed_sin(sin[0]))
+        # cos/sin for every position, computed once (spec.py admits only static rotary types).
+        cos, sin = rope.tables(spec, max_len, self.device, self.dtype)
+        self._rope = (cos, _signed_sin(sin))
         # On CUDA, decode steps replay captured graphs (a step is otherwise launch-bound).
         self.graphs: GraphedDecode | None = None
-        if cuda_graphs and self.device.type == "cuda" and self._rope is not None:
+        if cuda_graphs and self.device.type == "cuda":
             self.graphs = GraphedDecode(self, capture=True)
 
     def tensor(self, data: object, dtype: torch.dtype = torch.long) -> torch.Tensor:
@@ -122,14 +110,10 @@ class Runner:
         return (torch.arange(total, device=self.device).view(1, 1, -1) <= pos.view(n, t, 1)).view(
             n, 1, t, total)
 
-    def _rotary(self, pos: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _rotary(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and signed sin ``[n, t, 1, head_dim]`` for ``pos`` ``[n, t]``."""
         n, t = pos.shape
-        if self._rope is not None:
-            cos, sin = self._rope[0][pos], self._rope[1][pos]
-        else:
-            cos, sin = self.rotary(h, pos)
-            sin = _signed_sin(sin)
+        cos, sin = self._rope[0][pos], self._rope[1][pos]
         return cos.view(n, t, 1, -1), sin.view(n, t, 1, -1)
 
     def step_static(self, ids: torch.Tensor, pos: torch.Tensor, write: torch.Tensor) -> torch.Tensor:
@@ -152,7 +136,7 @@ class Runner:
         heads, kvh, hd = self.heads, self.kv_heads, self.head_dim
         qk_heads, half = heads + kvh, hd // 2
         h = F.embedding(ids, w.embed)
-        cos, sin = self._rotary(pos, h)
+        cos, sin = self._rotary(pos)
         # Rows of a layer's flattened [2 * (rows + 1) * kv_heads * capacity, head_dim] cache that
         # the new keys ([n, kv_heads, t] order) take; values sit one cache half further on.
         cap, half_rows = cache.capacity, (cache.rows + 1) * kvh * cache.capacity

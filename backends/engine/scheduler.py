@@ -19,6 +19,7 @@ from backends.engine.sampling.params import RowState, resolve
 from backends.engine.sampling.pipeline import Pipeline
 from backends.engine.sequence import Emit, Job, Seq
 from backends.engine.stops import Detokenizer
+from backends.engine.weights import Model
 from gateway.canonical import CanonicalRequest, Chunk
 from gateway.dialects.defaults import sampling_defaults
 from gateway.errors import GatewayError, InvalidRequest
@@ -29,20 +30,19 @@ IDLE_CHUNK = 512  # prompt tokens per step when nothing decodes (bounds attentio
 
 
 class Engine:
-    def __init__(self, model: Any, tokenizer: Any, emit: Emit, max_batch: int = 16,
+    def __init__(self, model: Model, tokenizer: Any, emit: Emit, max_batch: int = 16,
                  context_window: int | None = None, prefill_chunk: int = 32,
                  cuda_graphs: bool = True, attention: str = "auto") -> None:
-        cfg = model.config
+        spec = model.spec
         self.tokenizer = tokenizer
         self.emit = emit
-        self.context_window = min(context_window or cfg.max_position_embeddings, cfg.max_position_embeddings)
-        self.vocab_size = cfg.vocab_size
+        limit = spec.max_position_embeddings
+        self.context_window = min(context_window or limit, limit)
+        self.vocab_size = spec.vocab_size
         self.runner = Runner(model, slots=max_batch, max_len=self.context_window,
-                             kv_dtype=next(model.parameters()).dtype, cuda_graphs=cuda_graphs,
-                             attention=attention)
+                             kv_dtype=model.weights.dtype, cuda_graphs=cuda_graphs, attention=attention)
         self.slots = max_batch
-        eos = getattr(model.generation_config, "eos_token_id", None)
-        eos_ids = eos if isinstance(eos, list) else [eos] if eos is not None else []
+        eos_ids = list(spec.eos_ids)
         if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in eos_ids:
             eos_ids.append(tokenizer.eos_token_id)
         self.eos = eos_ids

@@ -1,19 +1,25 @@
-"""The engine's own weight layout, taken from a loaded Llama-style transformers model.
+"""The engine's own weight layout, built straight from the tensors of a Llama-style checkpoint.
 
 Per layer one q/k/v matrix and one gate/up matrix (fewer, larger products), plus o and down.
 The layout follows what the device multiplies fastest: on CPU in float32, MKL's small-M sgemm is
 ~1.5x faster on ``[in, out]`` (transposed, used as ``x @ w``); in bfloat16 (oneDNN, avx512_bf16)
 and on CUDA the natural ``[out, in]`` with ``F.linear`` is the fast one (measured in
-docs/engine.md). The modules' own weights become views into these tensors, so ``model(...)``
-keeps working and no matrix exists twice; a tied input embedding shares the lm_head's storage.
+docs/engine.md). No matrix exists twice: the fused ones replace their parts, and a tied input
+embedding is a view of the lm_head's storage.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+from backends.engine.spec import ModelSpec
+
+# Stored by some older checkpoints; recomputed by rope.py, so not a weight.
+IGNORED_SUFFIX = "rotary_emb.inv_freq"
 
 
 @dataclass
@@ -29,64 +35,74 @@ class Layer:
 
 
 class Weights:
-    def __init__(self, model: torch.nn.Module, transposed: bool) -> None:
+    def __init__(self, state: dict[str, torch.Tensor], spec: ModelSpec, transposed: bool) -> None:
+        """Takes the tensors it uses out of ``state`` (names as transformers saves them, already in
+        the engine's dtype and on its device), so each original is freed once fused."""
         self.transposed = transposed
-        inner = model.model
+        self.norm = _take(state, "model.norm.weight")
+        self.device, self.dtype = self.norm.device, self.norm.dtype
+        self.eps = spec.rms_eps
         self.layers: list[Layer] = []
-        for layer in inner.layers:
-            attn, mlp = layer.self_attn, layer.mlp
-            projs = [attn.q_proj, attn.k_proj, attn.v_proj]
-            if any(m.bias is not None for m in (attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj)):
-                raise ValueError("o_proj / MLP biases are not supported")
-            self.layers.append(Layer(
-                ln_in=layer.input_layernorm.weight.detach(),
-                qkv=self._fuse(projs), qkv_bias=_fuse_bias(projs), o=self._fuse([attn.o_proj]),
-                ln_post=layer.post_attention_layernorm.weight.detach(),
-                gate_up=self._fuse([mlp.gate_proj, mlp.up_proj]), down=self._fuse([mlp.down_proj]),
-                inter=mlp.gate_proj.weight.shape[0]))
-        self.norm = inner.norm.weight.detach()
-        self.eps = float(inner.norm.variance_epsilon)
-        head, embed = model.lm_head, inner.embed_tokens
-        if head.bias is not None:
-            raise ValueError("lm_head bias is not supported")
-        tied = embed.weight is head.weight
-        self.head = self._fuse([head])
-        if tied:
-            embed.weight = head.weight  # a view of self.head: the lookup gathers its rows/columns
-        self.embed = embed.weight.detach()
+        for i in range(spec.layers):
+            p = f"model.layers.{i}."
 
-    def _fuse(self, mods: list[torch.nn.Module]) -> torch.Tensor:
-        """The modules' weights concatenated along the output dim in this layout; each module's
-        weight becomes a view of its part."""
-        if len(mods) == 1 and not self.transposed and mods[0].weight.is_contiguous():
-            return mods[0].weight.detach()  # already in place: no copy
-        w = torch.cat([m.weight.detach() for m in mods])
+            def take(name: str, prefix: str = p) -> torch.Tensor:
+                return _take(state, prefix + name)
+
+            qkv_bias = None
+            if p + "self_attn.q_proj.bias" in state:  # qwen2; partial biases fail in take / below
+                qkv_bias = torch.cat([take(f"self_attn.{x}_proj.bias") for x in "qkv"])
+            gate = take("mlp.gate_proj.weight")
+            self.layers.append(Layer(
+                ln_in=take("input_layernorm.weight"),
+                qkv=self._fuse([take(f"self_attn.{x}_proj.weight") for x in "qkv"]), qkv_bias=qkv_bias,
+                o=self._fuse([take("self_attn.o_proj.weight")]),
+                ln_post=take("post_attention_layernorm.weight"),
+                gate_up=self._fuse([gate, take("mlp.up_proj.weight")]),
+                down=self._fuse([take("mlp.down_proj.weight")]), inter=gate.shape[0]))
+            del gate
+        head = state.pop("lm_head.weight", None)
+        embed = state.pop("model.embed_tokens.weight", None)
+        if spec.tie_word_embeddings:  # one matrix: the embedding when stored (as transformers ties)
+            head, embed = (embed if embed is not None else head), None
+        elif embed is None:
+            raise ValueError("weights missing: model.embed_tokens.weight")
+        if head is None:
+            raise ValueError("weights missing: lm_head.weight")
+        self.head = self._fuse([head])
+        del head
+        # tied: the lookup gathers the head's rows (its columns when transposed)
+        self.embed = embed if embed is not None else self.head.t() if transposed else self.head
+        unused = [n for n in state if not n.endswith(IGNORED_SUFFIX)]
+        if unused:  # o/MLP/head biases, partial q/k/v biases, other architectures' tensors
+            raise ValueError(f"unsupported tensors in the checkpoint: {unused[:5]}")
+
+    def _fuse(self, parts: list[torch.Tensor]) -> torch.Tensor:
+        """The matrices concatenated along the output dim, in this layout."""
+        w = parts[0] if len(parts) == 1 else torch.cat(parts)
+        parts.clear()
         if self.transposed:
-            w = w.t().contiguous()
-        start = 0
-        for m in mods:
-            n = m.weight.shape[0]
-            part = w[:, start:start + n].t() if self.transposed else w[start:start + n]
-            m.weight = torch.nn.Parameter(part, requires_grad=False)
-            start += n
-        return w
+            return w.t().contiguous()
+        return w.contiguous()
 
     def mm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return x @ w if self.transposed else F.linear(x, w)
 
 
-def _fuse_bias(projs: list[torch.nn.Module]) -> torch.Tensor | None:
-    if all(p.bias is None for p in projs):
-        return None
-    if any(p.bias is None for p in projs):
-        raise ValueError("q/k/v projections with partial biases are not supported")
-    bias = torch.cat([p.bias.detach() for p in projs])
-    start = 0
-    for p in projs:
-        n = p.bias.shape[0]
-        p.bias = torch.nn.Parameter(bias[start:start + n], requires_grad=False)
-        start += n
-    return bias
+@dataclass
+class Model:
+    """What the engine runs: the description, the weights and the folder they came from."""
+
+    spec: ModelSpec
+    weights: Weights
+    folder: Path
+
+
+def _take(state: dict[str, torch.Tensor], name: str) -> torch.Tensor:
+    try:
+        return state.pop(name)
+    except KeyError:
+        raise ValueError(f"weights missing: {name}") from None
 
 
 def prefer_transposed(device: torch.device, dtype: torch.dtype) -> bool:

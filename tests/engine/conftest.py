@@ -32,6 +32,15 @@ def tiny_loaded(tiny_dir: Path) -> Any:
     return load(EngineConfig(path=str(tiny_dir), threads=1))
 
 
+@pytest.fixture(scope="session")
+def tiny_hf(tiny_dir: Path) -> Any:
+    """transformers' own model from the same folder: the reference the engine is compared against."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32).eval()
+
+
 class Collector:
     """Stands in for the channel: gathers each request's messages."""
 

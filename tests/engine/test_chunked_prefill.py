@@ -25,8 +25,8 @@ def greedy(prompt: str, n: int):
     return completion(prompt, temperature=0, max_tokens=n, ignore_eos=True, cache_prompt=False)
 
 
-def test_long_prompt_interleaves_with_decodes_and_keeps_its_output(tiny_loaded):
-    model, tok = tiny_loaded.model, tiny_loaded.tokenizer
+def test_long_prompt_interleaves_with_decodes_and_keeps_its_output(tiny_loaded, tiny_hf):
+    model, tok = tiny_hf, tiny_loaded.tokenizer
     ids = tok.encode(LONG)
     chunk = 16
     assert len(ids) > 4 * chunk

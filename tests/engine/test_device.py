@@ -4,6 +4,8 @@ device, with no second copy of any matrix."""
 
 from __future__ import annotations
 
+import math
+
 import pydantic
 import pytest
 import torch
@@ -36,27 +38,34 @@ def test_device_and_dtype_resolution():
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_everything_on_the_models_device_and_stored_once(tiny_dir, dtype):
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM
+
     loaded = load(EngineConfig(path=str(tiny_dir), device="cpu", dtype=dtype, threads=1))
-    model = loaded.model
+    w = loaded.model.weights
     want = (torch.device("cpu"), getattr(torch, dtype))
-    assert {(p.device, p.dtype) for p in model.parameters()} == {want}
-    r = Runner(model, slots=2, max_len=64, kv_dtype=want[1])
-    tensors = [r.cache.kv, r.w.embed, r.w.head, r.w.norm, *r._rope]
-    for lw in r.w.layers:
-        tensors += [lw.qkv, lw.o, lw.gate_up, lw.down, lw.ln_in, lw.ln_post]
-    assert {t.device for t in tensors} == {want[0]}
-    # the model's own modules are views of the runner's fused weights: one copy of each matrix
+    weights = [w.embed, w.head, w.norm]
+    for lw in w.layers:
+        weights += [lw.qkv, lw.o, lw.gate_up, lw.down, lw.ln_in, lw.ln_post]
+    assert {(t.device, t.dtype) for t in weights} == {want}
+    r = Runner(loaded.model, slots=2, max_len=64, kv_dtype=want[1])
+    assert {t.device for t in [r.cache.kv, *r._rope]} == {want[0]}
+
+    # one copy of each matrix: the distinct storages hold exactly the file's numbers
     def storage(t: torch.Tensor) -> int:
         return t.untyped_storage().data_ptr()
 
-    assert storage(model.model.layers[0].self_attn.k_proj.weight) == storage(r.w.layers[0].qkv)
-    # tied embeddings share the lm_head's storage
-    assert storage(model.model.embed_tokens.weight) == storage(r.w.head)
+    held = {storage(t): t.untyped_storage().nbytes() for t in weights}
+    with safe_open(str(tiny_dir / "model.safetensors"), framework="pt") as f:
+        numbers = sum(math.prod(f.get_slice(n).get_shape()) for n in f.keys())  # noqa: SIM118
+    assert sum(held.values()) == numbers * want[1].itemsize
+    assert storage(w.embed) == storage(w.head)  # tied embeddings share the lm_head's storage
     ids = loaded.tokenizer.encode("Hello world")
     logits = r.prefill(0, ids)
-    assert logits.device == want[0] and logits.shape == (model.config.vocab_size,)
+    assert logits.device == want[0] and logits.shape == (loaded.model.spec.vocab_size,)
+    hf = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=want[1]).eval()
     with torch.inference_mode():
-        ref = model(torch.tensor([ids])).logits[0, -1].float()
+        ref = hf(torch.tensor([ids])).logits[0, -1].float()
     tol = 1e-4 if dtype == "float32" else 0.1
     torch.testing.assert_close(logits, ref, atol=tol, rtol=tol)
 

@@ -11,10 +11,10 @@ from gateway.errors import InvalidRequest
 from tests.engine.conftest import completion, results, run, submit, text_of
 
 
-def test_runner_matches_transformers_forward(tiny_loaded):
-    model, tok = tiny_loaded.model, tiny_loaded.tokenizer
+def test_runner_matches_transformers_forward(tiny_loaded, tiny_hf):
+    model, tok = tiny_hf, tiny_loaded.tokenizer
     ids = tok.encode("The quick brown fox jumps over")
-    r = Runner(model, slots=2, max_len=64, kv_dtype=torch.float32)
+    r = Runner(tiny_loaded.model, slots=2, max_len=64, kv_dtype=torch.float32)
     r.prefill(1, ids[:3])
     got = r.prefill(1, ids[3:], all_logits=True)
     with torch.inference_mode():
@@ -212,10 +212,10 @@ def test_more_requests_than_slots_queue(tiny_engine):
     assert len(texts) == 1
 
 
-def test_batched_prefill_matches_transformers_forward(tiny_loaded):
-    model, tok = tiny_loaded.model, tiny_loaded.tokenizer
+def test_batched_prefill_matches_transformers_forward(tiny_loaded, tiny_hf):
+    model, tok = tiny_hf, tiny_loaded.tokenizer
     a, b = tok.encode("The quick brown fox jumps over"), tok.encode("red green blue")
-    r = Runner(model, slots=4, max_len=64, kv_dtype=torch.float32)
+    r = Runner(tiny_loaded.model, slots=4, max_len=64, kv_dtype=torch.float32)
     r.prefill(2, a[:2])  # slot 2 already holds a prefix; slot 1 starts empty
     got = r.prefill_many(1, [b, a[2:]])
     with torch.inference_mode():
@@ -231,16 +231,16 @@ def test_batched_prefill_matches_transformers_forward(tiny_loaded):
     torch.testing.assert_close(step[1], ref[1], atol=1e-4, rtol=1e-4)
 
 
-def test_greedy_equals_model_generate_token_for_token(tiny_loaded):
+def test_greedy_equals_model_generate_token_for_token(tiny_loaded, tiny_hf):
     """Concurrent greedy sequences through the engine produce exactly ``model.generate()``'s
     tokens (EOS suppressed on both sides so every row runs the full length)."""
     from backends.engine.scheduler import Engine
     from tests.engine.conftest import Collector
 
-    model, tok = tiny_loaded.model, tiny_loaded.tokenizer
+    model, tok = tiny_hf, tiny_loaded.tokenizer
     prompts = ["Hello world", "The rain in Spain", "def add(a, b):", "red green blue yes no"]
     col = Collector()
-    eng = Engine(model, tok, col, max_batch=4)
+    eng = Engine(tiny_loaded.model, tok, col, max_batch=4)
     eng.collector = col
     rids = [submit(eng, completion(p, temperature=0, max_tokens=20, ignore_eos=True, cache_prompt=False))
             for p in prompts]

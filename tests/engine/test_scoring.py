@@ -15,7 +15,7 @@ def reference(model, ids: list[int]) -> list[float]:
     return [float(logp[i - 1, ids[i]]) for i in range(1, len(ids))]
 
 
-def test_echo_with_max_tokens_0_returns_the_prompt_and_its_logprobs(tiny_engine, tiny_loaded):
+def test_echo_with_max_tokens_0_returns_the_prompt_and_its_logprobs(tiny_engine, tiny_loaded, tiny_hf):
     prompt = "The quick brown fox jumps"
     ids = tiny_loaded.tokenizer.encode(prompt)
     chunks = run(tiny_engine, completion(prompt, echo=True, max_tokens=0, logprobs=1))
@@ -25,12 +25,12 @@ def test_echo_with_max_tokens_0_returns_the_prompt_and_its_logprobs(tiny_engine,
     plps = chunks[0].prompt_logprobs
     assert [lp.token for lp in plps] == [tiny_loaded.tokenizer.decode([i]) for i in ids]
     assert plps[0].logprob is None and plps[0].top == []
-    assert [lp.logprob for lp in plps[1:]] == pytest.approx(reference(tiny_loaded.model, ids), abs=1e-4)
+    assert [lp.logprob for lp in plps[1:]] == pytest.approx(reference(tiny_hf, ids), abs=1e-4)
     assert all(len(lp.top) == 1 and lp.top[0].logprob >= lp.logprob - 1e-6 for lp in plps[1:])
     assert not any(c.logprobs for c in chunks)
 
 
-def test_several_token_id_prompts_score_independently(tiny_engine, tiny_loaded):
+def test_several_token_id_prompts_score_independently(tiny_engine, tiny_loaded, tiny_hf):
     tok = tiny_loaded.tokenizer
     prompts = [tok.encode(p) for p in ("Hello world!", "def add(a, b):", "red green blue. yes no")]
     chunks = run(tiny_engine, completion(prompts, echo=True, max_tokens=0, logprobs=0))
@@ -39,7 +39,7 @@ def test_several_token_id_prompts_score_independently(tiny_engine, tiny_loaded):
         ids = prompts[c.index]
         assert c.text == tok.decode(ids)
         got = [lp.logprob for lp in c.prompt_logprobs]
-        assert got[0] is None and got[1:] == pytest.approx(reference(tiny_loaded.model, ids), abs=1e-4)
+        assert got[0] is None and got[1:] == pytest.approx(reference(tiny_hf, ids), abs=1e-4)
 
 
 def test_max_tokens_0_without_echo_is_empty(tiny_engine):
