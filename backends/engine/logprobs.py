@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -12,14 +13,14 @@ from gateway.canonical import TokenLogprob, TopLogprob
 class TokenTable:
     """Each token id's text and raw bytes, decoded once and cached."""
 
-    def __init__(self, ll_tokenizer: Any) -> None:
-        self._ll = ll_tokenizer
+    def __init__(self, ll_tokenizer: Callable[[], Any]) -> None:
+        self._ll = ll_tokenizer  # called on first use: the llguidance tokenizer is built lazily
         self._cache: dict[int, tuple[str, list[int]]] = {}
 
     def get(self, token: int) -> tuple[str, list[int]]:
         hit = self._cache.get(token)
         if hit is None:
-            raw = self._ll.decode_bytes([token])
+            raw = self._ll().decode_bytes([token])
             hit = (raw.decode("utf-8", errors="replace"), list(raw))
             self._cache[token] = hit
         return hit

@@ -48,7 +48,7 @@ class Engine:
         self.eos = eos_ids
         self.eos_t = torch.tensor(eos_ids, dtype=torch.long)
         self.constraints = Constraints(tokenizer, self.vocab_size, eos_ids)
-        self.table = lp.TokenTable(self.constraints.ll_tokenizer)
+        self.table = lp.TokenTable(lambda: self.constraints.ll_tokenizer)
         self.pipeline = Pipeline()
         self.jobs: dict[int, Job] = {}
         self.waiting: deque[Seq] = deque()

@@ -104,3 +104,19 @@ def test_invalid_constraints_are_invalid_requests(tiny_engine, c):
         run(tiny_engine, completion("Hi", constraint=c))
     assert e.value.param == "constraint"
     assert c.kind in e.value.message
+
+
+def test_llguidance_tokenizer_built_only_when_first_needed(tiny_loaded):
+    """An engine that never sees a constraint or a logprobs request does not hold llguidance's
+    copy of the vocabulary (tens of MiB on a real model)."""
+    from backends.engine.scheduler import Engine
+    from tests.engine.conftest import Collector
+
+    col = Collector()
+    eng = Engine(tiny_loaded.model, tiny_loaded.tokenizer, col, max_batch=2)
+    eng.collector = col
+    run(eng, completion("Hello", temperature=0, max_tokens=4))
+    assert "ll_tokenizer" not in vars(eng.constraints)
+    chunks = run(eng, completion("Hello", temperature=0, max_tokens=4, logprobs=2))
+    assert "ll_tokenizer" in vars(eng.constraints)
+    assert chunks[-1].logprobs or any(c.logprobs for c in chunks)
