@@ -169,7 +169,7 @@ class Runner:
         return h
 
     def _logits(self, h: torch.Tensor) -> torch.Tensor:
-        return self.w.mm(_rms(h, self.w.norm, self.w.eps), self.w.head)
+        return self.w.logits(_rms(h, self.w.norm, self.w.eps))
 
 
 def _rms(h: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -1,15 +1,17 @@
 """The engine's own weight layout, built straight from the tensors of a Llama-style checkpoint.
 
 Per layer one q/k/v matrix and one gate/up matrix (fewer, larger products), plus o and down.
-The layout follows what the device multiplies fastest: on CPU in float32, MKL's small-M sgemm is
-~1.5x faster on ``[in, out]`` (transposed, used as ``x @ w``); in bfloat16 (oneDNN, avx512_bf16)
-and on CUDA the natural ``[out, in]`` with ``F.linear`` is the fast one (measured in
-docs/engine.md). No matrix exists twice: the fused ones replace their parts, and a tied input
-embedding is a view of the lm_head's storage.
+Each is stored the way the device multiplies it fastest (``Layout``, measured in docs/engine.md):
+on CPU in float32 ``[in, out]`` for MKL's small-M sgemm (``x @ w``); on CPU in bfloat16 packed
+once into oneDNN's blocked format (what ``F.linear`` otherwise reorders on every call: 1.4x
+faster over a step's matrices); on CUDA the natural ``[out, in]`` with ``F.linear``. No matrix
+exists twice: the fused ones replace their parts, and a tied input embedding is a view of the
+lm_head's storage (so the head keeps a layout the lookup can read: never packed).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +22,39 @@ from backends.engine.spec import ModelSpec
 
 # Stored by some older checkpoints; recomputed by rope.py, so not a weight.
 IGNORED_SUFFIX = "rotary_emb.inv_freq"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How the matrices are stored (``store`` takes ``[out, in]``) and multiplied (``mm(x, w)``)."""
+
+    name: str
+    store: Callable[[torch.Tensor], torch.Tensor]
+    mm: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def _packed_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "")
+
+
+# The batch size oneDNN picks the blocked format for; at 1, 32 and 64 rows it was as fast as or
+# faster than packing for 1 (measured on SmolLM2's matrices).
+PACK_ROWS = 32
+
+NATURAL = Layout("natural", lambda w: w.contiguous(), F.linear)
+TRANSPOSED = Layout("transposed", lambda w: w.t().contiguous(), lambda x, w: x @ w)
+PACKED = Layout("packed", lambda w: torch.ops.mkldnn._reorder_linear_weight(w.contiguous(), PACK_ROWS),
+                _packed_linear)
+
+
+def layout_for(device: torch.device, dtype: torch.dtype) -> Layout:
+    if device.type != "cpu":
+        return NATURAL
+    if dtype == torch.float32:
+        return TRANSPOSED
+    if dtype == torch.bfloat16 and torch.backends.mkldnn.is_available():
+        return PACKED
+    return NATURAL
 
 
 @dataclass
@@ -35,10 +70,13 @@ class Layer:
 
 
 class Weights:
-    def __init__(self, state: dict[str, torch.Tensor], spec: ModelSpec, transposed: bool) -> None:
+    def __init__(self, state: dict[str, torch.Tensor], spec: ModelSpec, layout: Layout) -> None:
         """Takes the tensors it uses out of ``state`` (names as transformers saves them, already in
         the engine's dtype and on its device), so each original is freed once fused."""
-        self.transposed = transposed
+        self.layout = layout
+        self.mm = layout.mm  # the layers' products
+        # the lm_head's: the tied embedding reads its rows, which a packed matrix does not have
+        self.head_layout = NATURAL if layout is PACKED else layout
         self.norm = _take(state, "model.norm.weight")
         self.device, self.dtype = self.norm.device, self.norm.dtype
         self.eps = spec.rms_eps
@@ -69,24 +107,24 @@ class Weights:
             raise ValueError("weights missing: model.embed_tokens.weight")
         if head is None:
             raise ValueError("weights missing: lm_head.weight")
-        self.head = self._fuse([head])
+        self.head = self._fuse([head], self.head_layout)
         del head
         # tied: the lookup gathers the head's rows (its columns when transposed)
+        transposed = self.head_layout is TRANSPOSED
         self.embed = embed if embed is not None else self.head.t() if transposed else self.head
         unused = [n for n in state if not n.endswith(IGNORED_SUFFIX)]
         if unused:  # o/MLP/head biases, partial q/k/v biases, other architectures' tensors
             raise ValueError(f"unsupported tensors in the checkpoint: {unused[:5]}")
 
-    def _fuse(self, parts: list[torch.Tensor]) -> torch.Tensor:
-        """The matrices concatenated along the output dim, in this layout."""
+    def _fuse(self, parts: list[torch.Tensor], layout: Layout | None = None) -> torch.Tensor:
+        """The matrices concatenated along the output dim, stored in ``layout`` (the layers')."""
         w = parts[0] if len(parts) == 1 else torch.cat(parts)
         parts.clear()
-        if self.transposed:
-            return w.t().contiguous()
-        return w.contiguous()
+        return (layout or self.layout).store(w)
 
-    def mm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        return x @ w if self.transposed else F.linear(x, w)
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """The lm_head's product."""
+        return self.head_layout.mm(h, self.head)
 
 
 @dataclass
@@ -103,7 +141,3 @@ def _take(state: dict[str, torch.Tensor], name: str) -> torch.Tensor:
         return state.pop(name)
     except KeyError:
         raise ValueError(f"weights missing: {name}") from None
-
-
-def prefer_transposed(device: torch.device, dtype: torch.dtype) -> bool:
-    return device.type == "cpu" and dtype == torch.float32

@@ -51,11 +51,15 @@ def test_everything_on_the_models_device_and_stored_once(tiny_dir, dtype):
     r = Runner(loaded.model, slots=2, max_len=64, kv_dtype=want[1])
     assert {t.device for t in [r.cache.kv, *r._rope]} == {want[0]}
 
-    # one copy of each matrix: the distinct storages hold exactly the file's numbers
+    # one copy of each matrix: the distinct storages hold exactly the file's numbers (a matrix
+    # packed for oneDNN is an opaque tensor of its own: its numbers count)
     def storage(t: torch.Tensor) -> int:
-        return t.untyped_storage().data_ptr()
+        return id(t) if t.layout == torch._mkldnn else t.untyped_storage().data_ptr()
 
-    held = {storage(t): t.untyped_storage().nbytes() for t in weights}
+    def nbytes(t: torch.Tensor) -> int:
+        return t.numel() * t.element_size() if t.layout == torch._mkldnn else t.untyped_storage().nbytes()
+
+    held = {storage(t): nbytes(t) for t in weights}
     with safe_open(str(tiny_dir / "model.safetensors"), framework="pt") as f:
         numbers = sum(math.prod(f.get_slice(n).get_shape()) for n in f.keys())  # noqa: SIM118
     assert sum(held.values()) == numbers * want[1].itemsize
@@ -92,3 +96,20 @@ def test_static_step_equals_decode_and_padding_touches_no_slot(tiny_loaded):
         toks = want.argmax(dim=1).tolist()
     assert torch.equal(static.cache.kv[:, :, 3], held)
     assert static.cache.tokens == eager.cache.tokens
+
+
+def test_layout_per_device_and_dtype_and_packed_products_exact():
+    from backends.engine.weights import NATURAL, PACKED, TRANSPOSED, layout_for
+
+    cpu = torch.device("cpu")
+    assert layout_for(cpu, torch.float32) is TRANSPOSED
+    assert layout_for(cpu, torch.bfloat16) is (PACKED if torch.backends.mkldnn.is_available() else NATURAL)
+    assert layout_for(torch.device("cuda"), torch.bfloat16) is NATURAL
+    gen = torch.Generator().manual_seed(0)
+    w = torch.randn(96, 64, generator=gen).bfloat16()
+    packed = PACKED.store(w)
+    for shape in [(1, 64), (5, 64), (3, 7, 64)]:  # decode rows, prefill [n, t, hidden]
+        x = torch.randn(*shape, generator=gen).bfloat16()
+        assert torch.equal(PACKED.mm(x, packed), torch.nn.functional.linear(x, w))
+        assert torch.allclose(TRANSPOSED.mm(x.float(), TRANSPOSED.store(w.float())),
+                              NATURAL.mm(x.float(), w.float()), atol=1e-5)
