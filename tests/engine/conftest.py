@@ -29,7 +29,7 @@ def tiny_loaded(tiny_dir: Path) -> Any:
     from backends.engine.loader import load
     from gateway.config import EngineConfig
 
-    return load(EngineConfig(path=str(tiny_dir), threads=1))
+    return load(EngineConfig(path=str(tiny_dir), dtype="float32", threads=1))  # compared with HF in fp32
 
 
 @pytest.fixture(scope="session")

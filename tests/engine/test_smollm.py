@@ -20,7 +20,8 @@ def smol():
     from backends.engine.scheduler import Engine
     from gateway.config import EngineConfig
 
-    loaded = load(EngineConfig(threads=2))
+    # float32: test_concurrent_greedy_matches_alone needs batch-invariant products (bf16's are not)
+    loaded = load(EngineConfig(dtype="float32", threads=2))
     col = Collector()
     eng = Engine(loaded.model, loaded.tokenizer, col, max_batch=8)
     eng.collector = col
