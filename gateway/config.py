@@ -64,6 +64,9 @@ class EngineConfig(_Model):
                                "sequences decode (chunked prefill keeps their inter-token gap)")
     attention: Literal["auto", "sdpa", "bmm"] = Field(
         "auto", description="auto: on CPU the faster of the two, timed once at start-up; sdpa on CUDA")
+    prompt_cache_mib: int = Field(
+        256, ge=0, description="KV cache that finished sequences may keep for prompt caching; beyond "
+        "it the least recently used are forgotten and, on CPU, their memory given back")
     threads: int | None = Field(None, ge=1)
     max_batch: int = Field(16, ge=1)
     context_window: int | None = Field(None, ge=16)

@@ -18,6 +18,8 @@ One row past the slots is scratch: a static-shape decode step (CUDA graphs) writ
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import os
 
 import torch
@@ -40,6 +42,8 @@ class KVCache:
         self.kv = torch.empty(0)
         # The token ids whose keys/values each slot holds (its valid length is len(tokens[s])).
         self.tokens: list[list[int]] = [[] for _ in range(slots)]
+        self.used_at = [0] * slots  # when each slot's tokens were last in use (prompt-cache LRU)
+        self.lazy = False  # a fresh mapping whose untouched pages are not resident
         self.generation = 0  # bumped on every reallocation (captured graphs hold the old tensor)
         self.position_bytes = (layers * 2 * (slots + 1) * kv_heads * head_dim
                                * torch.empty(0, dtype=dtype).element_size())
@@ -83,6 +87,7 @@ class KVCache:
         if self.rows and used:
             new[:, :, :self.rows, :, :used].copy_(self.kv[:, :, :self.rows, :, :used])
         self.kv, self.capacity, self.rows = new, cap, rows
+        self.lazy = lazy
         self.generation += 1
 
     def layer(self, i: int) -> torch.Tensor:
@@ -108,6 +113,28 @@ class KVCache:
             kv[:, :, a, :, :n].copy_(kv[:, :, b, :, :n])
             kv[:, :, b, :, :n].copy_(tmp)
         self.tokens[a], self.tokens[b] = self.tokens[b], self.tokens[a]
+        self.used_at[a], self.used_at[b] = self.used_at[b], self.used_at[a]
+
+    def release(self, slot: int) -> None:
+        """Forget what ``slot`` holds and, in a lazily reserved cache, give its pages back to the
+        kernel (they read as zeros when touched again, which masked positions tolerate)."""
+        n, self.tokens[slot] = len(self.tokens[slot]), []
+        if not (self.lazy and n and slot < self.rows):
+            return
+        elt = self.kv.element_size()
+        row = self.capacity * self.head_dim * elt  # one (layer, k/v, slot, head) run of positions
+        used = n * self.head_dim * elt
+        base = self.kv.data_ptr()
+        for layer in range(self.layers):
+            for half in range(2):
+                first = ((layer * 2 + half) * (self.rows + 1) + slot) * self.kv_heads
+                for head in range(first, first + self.kv_heads):
+                    start = base + head * row
+                    # only pages wholly inside this run: a page shared with a neighbour keeps its data
+                    lo = _round_up(start, PAGE)
+                    hi = min(_round_up(start + used, PAGE), (start + row) // PAGE * PAGE)
+                    if hi > lo:
+                        _madvise(lo, hi - lo)
 
     def best_prefix(self, prompt: list[int], candidates: list[int]) -> tuple[int | None, int]:
         """The candidate slot sharing the longest prefix with ``prompt``, and that length."""
@@ -125,6 +152,17 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     while i < n and a[i] == b[i]:
         i += 1
     return i
+
+
+PAGE = mmap.PAGESIZE
+_MADV_DONTNEED = 4
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+
+
+def _madvise(addr: int, length: int) -> None:
+    if _libc.madvise(addr, length, _MADV_DONTNEED) != 0:
+        raise OSError(ctypes.get_errno(), "madvise(MADV_DONTNEED) failed on the KV cache")
 
 
 def _memory_bytes() -> int:

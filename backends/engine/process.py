@@ -40,7 +40,8 @@ def main(sock: socket.socket, cfg_data: dict[str, Any]) -> None:
         loaded = load(cfg)
         engine = Engine(loaded.model, loaded.tokenizer, outbox.append, max_batch=cfg.max_batch,
                         context_window=cfg.context_window, prefill_chunk=cfg.prefill_chunk,
-                        cuda_graphs=cfg.cuda_graphs, attention=cfg.attention)
+                        cuda_graphs=cfg.cuda_graphs, attention=cfg.attention,
+                        prompt_cache_mib=cfg.prompt_cache_mib)
     except Exception as e:
         chan.send(("failed", f"{type(e).__name__}: {e}", traceback.format_exc()))
         return

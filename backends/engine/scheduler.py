@@ -32,7 +32,7 @@ IDLE_CHUNK = 512  # prompt tokens per step when nothing decodes (bounds attentio
 class Engine:
     def __init__(self, model: Model, tokenizer: Any, emit: Emit, max_batch: int = 16,
                  context_window: int | None = None, prefill_chunk: int = 32,
-                 cuda_graphs: bool = True, attention: str = "auto") -> None:
+                 cuda_graphs: bool = True, attention: str = "auto", prompt_cache_mib: int = 256) -> None:
         spec = model.spec
         self.tokenizer = tokenizer
         self.emit = emit
@@ -56,6 +56,10 @@ class Engine:
         # A prompt too long for one step's budget, partly in the cache at slot len(active).
         self.filling: Seq | None = None
         self.prefill_chunk = prefill_chunk
+        cache = self.runner.cache
+        # positions free slots may keep for prompt caching; beyond them the least recently used go
+        self.cache_budget = (prompt_cache_mib << 20) * (cache.slots + 1) // cache.position_bytes
+        self.steps = 0
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -130,6 +134,7 @@ class Engine:
     @torch.inference_mode()
     def step(self) -> None:
         """One forward pass: decode every active sequence, admit waiting ones, sample, emit."""
+        self.steps += 1
         self._release()
         rows: list[Seq] = []
         parts: list[torch.Tensor] = []
@@ -205,19 +210,21 @@ class Engine:
         cache.ensure(0, slot + 1)
         ids = seq.prompt.ids
         echo_lp = bool(job.req.echo) and job.req.logprobs is not None and job.req.kind != "chat"
-        reuse = 0
+        src, reuse = None, 0
         use_cache = job.req.cache_prompt
         if use_cache is None:
             use_cache = bool(sampling_defaults(job.req.dialect).get("cache_prompt", True))
         if use_cache and not echo_lp:
             src, reuse = cache.best_prefix(ids, list(range(self.slots)))
             reuse = min(reuse, len(ids) - 1)  # at least one token must run to get logits
-            if src is None or reuse <= 0:
-                reuse = 0
-            elif src >= slot:
-                cache.swap(src, slot)
-            else:
-                cache.copy_prefix(src, slot, reuse)
+            if reuse <= 0:
+                src, reuse = None, 0
+        if src is None or src < slot:  # this slot's cached prompt would be overwritten
+            self._set_aside(slot)
+        if src is not None and src > slot:
+            cache.swap(src, slot)
+        elif src is not None and src < slot:
+            cache.copy_prefix(src, slot, reuse)
         cache.tokens[slot] = cache.tokens[slot][:reuse]
         if seq.choice == 0:
             job.cached[seq.prompt_index] = reuse
@@ -228,6 +235,15 @@ class Engine:
             job.prompt_logprobs[seq.prompt_index] = lp.prompt_logprobs(
                 self.table, logits, ids, job.req.logprobs)
         return logits[-1]
+
+    def _set_aside(self, slot: int) -> None:
+        """Move the prompt cached in free ``slot`` to an empty free slot, if one is allocated, so
+        a new sequence taking ``slot`` does not forget it (the budget decides what is forgotten)."""
+        cache = self.runner.cache
+        if cache.tokens[slot]:
+            empty = next((e for e in range(slot + 1, cache.rows) if not cache.tokens[e]), None)
+            if empty is not None:
+                cache.swap(slot, empty)
 
     def _sample(self, rows: list[Seq], logits: torch.Tensor) -> None:
         want = [i for i, s in enumerate(rows) if s.job.want_logprobs]
@@ -328,9 +344,23 @@ class Engine:
                 self.active[slot] = self.active[last]
                 self.active[slot].slot = slot
             self.active.pop()
+            cache.used_at[last] = self.steps
         f = self.filling
         if f is not None and f.job.cancelled:
             f.finish, self.filling = "stop", None
         elif f is not None and f.slot != len(self.active):
             cache.swap(f.slot, len(self.active))  # it follows the active ones down
             f.slot = len(self.active)
+        self._evict()
+
+    def _evict(self) -> None:
+        """Keep the free slots' cached prompts within the budget, least recently used out first."""
+        cache = self.runner.cache
+        first = len(self.active) + (self.filling is not None)
+        free = [s for s in range(first, self.slots) if cache.tokens[s]]
+        held = sum(len(cache.tokens[s]) for s in free)
+        for s in sorted(free, key=cache.used_at.__getitem__):
+            if held <= self.cache_budget:
+                break
+            held -= len(cache.tokens[s])
+            cache.release(s)
