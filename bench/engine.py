@@ -118,6 +118,7 @@ async def runs(path: str | None, dtype: str, device: str, threads: int, tokens: 
             if size == 1:
                 best(out, "sequential", base.sequential())
     out.update(await long_prompt_gap(b, req, long_text))
+    await asyncio.sleep(1.0)  # idle again, as for rss_idle
     out["rss_after"] = rss_mib(b.pid)
     await b.aclose()
     return out

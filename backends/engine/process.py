@@ -70,6 +70,8 @@ def main(sock: socket.socket, cfg_data: dict[str, Any]) -> None:
             decoding = len(engine.active)
             engine.step()
             meter.tokens += decoding
+            if not engine.busy:
+                _trim()  # a burst's freed temporaries go back to the system while idle
         if outbox:
             chan.send(outbox[0] if len(outbox) == 1 else ("batch", list(outbox)))
             outbox.clear()
@@ -103,7 +105,7 @@ class Meter:
 
 
 def _trim() -> None:
-    """Give the allocator's free pages back (loading frees many large temporaries)."""
+    """Give the allocator's free pages back (loading and bursts free many temporaries)."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
