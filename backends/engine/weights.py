@@ -3,7 +3,7 @@
 Per layer one q/k/v matrix and one gate/up matrix (fewer, larger products), plus o and down.
 Each is stored the way the device multiplies it fastest (``Layout``, measured in docs/engine.md):
 on CPU in float32 ``[in, out]`` for MKL's small-M sgemm (``x @ w``); on CPU in bfloat16 packed
-once into oneDNN's blocked format (what ``F.linear`` otherwise reorders on every call: 1.4x
+once into oneDNN's blocked format (what ``F.linear`` otherwise reorders on every call: 1.4-1.5x
 faster over a step's matrices); on CUDA the natural ``[out, in]`` with ``F.linear``. No matrix
 exists twice: the fused ones replace their parts, and a tied input embedding is a view of the
 lm_head's storage (so the head keeps a layout the lookup can read: never packed).
