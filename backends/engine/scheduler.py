@@ -144,13 +144,15 @@ class Engine:
         # Prompt tokens this step may run: few while others decode (chunked prefill keeps their
         # inter-token gap), more when nothing waits on it.
         budget = self.prefill_chunk if self.active else max(self.prefill_chunk, IDLE_CHUNK)
-        if self.filling is not None:
-            budget = self._fill(budget, rows, parts)
+        filled = False
         # Admitted prompts run together in one padded forward, except that a prompt sharing a
         # prefix with a pending one waits for it (so it can copy that prefix from the cache), and
-        # echo with logprobs runs alone. A prompt beyond the budget runs in chunks, one a step.
+        # echo with logprobs runs alone. A prompt beyond the budget runs in chunks, one a step,
+        # from a slot of its own at the end (one at a time); short prompts keep joining meanwhile.
         batch: list[tuple[int, list[int], list[int]]] = []
-        while self.waiting and self.filling is None and budget > 0 and len(self.active) < self.slots:
+        while self.waiting and budget > 0 and len(self.active) + (self.filling is not None) < self.slots:
+            if self.filling is not None and len(self.waiting[0].prompt.ids) > budget:
+                break  # it would need chunks too: it waits for the filling one (FIFO)
             seq = self.waiting.popleft()
             if batch and any(common_prefix(b[2], seq.prompt.ids) > 1 for b in batch):
                 parts.append(self._prefill(batch))
@@ -160,9 +162,11 @@ class Engine:
                 if batch:
                     parts.append(self._prefill(batch))
                     batch = []
-                self.active.pop()  # it waits at slot len(active) until its prompt is in
+                self.active.pop()
+                self._park(seq)
                 seq.rest, self.filling = run, seq
                 budget = self._fill(budget, rows, parts)
+                filled = True
                 continue
             if isinstance(run, list):
                 batch.append((seq.slot, run, seq.prompt.ids))
@@ -175,9 +179,19 @@ class Engine:
             rows.append(seq)
         if batch:
             parts.append(self._prefill(batch))
+        if self.filling is not None and not filled:  # admissions do not starve it
+            self._fill(max(budget, self.prefill_chunk // 2, 1), rows, parts)
         if rows:
             self._sample(rows, torch.cat(parts) if len(parts) > 1 else parts[0])
         self._release()
+
+    def _park(self, seq: Seq) -> None:
+        """Move a sequence whose prompt runs in chunks to the last slot, out of the way of the
+        slots ``len(active)..`` that admissions take meanwhile."""
+        cache, last = self.runner.cache, self.slots - 1
+        cache.ensure(0, self.slots)
+        cache.swap(seq.slot, last)
+        seq.slot = last
 
     def _fill(self, budget: int, rows: list[Seq], parts: list[torch.Tensor]) -> int:
         """Run the next chunk of the filling prompt; once it is all in, the sequence joins the
@@ -192,6 +206,8 @@ class Engine:
         logits = self.runner.prefill_many(seq.slot, [chunk])
         if not seq.rest:
             self.filling = None
+            self.runner.cache.swap(seq.slot, len(self.active))  # the active ones are 0..B-1
+            seq.slot = len(self.active)
             self.active.append(seq)
             rows.append(seq)
             parts.append(logits)
@@ -215,7 +231,9 @@ class Engine:
         if use_cache is None:
             use_cache = bool(sampling_defaults(job.req.dialect).get("cache_prompt", True))
         if use_cache and not echo_lp:
-            src, reuse = cache.best_prefix(ids, list(range(self.slots)))
+            # not the filling sequence's slot: taking a prefix from it would move its cache away
+            parked = self.filling.slot if self.filling is not None else -1
+            src, reuse = cache.best_prefix(ids, [s for s in range(self.slots) if s != parked])
             reuse = min(reuse, len(ids) - 1)  # at least one token must run to get logits
             if reuse <= 0:
                 src, reuse = None, 0
@@ -241,7 +259,8 @@ class Engine:
         a new sequence taking ``slot`` does not forget it (the budget decides what is forgotten)."""
         cache = self.runner.cache
         if cache.tokens[slot]:
-            empty = next((e for e in range(slot + 1, cache.rows) if not cache.tokens[e]), None)
+            empty = next((e for e in self._free_slots() if e > slot and e < cache.rows
+                          and not cache.tokens[e]), None)
             if empty is not None:
                 cache.swap(slot, empty)
 
@@ -348,16 +367,18 @@ class Engine:
         f = self.filling
         if f is not None and f.job.cancelled:
             f.finish, self.filling = "stop", None
-        elif f is not None and f.slot != len(self.active):
-            cache.swap(f.slot, len(self.active))  # it follows the active ones down
-            f.slot = len(self.active)
+            cache.used_at[f.slot] = self.steps
         self._evict()
+
+    def _free_slots(self) -> list[int]:
+        """Slots no sequence occupies (the active ones are 0..B-1; a filling one has its own)."""
+        busy = self.filling.slot if self.filling is not None else -1
+        return [s for s in range(len(self.active), self.slots) if s != busy]
 
     def _evict(self) -> None:
         """Keep the free slots' cached prompts within the budget, least recently used out first."""
         cache = self.runner.cache
-        first = len(self.active) + (self.filling is not None)
-        free = [s for s in range(first, self.slots) if cache.tokens[s]]
+        free = [s for s in self._free_slots() if cache.tokens[s]]
         held = sum(len(cache.tokens[s]) for s in free)
         for s in sorted(free, key=cache.used_at.__getitem__):
             if held <= self.cache_budget:

@@ -47,7 +47,7 @@ def test_long_prompt_interleaves_with_decodes_and_keeps_its_output(tiny_loaded, 
         if eng.filling is None:
             break
         steps_filling += 1
-        assert eng.filling.slot == len(eng.active) == 3
+        assert eng.filling.slot == eng.slots - 1 and len(eng.active) == 3  # parked at the end
     long_seq = eng.jobs[long_rid].seqs[0]
     assert long_seq.chunks == math.ceil(len(ids) / chunk)  # one chunk per step, none bigger
     assert steps_filling == long_seq.chunks - 1
@@ -83,3 +83,43 @@ def test_cancelled_long_prompt_frees_its_slot(tiny_loaded):
     while eng.busy:
         eng.step()
     assert len(text_of(results(eng, stream))) > 0
+
+
+def test_short_prompts_join_while_a_long_one_fills(tiny_loaded):
+    """A long prompt runs in chunks from a slot of its own; short requests arriving meanwhile are
+    admitted and decode beside it (no waiting behind it), and every output is what it is alone."""
+    eng = engine(tiny_loaded, 16)
+    first = submit(eng, greedy("Hello world", 40))
+    eng.step()
+    long_rid = submit(eng, greedy(LONG, 6))
+    eng.step()
+    assert eng.filling is not None and eng.filling.slot == eng.slots - 1
+    shorts = [submit(eng, greedy(p, 6)) for p in ("red green", "def add(a, b):")]
+    eng.step()  # both admitted while the long one still fills
+    assert eng.filling is not None and len(eng.active) == 3
+    while eng.filling is not None:
+        eng.step()
+    while eng.busy:
+        eng.step()
+    together = {r: text_of(results(eng, r)) for r in (first, long_rid, *shorts)}
+    alone = engine(tiny_loaded, 4096)
+    for rid, prompt, n in ((first, "Hello world", 40), (long_rid, LONG, 6), (shorts[0], "red green", 6),
+                           (shorts[1], "def add(a, b):", 6)):
+        r = submit(alone, greedy(prompt, n))
+        while alone.busy:
+            alone.step()
+        assert text_of(results(alone, r)) == together[rid], prompt
+
+
+def test_a_second_long_prompt_waits_for_the_first(tiny_loaded):
+    eng = engine(tiny_loaded, 8)
+    submit(eng, greedy("Hello world", 60))
+    eng.step()
+    a, b = submit(eng, greedy(LONG, 3)), submit(eng, greedy("red green blue yes no maybe. " * 6, 3))
+    eng.step()
+    assert eng.filling is not None and eng.filling.job.rid == a and len(eng.waiting) == 1
+    while eng.filling is not None and eng.filling.job.rid == a:
+        eng.step()
+    while eng.busy:
+        eng.step()
+    assert text_of(results(eng, a)) and text_of(results(eng, b))
