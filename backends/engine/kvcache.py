@@ -106,9 +106,12 @@ class KVCache:
     def swap(self, a: int, b: int) -> None:
         if a == b:
             return
-        n = max(len(self.tokens[a]), len(self.tokens[b]))
-        if n:
-            kv = self.kv
+        na, nb = len(self.tokens[a]), len(self.tokens[b])
+        kv, n = self.kv, max(na, nb)
+        if not (na and nb):  # one side holds nothing: a one-way copy
+            src, dst = (a, b) if na else (b, a)
+            kv[:, :, dst, :, :n].copy_(kv[:, :, src, :, :n])
+        else:
             tmp = kv[:, :, a, :, :n].clone()
             kv[:, :, a, :, :n].copy_(kv[:, :, b, :, :n])
             kv[:, :, b, :, :n].copy_(tmp)

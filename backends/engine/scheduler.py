@@ -153,6 +153,8 @@ class Engine:
         while self.waiting and budget > 0 and len(self.active) + (self.filling is not None) < self.slots:
             if self.filling is not None and len(self.waiting[0].prompt.ids) > budget:
                 break  # it would need chunks too: it waits for the filling one (FIFO)
+            if self.filling is not None and self.filling.slot == len(self.active):
+                self._park(self.filling)  # out of the way of this admission
             seq = self.waiting.popleft()
             if batch and any(common_prefix(b[2], seq.prompt.ids) > 1 for b in batch):
                 parts.append(self._prefill(batch))
@@ -162,8 +164,7 @@ class Engine:
                 if batch:
                     parts.append(self._prefill(batch))
                     batch = []
-                self.active.pop()
-                self._park(seq)
+                self.active.pop()  # it fills at slot len(active) until an admission needs that
                 seq.rest, self.filling = run, seq
                 budget = self._fill(budget, rows, parts)
                 filled = True
@@ -186,8 +187,9 @@ class Engine:
         self._release()
 
     def _park(self, seq: Seq) -> None:
-        """Move a sequence whose prompt runs in chunks to the last slot, out of the way of the
-        slots ``len(active)..`` that admissions take meanwhile."""
+        """Move the sequence whose prompt runs in chunks to the last slot, out of the way of the
+        slots ``len(active)..`` that admissions take meanwhile (a copy of what it has filled, and
+        another when it joins: so only when something is admitted beside it)."""
         cache, last = self.runner.cache, self.slots - 1
         cache.ensure(0, self.slots)
         cache.swap(seq.slot, last)
@@ -206,8 +208,9 @@ class Engine:
         logits = self.runner.prefill_many(seq.slot, [chunk])
         if not seq.rest:
             self.filling = None
-            self.runner.cache.swap(seq.slot, len(self.active))  # the active ones are 0..B-1
-            seq.slot = len(self.active)
+            if seq.slot != len(self.active):  # parked, or sequences left: active ones are 0..B-1
+                self.runner.cache.swap(seq.slot, len(self.active))
+                seq.slot = len(self.active)
             self.active.append(seq)
             rows.append(seq)
             parts.append(logits)

@@ -47,7 +47,7 @@ def test_long_prompt_interleaves_with_decodes_and_keeps_its_output(tiny_loaded, 
         if eng.filling is None:
             break
         steps_filling += 1
-        assert eng.filling.slot == eng.slots - 1 and len(eng.active) == 3  # parked at the end
+        assert eng.filling.slot == len(eng.active) == 3  # nothing waits: it fills where it will decode
     long_seq = eng.jobs[long_rid].seqs[0]
     assert long_seq.chunks == math.ceil(len(ids) / chunk)  # one chunk per step, none bigger
     assert steps_filling == long_seq.chunks - 1
@@ -93,10 +93,10 @@ def test_short_prompts_join_while_a_long_one_fills(tiny_loaded):
     eng.step()
     long_rid = submit(eng, greedy(LONG, 6))
     eng.step()
-    assert eng.filling is not None and eng.filling.slot == eng.slots - 1
+    assert eng.filling is not None and eng.filling.slot == len(eng.active) == 1
     shorts = [submit(eng, greedy(p, 6)) for p in ("red green", "def add(a, b):")]
-    eng.step()  # both admitted while the long one still fills
-    assert eng.filling is not None and len(eng.active) == 3
+    eng.step()  # both admitted while the long one still fills, from the last slot now
+    assert eng.filling is not None and eng.filling.slot == eng.slots - 1 and len(eng.active) == 3
     while eng.filling is not None:
         eng.step()
     while eng.busy:
