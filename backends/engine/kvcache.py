@@ -14,6 +14,8 @@ arrives (no reallocation stall). On CUDA it starts at one slot and grows in chun
 ``SLOT_CHUNK``, positions by ``POS_CHUNK`` or half the capacity, whichever is more), copying
 what is held; so does a CPU cache asked for more than its reservation (lazily again).
 One row past the slots is scratch: a static-shape decode step (CUDA graphs) writes its padding rows there.
+A released slot (the scheduler keeps free slots' prompts within a budget) gives its pages back
+to the kernel in a lazily reserved cache, so the resident set follows what is held.
 """
 
 from __future__ import annotations
