@@ -109,3 +109,20 @@ def test_tool_calls_on_the_real_model(smol, choice, name):
         assert "Paris" in args["city"] and set(args) <= {"city", "unit"}
     else:
         assert set(args) == {"a", "b"} and all(isinstance(v, int) for v in args.values())
+
+
+def test_the_default_config_serves_the_real_model():
+    """``dtype: auto`` (bfloat16 with packed matrices where the CPU has AMX/avx512_bf16) and the
+    attention picked at start-up, on the real model: the production path."""
+    from backends.engine.loader import cpu_has_bf16, load
+    from backends.engine.scheduler import Engine
+    from gateway.config import EngineConfig
+
+    loaded = load(EngineConfig(threads=2))
+    want = "bfloat16" if cpu_has_bf16() else "float32"
+    assert str(loaded.model.weights.dtype) == f"torch.{want}"
+    col = Collector()
+    eng = Engine(loaded.model, loaded.tokenizer, col, max_batch=4)
+    eng.collector = col
+    chunks = run(eng, completion("The capital of France is", max_tokens=8, temperature=0))
+    assert "Paris" in text_of(chunks)
