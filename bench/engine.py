@@ -1,6 +1,7 @@
 """Engine throughput, memory and long-prompt stall on the default model, against transformers.
 
     .venv/bin/python bench/engine.py [--dtype bfloat16] [--device cpu|cuda] [--threads 2] [--tokens 64]
+        [--prefill-chunk 32]
 
 Reports decode tokens/s for 1..64 concurrent requests through the engine (its own process, over
 the channel, as the gateway uses it), next to plain ``model.generate()`` serving requests one
@@ -81,14 +82,15 @@ def best(out: dict[str, float], key: str, value: float) -> None:
 
 
 async def runs(path: str | None, dtype: str, device: str, threads: int, tokens: int, long_text: str,
-               base: Baseline, repeat: int) -> dict[str, float]:
+               base: Baseline, repeat: int, prefill_chunk: int) -> dict[str, float]:
     """Each size through the engine, then through ``generate()``, back to back (the machine may
     be shared: neighbours in time see the same load); the best of ``repeat`` rounds each."""
     from backends.engine import EngineBackend
     from gateway.canonical import CanonicalRequest
     from gateway.config import DeploymentConfig, EngineConfig
 
-    cfg = EngineConfig(path=path, dtype=dtype, device=device, threads=threads, max_batch=max(SIZES))
+    cfg = EngineConfig(path=path, dtype=dtype, device=device, threads=threads, max_batch=max(SIZES),
+                       prefill_chunk=prefill_chunk)
     b = EngineBackend(DeploymentConfig(name="bench", backend="engine", engine=cfg))
     await b.start()
     while not b.ready:
@@ -170,6 +172,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=2, help="rounds; the best of each is shown")
+    ap.add_argument("--prefill-chunk", type=int, default=32, help="engine.prefill_chunk")
     args = ap.parse_args()
 
     from backends.engine.loader import resolve_folder
@@ -178,10 +181,10 @@ def main() -> None:
     folder = str(resolve_folder(EngineConfig(path=args.path)))
     base = Baseline(folder, args.dtype, args.device, args.threads, args.tokens)
     eng = asyncio.run(runs(args.path, args.dtype, args.device, args.threads, args.tokens,
-                           long_prompt(folder), base, args.repeat))
+                           long_prompt(folder), base, args.repeat, args.prefill_chunk))
     seq = eng["sequential"]
     print(f"model {folder}  dtype {args.dtype}  device {args.device}  threads {args.threads}  "
-          f"{args.tokens} tokens/request")
+          f"{args.tokens} tokens/request  prefill_chunk {args.prefill_chunk}")
     print(f"engine process RSS: {eng['rss_idle']:.0f} MiB loaded and idle, "
           f"{eng['rss_after']:.0f} MiB after the runs")
     print(f"{'concurrent':>10} {'engine tok/s':>13} {'sequential':>11} {'static batch':>13} "

@@ -60,8 +60,9 @@ class EngineConfig(_Model):
         "auto", description="auto: bfloat16 on CUDA and on CPUs with AMX/avx512_bf16, else float32")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: CUDA when torch sees a GPU")
     cuda_graphs: bool = Field(True, description="on CUDA, replay decode steps from captured graphs")
-    prefill_chunk: int = Field(32, ge=1, description="prompt tokens run per step while other "
-                               "sequences decode (chunked prefill keeps their inter-token gap)")
+    prefill_chunk: int | None = Field(
+        None, ge=1, description="prompt tokens run per step while other sequences decode (chunked "
+        "prefill keeps their inter-token gap); null: 16 for float32 on CPU, 32 otherwise")
     attention: Literal["auto", "sdpa", "bmm"] = Field(
         "auto", description="auto: on CPU the faster of the two, timed once at start-up; sdpa on CUDA")
     prompt_cache_mib: int = Field(

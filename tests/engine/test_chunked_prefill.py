@@ -123,3 +123,15 @@ def test_a_second_long_prompt_waits_for_the_first(tiny_loaded):
     while eng.busy:
         eng.step()
     assert text_of(results(eng, a)) and text_of(results(eng, b))
+
+
+def test_default_chunk_by_dtype(tiny_loaded):
+    import torch
+
+    from backends.engine.scheduler import default_prefill_chunk
+
+    assert default_prefill_chunk(torch.device("cpu"), torch.float32) == 16
+    assert default_prefill_chunk(torch.device("cpu"), torch.bfloat16) == 32
+    assert default_prefill_chunk(torch.device("cuda"), torch.float32) == 32
+    assert Engine(tiny_loaded.model, tiny_loaded.tokenizer, Collector()).prefill_chunk == 16  # fp32 fixture
+    assert engine(tiny_loaded, 24).prefill_chunk == 24
