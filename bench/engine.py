@@ -1,7 +1,7 @@
 """Engine throughput, memory and long-prompt stall on the default model, against transformers.
 
     .venv/bin/python bench/engine.py [--dtype bfloat16] [--device cpu|cuda] [--threads 2] [--tokens 64]
-        [--prefill-chunk 32]
+        [--prefill-chunk N]
 
 Reports decode tokens/s for 1..64 concurrent requests through the engine (its own process, over
 the channel, as the gateway uses it), next to plain ``model.generate()`` serving requests one
@@ -82,7 +82,7 @@ def best(out: dict[str, float], key: str, value: float) -> None:
 
 
 async def runs(path: str | None, dtype: str, device: str, threads: int, tokens: int, long_text: str,
-               base: Baseline, repeat: int, prefill_chunk: int) -> dict[str, float]:
+               base: Baseline, repeat: int, prefill_chunk: int | None) -> dict[str, float]:
     """Each size through the engine, then through ``generate()``, back to back (the machine may
     be shared: neighbours in time see the same load); the best of ``repeat`` rounds each."""
     from backends.engine import EngineBackend
@@ -172,7 +172,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=2, help="rounds; the best of each is shown")
-    ap.add_argument("--prefill-chunk", type=int, default=32, help="engine.prefill_chunk")
+    ap.add_argument("--prefill-chunk", type=int, default=None, help="engine.prefill_chunk (default: its own)")
     args = ap.parse_args()
 
     from backends.engine.loader import resolve_folder
@@ -184,7 +184,7 @@ def main() -> None:
                            long_prompt(folder), base, args.repeat, args.prefill_chunk))
     seq = eng["sequential"]
     print(f"model {folder}  dtype {args.dtype}  device {args.device}  threads {args.threads}  "
-          f"{args.tokens} tokens/request  prefill_chunk {args.prefill_chunk}")
+          f"{args.tokens} tokens/request  prefill_chunk {args.prefill_chunk or 'default'}")
     print(f"engine process RSS: {eng['rss_idle']:.0f} MiB loaded and idle, "
           f"{eng['rss_after']:.0f} MiB after the runs")
     print(f"{'concurrent':>10} {'engine tok/s':>13} {'sequential':>11} {'static batch':>13} "
