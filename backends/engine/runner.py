@@ -33,7 +33,6 @@ class Runner:
         self.kv_heads = spec.kv_heads
         self.head_dim = spec.head_dim
         self.scale = self.head_dim ** -0.5
-        self.vocab_size = spec.vocab_size
         self.attention = choose(attention, self.device, self.dtype, self.heads, self.kv_heads, self.head_dim)
         self.attend = IMPLEMENTATIONS[self.attention]
         self.cache = KVCache(len(self.w.layers), slots, self.kv_heads, self.head_dim, max_len, kv_dtype,

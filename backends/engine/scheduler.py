@@ -244,7 +244,7 @@ class Engine:
             use_cache = bool(sampling_defaults(job.req.dialect).get("cache_prompt", True))
         if use_cache and not echo_lp:
             # not the filling sequence's slot: taking a prefix from it would move its cache away
-            parked = self.filling.slot if self.filling is not None else -1
+            parked = self._filling_slot()
             src, reuse = cache.best_prefix(ids, [s for s in range(self.slots) if s != parked])
             reuse = min(reuse, len(ids) - 1)  # at least one token must run to get logits
             if reuse <= 0:
@@ -382,9 +382,13 @@ class Engine:
             cache.used_at[f.slot] = self.steps
         self._evict()
 
+    def _filling_slot(self) -> int:
+        """The slot of the sequence whose prompt runs in chunks (-1: none)."""
+        return self.filling.slot if self.filling is not None else -1
+
     def _free_slots(self) -> list[int]:
         """Slots no sequence occupies (the active ones are 0..B-1; a filling one has its own)."""
-        busy = self.filling.slot if self.filling is not None else -1
+        busy = self._filling_slot()
         return [s for s in range(len(self.active), self.slots) if s != busy]
 
     def _evict(self) -> None:

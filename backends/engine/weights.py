@@ -28,7 +28,6 @@ IGNORED_SUFFIX = "rotary_emb.inv_freq"
 class Layout:
     """How the matrices are stored (``store`` takes ``[out, in]``) and multiplied (``mm(x, w)``)."""
 
-    name: str
     store: Callable[[torch.Tensor], torch.Tensor]
     mm: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -41,9 +40,9 @@ def _packed_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 # faster than packing for 1 (measured on SmolLM2's matrices).
 PACK_ROWS = 32
 
-NATURAL = Layout("natural", lambda w: w.contiguous(), F.linear)
-TRANSPOSED = Layout("transposed", lambda w: w.t().contiguous(), lambda x, w: x @ w)
-PACKED = Layout("packed", lambda w: torch.ops.mkldnn._reorder_linear_weight(w.contiguous(), PACK_ROWS),
+NATURAL = Layout(lambda w: w.contiguous(), F.linear)
+TRANSPOSED = Layout(lambda w: w.t().contiguous(), lambda x, w: x @ w)
+PACKED = Layout(lambda w: torch.ops.mkldnn._reorder_linear_weight(w.contiguous(), PACK_ROWS),
                 _packed_linear)
 
 

@@ -3,16 +3,14 @@ neighbours keep their data, and the engine keeps free slots' prompts within a bu
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from backends.engine.kvcache import KVCache
 from backends.engine.scheduler import Engine
+from bench.overhead import rss_mib
 from tests.engine.conftest import Collector, completion, run
-
-
-def resident_mib() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * 4096 / 2**20
 
 
 def test_release_gives_pages_back_and_keeps_the_neighbours():
@@ -23,9 +21,9 @@ def test_release_gives_pages_back_and_keeps_the_neighbours():
     for slot in range(3):
         cache.kv[:, :, slot, :, :n] = slot + 1.0
         cache.tokens[slot] = list(range(n))
-    before = resident_mib()
+    before = rss_mib(os.getpid())
     cache.release(1)
-    freed = before - resident_mib()
+    freed = before - rss_mib(os.getpid())
     # slot 1 held 2 x 2 x 2 x 16384 x 256 bytes = 32 MiB
     assert 31 <= freed <= 33, freed
     assert cache.tokens[1] == [] and cache.tokens[0] == cache.tokens[2] == list(range(n))
