@@ -133,7 +133,7 @@ def load_model(folder: Path, dtype: Any, device: Any) -> Model:
         with safe_open(str(file), framework="pt", device="cpu") as f:
             for name in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
                 state[name] = f.get_tensor(name).to(device=device, dtype=dtype, copy=True)
-    return Model(spec=spec, weights=Weights(state, spec, layout_for(device, dtype)), folder=folder)
+    return Model(spec=spec, weights=Weights(state, spec, *layout_for(device, dtype)), folder=folder)
 
 
 def _weight_files(folder: Path) -> list[Path]:

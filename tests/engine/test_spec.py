@@ -61,7 +61,7 @@ def test_unsupported_models_are_refused_at_load(tmp_path, bad, match):
         read_spec(write(tmp_path, **bad))
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])  # the transposed and packed layouts
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])  # each dtype's layout
 def test_untied_qwen2_with_qkv_biases_matches_transformers(tmp_path, dtype):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
