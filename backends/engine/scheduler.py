@@ -62,7 +62,7 @@ class Engine:
         self.jobs: dict[int, Job] = {}
         self.waiting: deque[Seq] = deque()
         self.active: list[Seq] = []  # active[i].slot == i
-        # A prompt too long for one step's budget, partly in the cache at slot len(active).
+        # A prompt longer than a chunk, partly in the cache at slot len(active).
         self.filling: Seq | None = None
         self.prefill_chunk = prefill_chunk or default_prefill_chunk(model.weights.device, model.weights.dtype)
         cache = self.runner.cache
@@ -150,17 +150,20 @@ class Engine:
         if self.active:
             parts.append(self.runner.decode([s.pending for s in self.active]))
             rows.extend(self.active)
-        # Prompt tokens this step may run: few while others decode (chunked prefill keeps their
-        # inter-token gap), more when nothing waits on it.
-        budget = self.prefill_chunk if self.active else max(self.prefill_chunk, IDLE_CHUNK)
+        # A long prompt runs ``chunk`` tokens a step while others decode (chunked prefill keeps
+        # their inter-token gap), more when nothing waits on it. Prompts that fit a chunk join
+        # whole, up to IDLE_CHUNK tokens a step: a burst of short requests starts together
+        # (admitted ``chunk`` tokens a step, 32 took 15 steps to start: 159 -> 214 tok/s).
+        chunk = self.prefill_chunk if self.active else max(self.prefill_chunk, IDLE_CHUNK)
+        budget = max(chunk, IDLE_CHUNK)
         filled = False
         # Admitted prompts run together in one padded forward, except that a prompt sharing a
         # prefix with a pending one waits for it (so it can copy that prefix from the cache), and
-        # echo with logprobs runs alone. A prompt beyond the budget runs in chunks, one a step,
+        # echo with logprobs runs alone. A prompt beyond the chunk runs in chunks, one a step,
         # from a slot of its own at the end (one at a time); short prompts keep joining meanwhile.
         batch: list[tuple[int, list[int], list[int]]] = []
         while self.waiting and budget > 0 and len(self.active) + (self.filling is not None) < self.slots:
-            if self.filling is not None and len(self.waiting[0].prompt.ids) > budget:
+            if self.filling is not None and len(self.waiting[0].prompt.ids) > min(chunk, budget):
                 break  # it would need chunks too: it waits for the filling one (FIFO)
             if self.filling is not None and self.filling.slot == len(self.active):
                 self._park(self.filling)  # out of the way of this admission
@@ -169,13 +172,13 @@ class Engine:
                 parts.append(self._prefill(batch))
                 batch = []
             run = self._admit(seq)
-            if isinstance(run, list) and len(run) > budget:
+            if isinstance(run, list) and len(run) > min(chunk, budget):
                 if batch:
                     parts.append(self._prefill(batch))
                     batch = []
                 self.active.pop()  # it fills at slot len(active) until an admission needs that
                 seq.rest, self.filling = run, seq
-                budget = self._fill(budget, rows, parts)
+                budget -= self._fill(min(chunk, budget), rows, parts)
                 filled = True
                 continue
             if isinstance(run, list):
@@ -190,7 +193,7 @@ class Engine:
         if batch:
             parts.append(self._prefill(batch))
         if self.filling is not None and not filled:  # admissions do not starve it
-            self._fill(max(budget, self.prefill_chunk // 2, 1), rows, parts)
+            self._fill(max(min(chunk, budget), self.prefill_chunk // 2, 1), rows, parts)
         if rows:
             self._sample(rows, torch.cat(parts) if len(parts) > 1 else parts[0])
         self._release()
@@ -204,14 +207,15 @@ class Engine:
         cache.swap(seq.slot, last)
         seq.slot = last
 
-    def _fill(self, budget: int, rows: list[Seq], parts: list[torch.Tensor]) -> int:
-        """Run the next chunk of the filling prompt; once it is all in, the sequence joins the
-        active ones (its logits are sampled with this step's). Returns the budget left."""
+    def _fill(self, most: int, rows: list[Seq], parts: list[torch.Tensor]) -> int:
+        """Run the next chunk (up to ``most`` tokens) of the filling prompt; once it is all in, the
+        sequence joins the active ones (its logits are sampled with this step's). Returns the
+        tokens run."""
         seq = self.filling
         assert seq is not None
-        n = min(budget, len(seq.rest))
+        n = min(most, len(seq.rest))
         if n <= 0:
-            return budget
+            return 0
         chunk, seq.rest = seq.rest[:n], seq.rest[n:]
         seq.chunks += 1
         logits = self.runner.prefill_many(seq.slot, [chunk])
@@ -223,7 +227,7 @@ class Engine:
             self.active.append(seq)
             rows.append(seq)
             parts.append(logits)
-        return budget - n
+        return n
 
     def _prefill(self, batch: list[tuple[int, list[int], list[int]]]) -> torch.Tensor:
         return self.runner.prefill_many(batch[0][0], [b[1] for b in batch])

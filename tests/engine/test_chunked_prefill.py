@@ -111,6 +111,27 @@ def test_short_prompts_join_while_a_long_one_fills(tiny_loaded):
         assert text_of(results(alone, r)) == together[rid], prompt
 
 
+def test_a_burst_of_short_prompts_joins_in_one_step(tiny_loaded):
+    """While one sequence decodes, prompts that each fit a chunk are admitted together in the
+    next step (more tokens in all than a chunk), not a chunk's worth a step; a prompt longer
+    than a chunk still runs in chunks."""
+    tok = tiny_loaded.tokenizer
+    prompts = ["red green", "def add(a, b):", "blue sky", "one two three", "cats and dogs"]
+    lengths = [len(tok.encode(p)) for p in prompts]
+    chunk = max(lengths)
+    assert sum(lengths) > 2 * chunk
+    eng = engine(tiny_loaded, chunk)
+    submit(eng, greedy("Hello world", 40))
+    eng.step()
+    for p in prompts:
+        submit(eng, greedy(p, 4))
+    eng.step()
+    assert len(eng.active) == 1 + len(prompts) and not eng.waiting and eng.filling is None
+    submit(eng, greedy(LONG, 2))
+    eng.step()
+    assert eng.filling is not None and eng.filling.chunks == 1
+
+
 def test_a_second_long_prompt_waits_for_the_first(tiny_loaded):
     eng = engine(tiny_loaded, 8)
     submit(eng, greedy("Hello world", 60))
