@@ -20,11 +20,12 @@ to the kernel in a lazily reserved cache, so the resident set follows what is he
 
 from __future__ import annotations
 
-import ctypes
 import mmap
 import os
 
 import torch
+
+from backends.engine.libc import madvise_dontneed
 
 SLOT_CHUNK = 8
 POS_CHUNK = 256
@@ -96,6 +97,10 @@ class KVCache:
         """Layer ``i``'s ``[2, rows + 1, kv_heads, capacity, head_dim]`` (contiguous)."""
         return self.kv[i]
 
+    def positions_in(self, nbytes: int) -> int:
+        """How many positions of one slot ``nbytes`` hold."""
+        return nbytes * (self.slots + 1) // self.position_bytes
+
     def length(self, slot: int) -> int:
         return len(self.tokens[slot])
 
@@ -139,7 +144,7 @@ class KVCache:
                     lo = _round_up(start, PAGE)
                     hi = min(_round_up(start + used, PAGE), (start + row) // PAGE * PAGE)
                     if hi > lo:
-                        _madvise(lo, hi - lo)
+                        madvise_dontneed(lo, hi - lo)
 
     def best_prefix(self, prompt: list[int], candidates: list[int]) -> tuple[int | None, int]:
         """The candidate slot sharing the longest prefix with ``prompt``, and that length."""
@@ -160,16 +165,6 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 
 PAGE = mmap.PAGESIZE
-_MADV_DONTNEED = 4
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-
-
-def _madvise(addr: int, length: int) -> None:
-    if _libc.madvise(addr, length, _MADV_DONTNEED) != 0:
-        raise OSError(ctypes.get_errno(), "madvise(MADV_DONTNEED) failed on the KV cache")
-
-
 def _memory_bytes() -> int:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

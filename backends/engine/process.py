@@ -6,8 +6,6 @@ policy layer never waits behind a forward pass); the main thread owns the model 
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import gc
 import json
 import os
@@ -20,6 +18,7 @@ import traceback
 from typing import Any
 
 from backends.engine.channel import SyncChannel
+from backends.engine.libc import malloc_trim
 from gateway.config import EngineConfig
 from gateway.errors import GatewayError
 
@@ -47,7 +46,7 @@ def main(sock: socket.socket, cfg_data: dict[str, Any]) -> None:
         chan.send(("failed", f"{type(e).__name__}: {e}", traceback.format_exc()))
         return
     holder["engine"] = engine
-    _trim()
+    malloc_trim()  # loading freed many temporaries
     # The loaded engine's ~200k objects leave the collector's view: a full collection over them
     # cost ~110 ms (measured), a stall of every stream whenever one came due mid-burst.
     gc.freeze()
@@ -75,7 +74,7 @@ def main(sock: socket.socket, cfg_data: dict[str, Any]) -> None:
             engine.step()
             meter.tokens += decoding
             if not engine.busy:
-                _trim()  # a burst's freed temporaries go back to the system while idle
+                malloc_trim()  # a burst's freed temporaries go back to the system while idle
         if outbox:
             chan.send(outbox[0] if len(outbox) == 1 else ("batch", list(outbox)))
             outbox.clear()
@@ -106,12 +105,6 @@ class Meter:
                              "tokens_per_second": self.tokens / max(now - self.since, 1e-3),
                              "kv_cache_usage": held / (engine.slots * engine.context_window)}))
         self.tokens, self.since = 0, now
-
-
-def _trim() -> None:
-    """Give the allocator's free pages back (loading and bursts free many temporaries)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def _read(chan: SyncChannel, inbox: queue.Queue[tuple[Any, ...]], holder: dict[str, Any]) -> None:

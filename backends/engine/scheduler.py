@@ -65,9 +65,8 @@ class Engine:
         # A prompt longer than a chunk, partly in the cache at slot len(active).
         self.filling: Seq | None = None
         self.prefill_chunk = prefill_chunk or default_prefill_chunk(model.weights.device, model.weights.dtype)
-        cache = self.runner.cache
         # positions free slots may keep for prompt caching; beyond them the least recently used go
-        self.cache_budget = (prompt_cache_mib << 20) * (cache.slots + 1) // cache.position_bytes
+        self.cache_budget = self.runner.cache.positions_in(prompt_cache_mib << 20)
         self.steps = 0
 
     # -- requests ---------------------------------------------------------------------------

@@ -33,6 +33,15 @@ def test_release_gives_pages_back_and_keeps_the_neighbours():
         assert bool((cache.kv[:, :, slot, :, :n] == slot + 1.0).all())
 
 
+def test_prompt_cache_budget_in_positions(tiny_loaded):
+    # 2 layers x 2 x 2 heads x 64 dims x 4 bytes = 2 KiB a position of one slot
+    cache = KVCache(layers=2, slots=3, kv_heads=2, head_dim=64, max_len=64, dtype=torch.float32)
+    assert cache.positions_in(1 << 20) == 512
+    eng = Engine(tiny_loaded.model, tiny_loaded.tokenizer, Collector(), max_batch=4, prompt_cache_mib=3)
+    slot_position = eng.runner.cache.kv[:, :, 0, :, 0].numel() * 4  # float32 fixture
+    assert eng.cache_budget == (3 << 20) // slot_position
+
+
 def test_free_slots_keep_prompts_within_the_budget_least_recently_used_out(tiny_loaded):
     col = Collector()
     eng = Engine(tiny_loaded.model, tiny_loaded.tokenizer, col, max_batch=4)
