@@ -13,6 +13,8 @@ this machine (``attention.py``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
@@ -21,6 +23,53 @@ from backends.engine.attention import IMPLEMENTATIONS, choose
 from backends.engine.cudagraph import GraphedDecode
 from backends.engine.kvcache import KVCache
 from backends.engine.weights import Model
+
+
+@dataclass
+class Rows:
+    """One group of a forward's rows: ``ids`` and ``pos`` ``[n, t]`` for slots ``first..first+n-1``
+    (keys and values written to slots ``write`` ``[n]`` instead, when given), attending over
+    ``total`` cached positions under ``allow``. ``take``: the flattened rows whose logits the
+    caller wants (None: all); ``append``: the tokens each slot holds once run."""
+
+    ids: torch.Tensor
+    pos: torch.Tensor
+    first: int
+    total: int
+    allow: torch.Tensor | None
+    take: torch.Tensor | None
+    append: list[tuple[int, list[int]]]
+    write: torch.Tensor | None = None
+    decode: list[int] | None = None  # a decode step's tokens (CUDA graphs replay those)
+
+
+class Pass:
+    """What one engine step runs: groups of rows gathered while the step is planned and run
+    together in one forward (``flush`` runs what is pending sooner, when a later admission must
+    read what they write), and the logits of the groups kept, in the order added."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+        self._items: list[tuple[Rows | torch.Tensor, bool]] = []  # (group or its logits, kept)
+
+    def add(self, groups: list[Rows], keep: bool = True) -> None:
+        self._items += [(g, keep) for g in groups]
+
+    def add_logits(self, logits: torch.Tensor) -> None:
+        """Logits computed apart (echo with logprobs), kept in this place of the order."""
+        self._items.append((logits, True))
+
+    def flush(self) -> None:
+        todo = [i for i, (x, _) in enumerate(self._items) if isinstance(x, Rows)]
+        if todo:
+            out = self.runner.run([self._items[i][0] for i in todo])  # type: ignore[misc]
+            for i, logits in zip(todo, out, strict=True):
+                self._items[i] = (logits, self._items[i][1])
+
+    def logits(self) -> torch.Tensor:
+        self.flush()
+        kept = [x for x, keep in self._items if keep]
+        return _flat(kept)  # type: ignore[arg-type]
 
 
 class Runner:
@@ -50,11 +99,8 @@ class Runner:
 
     # -- public steps -------------------------------------------------------------------------
 
-    @torch.inference_mode()
-    def decode(self, tokens: list[int]) -> torch.Tensor:
-        """Feed ``tokens[b]`` to slot ``b`` for b in 0..B-1; returns next-token logits ``[B, V]``."""
-        if self.graphs is not None:  # its buckets reach max_batch: every decode fits one
-            return self.graphs.decode(tokens)
+    def plan_decode(self, tokens: list[int]) -> Rows:
+        """Rows feeding ``tokens[b]`` to slot ``b`` for b in 0..B-1; their logits are ``[B, V]``."""
         b, cache = len(tokens), self.cache
         pos = [len(cache.tokens[s]) for s in range(b)]
         total = max(pos) + 1
@@ -62,32 +108,60 @@ class Runner:
         pos_t = self.tensor(pos).view(b, 1)
         # No mask when every row sees the whole window (one sequence, or equal lengths).
         allow = None if min(pos) == total - 1 else self._allow(pos_t, total)
-        h = self._forward(self.tensor(tokens).view(b, 1), pos_t, 0, total, allow)
-        for s in range(b):
-            cache.tokens[s].append(tokens[s])
-        return self._logits(h[:, 0]).float()
+        return Rows(self.tensor(tokens).view(b, 1), pos_t, 0, total, allow, None,
+                    [(s, [t]) for s, t in enumerate(tokens)], decode=tokens)
 
-    @torch.inference_mode()
-    def prefill_many(self, first: int, prompts: list[list[int]]) -> torch.Tensor:
-        """Append ``prompts[r]`` to slot ``first + r`` (after what each holds) in one padded
-        forward; returns each row's last-position logits ``[n, V]``. Padding positions write
-        keys/values past a slot's length, which nothing reads (every read is masked to it)."""
+    def plan_prefill(self, first: int, prompts: list[list[int]]) -> list[Rows]:
+        """Rows appending ``prompts[r]`` to slot ``first + r`` (after what each holds), padded to
+        one length; their logits are each row's last position's ``[n, V]``. Padding positions
+        write keys/values past a slot's length, which nothing reads (every read is masked to it).
+        Rows too long together for the cache's window go one prompt a group."""
         n, cache = len(prompts), self.cache
         starts = [len(cache.tokens[first + r]) for r in range(n)]
         t = max(len(p) for p in prompts)
         total = max(starts) + t
         if n > 1 and total > cache.max_len:
-            return torch.stack([self.prefill(first + r, p) for r, p in enumerate(prompts)])
+            return [g for r, p in enumerate(prompts) for g in self.plan_prefill(first + r, [p])]
         cache.ensure(total, first + n)
         ids = self.tensor([p + [p[-1]] * (t - len(p)) for p in prompts])
         pos = self.tensor(starts).view(n, 1) + torch.arange(t, device=self.device).view(1, t)
-        h = self._forward(ids, pos, first, total, self._allow(pos, total))
-        for r, p in enumerate(prompts):
-            cache.tokens[first + r].extend(p)
-        last = self.tensor([len(p) - 1 for p in prompts])
-        return self._logits(h[torch.arange(n, device=self.device), last]).float()
+        last = self.tensor([r * t + len(p) - 1 for r, p in enumerate(prompts)])
+        return [Rows(ids, pos, first, total, self._allow(pos, total), last,
+                     [(first + r, p) for r, p in enumerate(prompts)])]
 
     @torch.inference_mode()
+    def run(self, groups: list[Rows]) -> list[torch.Tensor]:
+        """One forward over every group's rows (the matrix products see them all at once; each
+        group attends over its own slots); returns each group's logits (float)."""
+        out: dict[int, torch.Tensor] = {}
+        if self.graphs is not None:  # decode rows replay a captured graph (its buckets reach max_batch)
+            for i, g in enumerate(groups):
+                if g.decode is not None:
+                    out[i] = self.graphs.decode(g.decode)
+        rest = [i for i in range(len(groups)) if i not in out]
+        if rest:
+            h = self._forward([groups[i] for i in rest])
+            off = 0
+            for i in rest:
+                g = groups[i]
+                size = g.ids.numel()
+                mine = h[off:off + size]
+                out[i] = self._logits(mine if g.take is None else mine[g.take]).float()
+                off += size
+                for slot, toks in g.append:
+                    self.cache.tokens[slot].extend(toks)
+        return [out[i] for i in range(len(groups))]
+
+    def decode(self, tokens: list[int]) -> torch.Tensor:
+        """Feed ``tokens[b]`` to slot ``b`` for b in 0..B-1; returns next-token logits ``[B, V]``."""
+        if self.graphs is not None:
+            return self.graphs.decode(tokens)
+        return self.run([self.plan_decode(tokens)])[0]
+
+    def prefill_many(self, first: int, prompts: list[list[int]]) -> torch.Tensor:
+        """Append ``prompts[r]`` to slot ``first + r``; returns each row's last-position logits ``[n, V]``."""
+        return torch.cat(self.run(self.plan_prefill(first, prompts)))
+
     def prefill(self, slot: int, tokens: list[int], all_logits: bool = False) -> torch.Tensor:
         """Append ``tokens`` to slot ``slot`` (after what it already holds). Returns logits for the
         last position ``[V]``, or for every new position ``[T, V]`` when ``all_logits``."""
@@ -96,9 +170,10 @@ class Runner:
         total = start + t
         cache.ensure(total, slot + 1)
         pos = torch.arange(start, total, device=self.device).view(1, t)
-        h = self._forward(self.tensor(tokens).view(1, t), pos, slot, total, self._allow(pos, total))
-        cache.tokens[slot].extend(tokens)
-        return self._logits(h[0] if all_logits else h[0, -1]).float()
+        take = None if all_logits else self.tensor([t - 1])
+        logits = self.run([Rows(self.tensor(tokens).view(1, t), pos, slot, total, self._allow(pos, total),
+                                take, [(slot, tokens)])])[0]
+        return logits if all_logits else logits[0]
 
     # -- the forward ---------------------------------------------------------------------------
 
@@ -109,12 +184,6 @@ class Runner:
         return (torch.arange(total, device=self.device).view(1, 1, -1) <= pos.view(n, t, 1)).view(
             n, 1, t, total)
 
-    def _rotary(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and signed sin ``[n, t, 1, head_dim]`` for ``pos`` ``[n, t]``."""
-        n, t = pos.shape
-        cos, sin = self._rope[0][pos], self._rope[1][pos]
-        return cos.view(n, t, 1, -1), sin.view(n, t, 1, -1)
-
     def step_static(self, ids: torch.Tensor, pos: torch.Tensor, write: torch.Tensor) -> torch.Tensor:
         """A decode step whose shapes depend only on the batch bucket and the cache capacity (what
         a CUDA graph captures): ``ids``, ``pos``, ``write`` ``[B]`` on the device; row ``b`` reads
@@ -122,53 +191,80 @@ class Runner:
         ``write[b]`` (padding rows write to the scratch slot). Returns logits ``[B, V]``."""
         b, cap = ids.shape[0], self.cache.capacity
         pos = pos.view(b, 1)
-        h = self._forward(ids.view(b, 1), pos, 0, cap, self._allow(pos, cap), write)
-        return self._logits(h[:, 0])
+        return self._logits(self._forward([Rows(ids.view(b, 1), pos, 0, cap, self._allow(pos, cap), None, [],
+                                                write=write)]))
 
-    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, first: int, total: int,
-                 allow: torch.Tensor | None, write: torch.Tensor | None = None) -> torch.Tensor:
-        """Run ``ids`` ``[n, t]`` at positions ``pos`` for slots ``first..first+n-1``, writing their
-        keys and values to the cache (to slots ``write`` ``[n]`` when given) and attending over
-        ``total`` positions; returns the final hidden states before the norm ``[n, t, hidden]``."""
-        n, t = ids.shape
+    def _forward(self, groups: list[Rows]) -> torch.Tensor:
+        """Run every group's rows, writing their keys and values to the cache, and return the
+        final hidden states before the norm, ``[rows, hidden]`` in group order."""
         w, cache = self.w, self.cache
         heads, kvh, hd = self.heads, self.kv_heads, self.head_dim
         qk_heads, half = heads + kvh, hd // 2
+        ids, pos, slots = (_flat([f(g) for g in groups]) for f in (_ids, _pos, self._slots))
+        m = ids.shape[0]
         h = F.embedding(ids, w.embed)
-        cos, sin = self._rotary(pos)
+        cos, sin = self._rope[0][pos].view(m, 1, hd), self._rope[1][pos].view(m, 1, hd)
         # Rows of a layer's flattened [2 * (rows + 1) * kv_heads * capacity, head_dim] cache that
-        # the new keys ([n, kv_heads, t] order) take; values sit one cache half further on.
+        # the new keys ([m, kv_heads] order) take; values sit one cache half further on.
         cap, half_rows = cache.capacity, (cache.rows + 1) * kvh * cache.capacity
-        if write is None:
-            write = torch.arange(first, first + n, device=self.device)
-        slot_head = (write * kvh).view(n, 1, 1) + torch.arange(kvh, device=self.device).view(1, kvh, 1)
-        dst_k = (slot_head * cap + pos.view(n, 1, t)).view(-1)
+        dst_k = (((slots * kvh).view(m, 1) + torch.arange(kvh, device=self.device)) * cap
+                 + pos.view(m, 1)).view(-1)
         dst_v = dst_k + half_rows
         for i, lw in enumerate(w.layers):
             x = _rms(h, lw.ln_in, w.eps)
             y = w.mm(x, lw.qkv)
             if lw.qkv_bias is not None:
                 y += lw.qkv_bias
-            y = y.view(n, t, qk_heads + kvh, hd)
-            qk = y[:, :, :qk_heads]
+            y = y.view(m, qk_heads + kvh, hd)
+            qk = y[:, :qk_heads]
             qk = torch.addcmul(qk * cos, qk.roll(half, -1), sin)
             kv = cache.layer(i)
             flat = kv.view(-1, hd)
-            flat.index_copy_(0, dst_k, qk[:, :, heads:].transpose(1, 2).reshape(-1, hd).to(kv.dtype))
-            flat.index_copy_(0, dst_v, y[:, :, qk_heads:].transpose(1, 2).reshape(-1, hd).to(kv.dtype))
-            keys, vals = kv[0, first:first + n, :, :total], kv[1, first:first + n, :, :total]
-            if keys.dtype != h.dtype:
-                keys, vals = keys.to(h.dtype), vals.to(h.dtype)
-            o = self.attend(qk[:, :, :heads], keys, vals, allow, self.scale)
-            h += w.mm(o, lw.o)
+            flat.index_copy_(0, dst_k, qk[:, heads:].reshape(-1, hd).to(kv.dtype))
+            flat.index_copy_(0, dst_v, y[:, qk_heads:].reshape(-1, hd).to(kv.dtype))
+            h += w.mm(self._attend(qk[:, :heads], kv, groups, h.dtype), lw.o)
             gu = w.mm(_rms(h, lw.ln_post, w.eps), lw.gate_up)
             act = self.act(gu[..., :lw.inter])
             act *= gu[..., lw.inter:]
             h += w.mm(act, lw.down)
         return h
 
+    def _attend(self, q: torch.Tensor, kv: torch.Tensor, groups: list[Rows],
+                dtype: torch.dtype) -> torch.Tensor:
+        """Each group's queries (``q`` ``[rows, heads, hd]``, in group order) over its slots'
+        cached keys and values; ``[rows, heads * hd]``."""
+        outs, off = [], 0
+        for g in groups:
+            n, t = g.ids.shape
+            keys, vals = kv[0, g.first:g.first + n, :, :g.total], kv[1, g.first:g.first + n, :, :g.total]
+            if keys.dtype != dtype:
+                keys, vals = keys.to(dtype), vals.to(dtype)
+            o = self.attend(q[off:off + n * t].view(n, t, self.heads, self.head_dim), keys, vals, g.allow,
+                            self.scale)
+            outs.append(o.reshape(n * t, -1))
+            off += n * t
+        return _flat(outs)
+
+    def _slots(self, g: Rows) -> torch.Tensor:
+        """The slot each of the group's rows writes to, ``[n * t]``."""
+        n, t = g.ids.shape
+        write = g.write if g.write is not None else torch.arange(g.first, g.first + n, device=self.device)
+        return write.view(n, 1).expand(n, t).reshape(-1)
+
     def _logits(self, h: torch.Tensor) -> torch.Tensor:
         return self.w.logits(_rms(h, self.w.norm, self.w.eps))
+
+
+def _ids(g: Rows) -> torch.Tensor:
+    return g.ids.reshape(-1)
+
+
+def _pos(g: Rows) -> torch.Tensor:
+    return g.pos.reshape(-1)
+
+
+def _flat(parts: list[torch.Tensor]) -> torch.Tensor:
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 def _rms(h: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

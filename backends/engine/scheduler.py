@@ -14,7 +14,7 @@ from backends.engine import logprobs as lp
 from backends.engine.constraints import Constraints
 from backends.engine.kvcache import common_prefix
 from backends.engine.prompts import build_prompts, fit
-from backends.engine.runner import Runner
+from backends.engine.runner import Pass, Runner
 from backends.engine.sampling.params import RowState, resolve
 from backends.engine.sampling.pipeline import Pipeline
 from backends.engine.sequence import Emit, Job, Seq
@@ -145,56 +145,56 @@ class Engine:
         self.steps += 1
         self._release()
         rows: list[Seq] = []
-        parts: list[torch.Tensor] = []
+        step = Pass(self.runner)  # decode rows, admitted prompts and a chunk: one forward
         if self.active:
-            parts.append(self.runner.decode([s.pending for s in self.active]))
+            step.add([self.runner.plan_decode([s.pending for s in self.active])])
             rows.extend(self.active)
         # A long prompt runs ``chunk`` tokens a step while others decode (chunked prefill keeps
         # their inter-token gap), more when nothing waits on it. Prompts that fit a chunk join
         # whole, up to IDLE_CHUNK tokens a step: a burst of short requests starts together
-        # (admitted ``chunk`` tokens a step, 32 took 15 steps to start: 159 -> 214 tok/s).
+        # (admitted ``chunk`` tokens a step, 32 took 15 steps to start: 159 -> 183 tok/s).
         chunk = self.prefill_chunk if self.active else max(self.prefill_chunk, IDLE_CHUNK)
         budget = max(chunk, IDLE_CHUNK)
         filled = False
-        # Admitted prompts run together in one padded forward, except that a prompt sharing a
-        # prefix with a pending one waits for it (so it can copy that prefix from the cache), and
-        # echo with logprobs runs alone. A prompt beyond the chunk runs in chunks, one a step,
-        # from a slot of its own at the end (one at a time); short prompts keep joining meanwhile.
+        # Admitted prompts run in the step's forward, except that a prompt sharing a prefix with a
+        # pending one waits for it to run (so it can copy that prefix from the cache), and echo
+        # with logprobs runs alone. A prompt beyond the chunk runs in chunks, one a step, from a
+        # slot of its own at the end (one at a time); short prompts keep joining meanwhile.
         batch: list[tuple[int, list[int], list[int]]] = []
+        planned: list[list[int]] = []  # prompts pending in ``step``
         while self.waiting and budget > 0 and len(self.active) + (self.filling is not None) < self.slots:
             if self.filling is not None and len(self.waiting[0].prompt.ids) > min(chunk, budget):
                 break  # it would need chunks too: it waits for the filling one (FIFO)
             if self.filling is not None and self.filling.slot == len(self.active):
+                step.flush()  # its chunk may be pending at the slot it leaves
                 self._park(self.filling)  # out of the way of this admission
             seq = self.waiting.popleft()
-            if batch and any(common_prefix(b[2], seq.prompt.ids) > 1 for b in batch):
-                parts.append(self._prefill(batch))
-                batch = []
+            if any(common_prefix(p, seq.prompt.ids) > 1 for p in [*planned, *(b[2] for b in batch)]):
+                self._prefill(batch, step)
+                step.flush()
+                batch, planned = [], []
             run = self._admit(seq)
             if isinstance(run, list) and len(run) > min(chunk, budget):
-                if batch:
-                    parts.append(self._prefill(batch))
-                    batch = []
+                planned += self._prefill(batch, step)
+                batch = []
                 self.active.pop()  # it fills at slot len(active) until an admission needs that
                 seq.rest, self.filling = run, seq
-                budget -= self._fill(min(chunk, budget), rows, parts)
+                budget -= self._fill(min(chunk, budget), rows, step)
                 filled = True
                 continue
             if isinstance(run, list):
                 batch.append((seq.slot, run, seq.prompt.ids))
                 budget -= len(run)
             else:
-                if batch:
-                    parts.append(self._prefill(batch))
-                    batch = []
-                parts.append(run.view(1, -1))
+                planned += self._prefill(batch, step)
+                batch = []
+                step.add_logits(run.view(1, -1))
             rows.append(seq)
-        if batch:
-            parts.append(self._prefill(batch))
+        self._prefill(batch, step)
         if self.filling is not None and not filled:  # admissions do not starve it
-            self._fill(max(min(chunk, budget), self.prefill_chunk // 2, 1), rows, parts)
+            self._fill(max(min(chunk, budget), self.prefill_chunk // 2, 1), rows, step)
         if rows:
-            self._sample(rows, torch.cat(parts) if len(parts) > 1 else parts[0])
+            self._sample(rows, step.logits())
         self._release()
 
     def _park(self, seq: Seq) -> None:
@@ -206,10 +206,10 @@ class Engine:
         cache.swap(seq.slot, last)
         seq.slot = last
 
-    def _fill(self, most: int, rows: list[Seq], parts: list[torch.Tensor]) -> int:
-        """Run the next chunk (up to ``most`` tokens) of the filling prompt; once it is all in, the
-        sequence joins the active ones (its logits are sampled with this step's). Returns the
-        tokens run."""
+    def _fill(self, most: int, rows: list[Seq], step: Pass) -> int:
+        """Plan the next chunk (up to ``most`` tokens) of the filling prompt; with its last chunk
+        the sequence joins the active ones (its logits are sampled with this step's). Returns
+        the tokens planned."""
         seq = self.filling
         assert seq is not None
         n = min(most, len(seq.rest))
@@ -217,19 +217,24 @@ class Engine:
             return 0
         chunk, seq.rest = seq.rest[:n], seq.rest[n:]
         seq.chunks += 1
-        logits = self.runner.prefill_many(seq.slot, [chunk])
-        if not seq.rest:
+        done = not seq.rest
+        if done:
             self.filling = None
-            if seq.slot != len(self.active):  # parked, or sequences left: active ones are 0..B-1
+            # parked, or sequences left: active ones are 0..B-1. Nothing pending writes to either
+            # slot (admissions this step took lower ones), and its earlier chunks have run.
+            if seq.slot != len(self.active):
                 self.runner.cache.swap(seq.slot, len(self.active))
                 seq.slot = len(self.active)
             self.active.append(seq)
             rows.append(seq)
-            parts.append(logits)
+        step.add(self.runner.plan_prefill(seq.slot, [chunk]), keep=done)
         return n
 
-    def _prefill(self, batch: list[tuple[int, list[int], list[int]]]) -> torch.Tensor:
-        return self.runner.prefill_many(batch[0][0], [b[1] for b in batch])
+    def _prefill(self, batch: list[tuple[int, list[int], list[int]]], step: Pass) -> list[list[int]]:
+        """Plan the admitted prompts' rows; returns their prompts."""
+        if batch:
+            step.add(self.runner.plan_prefill(batch[0][0], [b[1] for b in batch]))
+        return [b[2] for b in batch]
 
     def _admit(self, seq: Seq) -> torch.Tensor | list[int]:
         """Take a slot and reuse a cached prefix; returns the prompt tokens still to run, or (echo
