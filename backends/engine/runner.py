@@ -154,8 +154,6 @@ class Runner:
 
     def decode(self, tokens: list[int]) -> torch.Tensor:
         """Feed ``tokens[b]`` to slot ``b`` for b in 0..B-1; returns next-token logits ``[B, V]``."""
-        if self.graphs is not None:
-            return self.graphs.decode(tokens)
         return self.run([self.plan_decode(tokens)])[0]
 
     def prefill_many(self, first: int, prompts: list[list[int]]) -> torch.Tensor:

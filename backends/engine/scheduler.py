@@ -193,6 +193,7 @@ class Engine:
         self._prefill(batch, step)
         if self.filling is not None and not filled:  # admissions do not starve it
             self._fill(max(min(chunk, budget), self.prefill_chunk // 2, 1), rows, step)
+        step.flush()  # a chunk runs even when no row is sampled (a long prompt filling alone)
         if rows:
             self._sample(rows, step.logits())
         self._release()

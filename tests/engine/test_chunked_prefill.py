@@ -132,6 +132,26 @@ def test_a_burst_of_short_prompts_joins_in_one_step(tiny_loaded):
     assert eng.filling is not None and eng.filling.chunks == 1
 
 
+def test_a_long_prompt_alone_fills_in_chunks_with_its_output(tiny_loaded, monkeypatch):
+    """Nothing decodes: the prompt still runs a chunk a step (IDLE_CHUNK, made small here), no
+    row is sampled until its last chunk, and its output is the unchunked one."""
+    from backends.engine import scheduler
+
+    eng = engine(tiny_loaded, 4096)
+    rid = submit(eng, greedy(LONG, 6))
+    while eng.busy:
+        eng.step()
+    whole = text_of(results(eng, rid))
+    monkeypatch.setattr(scheduler, "IDLE_CHUNK", 8)
+    eng = engine(tiny_loaded, 8)
+    rid = submit(eng, greedy(LONG, 6))
+    eng.step()
+    assert eng.filling is not None and not eng.active
+    while eng.busy:
+        eng.step()
+    assert eng.jobs.get(rid) is None and text_of(results(eng, rid)) == whole
+
+
 def test_a_second_long_prompt_waits_for_the_first(tiny_loaded):
     eng = engine(tiny_loaded, 8)
     submit(eng, greedy("Hello world", 60))
