@@ -12,21 +12,22 @@ import torch
 
 from backends.engine import logprobs as lp
 from backends.engine.constraints import Constraints
+from backends.engine.jobs import JobBuilder
 from backends.engine.kvcache import common_prefix
-from backends.engine.prompts import build_prompts, fit
+from backends.engine.prompts import build_prompts
 from backends.engine.runner import Pass, Runner
-from backends.engine.sampling.params import RowState, resolve
 from backends.engine.sampling.pipeline import Pipeline
 from backends.engine.sequence import Emit, Job, Seq
-from backends.engine.stops import Detokenizer
 from backends.engine.weights import Model
 from gateway.canonical import CanonicalRequest, Chunk
 from gateway.dialects.defaults import sampling_defaults
-from gateway.errors import GatewayError, InvalidRequest
-from gateway.stops import StopScanner
+from gateway.errors import GatewayError
 
-MAX_LOGPROBS = 20
 IDLE_CHUNK = 512  # prompt tokens per step when nothing decodes (bounds attention's scratch memory)
+# While others decode, a prompt running more than this many chunks' tokens fills a chunk a step;
+# shorter ones join whole. Beside 16 float32 streams on the AVX2 EPYC, one forward with a 64-token
+# prompt took 2.3x a plain decode step, 128 tokens 3.5x.
+LONG_CHUNKS = 4
 
 
 def default_prefill_chunk(device: torch.device, dtype: torch.dtype) -> int:
@@ -59,10 +60,12 @@ class Engine:
         self.constraints = Constraints(tokenizer, self.vocab_size, eos_ids)
         self.table = lp.TokenTable(lambda: self.constraints.ll_tokenizer)
         self.pipeline = Pipeline()
+        self.builder = JobBuilder(tokenizer, max_batch, self.vocab_size, self.context_window,
+                                  self.constraints, self.pipeline)
         self.jobs: dict[int, Job] = {}
         self.waiting: deque[Seq] = deque()
         self.active: list[Seq] = []  # active[i].slot == i
-        # A prompt longer than a chunk, partly in the cache at slot len(active).
+        # A long prompt, partly in the cache at slot len(active).
         self.filling: Seq | None = None
         self.prefill_chunk = prefill_chunk or default_prefill_chunk(model.weights.device, model.weights.dtype)
         # positions free slots may keep for prompt caching; beyond them the least recently used go
@@ -80,7 +83,7 @@ class Engine:
 
     def submit(self, rid: int, req: CanonicalRequest) -> None:
         try:
-            job = self._prepare(rid, req)
+            job = self.builder.build(rid, req)
         except GatewayError as e:
             self.emit(("error", rid, type(e).__name__, e.message, e.param))
             return
@@ -93,49 +96,6 @@ class Engine:
             return
         job.cancelled = True
         self.waiting = deque(s for s in self.waiting if s.job is not job)
-
-    def _prepare(self, rid: int, req: CanonicalRequest) -> Job:
-        d = sampling_defaults(req.dialect)
-        n = req.n if req.n is not None else int(d.get("n", 1))
-        best_of = req.best_of if req.best_of is not None else n
-        if not 1 <= n <= self.slots:
-            raise InvalidRequest(f"n must be in [1, {self.slots}], got {n}", param="n")
-        if not n <= best_of <= self.slots:
-            raise InvalidRequest(f"best_of must be in [n, {self.slots}], got {best_of}", param="best_of")
-        if req.stream and best_of > n:
-            raise InvalidRequest("best_of > n cannot be streamed", param="best_of")
-        if req.logprobs is not None and not 0 <= req.logprobs <= MAX_LOGPROBS:
-            raise InvalidRequest(f"logprobs must be in [0, {MAX_LOGPROBS}], got {req.logprobs}",
-                                 param="logprobs")
-        prompts = build_prompts(self.tokenizer, req, self.vocab_size)
-        max_tokens = [fit(req, p, self.context_window) for p in prompts]
-        matcher = self.constraints.matcher(req.constraint) if req.constraint else None
-        include_stop = req.include_stop_str_in_output
-        if include_stop is None:
-            include_stop = bool(d.get("include_stop_str_in_output"))
-        if req.stop is not None and not all(isinstance(s, str) for s in req.stop):
-            raise InvalidRequest("stop must be a list of strings", param="stop")
-        job = Job(rid, req, prompts, n, best_of, want_logprobs=req.logprobs is not None or best_of > n)
-        job.cached = [0] * len(prompts)
-        job.prompt_logprobs = [None] * len(prompts)
-        breakers = self._breakers(req)
-        for pi, p in enumerate(prompts):
-            for c in range(best_of):
-                params = resolve(req, c)
-                self.pipeline.validate(params, self.vocab_size)
-                row = RowState(params, p.ids, breaker_ids=breakers)
-                job.seqs.append(Seq(job, pi, c, row, max_tokens[pi], Detokenizer(self.tokenizer, p.ids),
-                                    StopScanner(req.stop or [], include_stop),
-                                    matcher.deep_copy() if matcher else None))
-        return job
-
-    def _breakers(self, req: CanonicalRequest) -> frozenset[int]:
-        if req.dry is None:
-            return frozenset()
-        ids: set[int] = set()
-        for s in req.dry.sequence_breakers:
-            ids.update(self.tokenizer.encode(s, add_special_tokens=False))
-        return frozenset(ids)
 
     # -- stepping ---------------------------------------------------------------------------
 
@@ -150,31 +110,34 @@ class Engine:
             step.add([self.runner.plan_decode([s.pending for s in self.active])])
             rows.extend(self.active)
         # A long prompt runs ``chunk`` tokens a step while others decode (chunked prefill keeps
-        # their inter-token gap), more when nothing waits on it. Prompts that fit a chunk join
-        # whole, up to IDLE_CHUNK tokens a step: a burst of short requests starts together
-        # (admitted ``chunk`` tokens a step, 32 took 15 steps to start: 159 -> 183 tok/s).
-        chunk = self.prefill_chunk if self.active else max(self.prefill_chunk, IDLE_CHUNK)
+        # their inter-token gap), more when nothing waits on it. Shorter prompts join whole, up
+        # to IDLE_CHUNK tokens a step: a burst of short requests starts together (admitted a
+        # chunk's worth a step, 32 took 15 steps to start: 159 -> 183 tok/s).
+        if self.active:
+            chunk, long = self.prefill_chunk, LONG_CHUNKS * self.prefill_chunk
+        else:
+            chunk = long = max(self.prefill_chunk, IDLE_CHUNK)
         budget = max(chunk, IDLE_CHUNK)
         filled = False
-        # Admitted prompts run in the step's forward, except that a prompt sharing a prefix with a
-        # pending one waits for it to run (so it can copy that prefix from the cache), and echo
-        # with logprobs runs alone. A prompt beyond the chunk runs in chunks, one a step, from a
-        # slot of its own at the end (one at a time); short prompts keep joining meanwhile.
+        # Admitted prompts run in the step's forward, except that a prompt sharing a longer
+        # prefix with a pending one than the cache holds waits for it to run (then copies the
+        # prefix), and echo with logprobs runs alone. A long prompt runs in chunks, one a step,
+        # from a slot of its own at the end (one at a time); shorter prompts keep joining.
         batch: list[tuple[int, list[int], list[int]]] = []
         planned: list[list[int]] = []  # prompts pending in ``step``
         while self.waiting and budget > 0 and len(self.active) + (self.filling is not None) < self.slots:
-            if self.filling is not None and len(self.waiting[0].prompt.ids) > min(chunk, budget):
+            if self.filling is not None and len(self.waiting[0].prompt.ids) > min(long, budget):
                 break  # it would need chunks too: it waits for the filling one (FIFO)
             if self.filling is not None and self.filling.slot == len(self.active):
                 step.flush()  # its chunk may be pending at the slot it leaves
                 self._park(self.filling)  # out of the way of this admission
             seq = self.waiting.popleft()
-            if any(common_prefix(p, seq.prompt.ids) > 1 for p in [*planned, *(b[2] for b in batch)]):
+            if self._waits_for_pending(seq, [*planned, *(b[2] for b in batch)]):
                 self._prefill(batch, step)
                 step.flush()
                 batch, planned = [], []
             run = self._admit(seq)
-            if isinstance(run, list) and len(run) > min(chunk, budget):
+            if isinstance(run, list) and len(run) > min(long, budget):
                 planned += self._prefill(batch, step)
                 batch = []
                 self.active.pop()  # it fills at slot len(active) until an admission needs that
@@ -246,15 +209,10 @@ class Engine:
         self.active.append(seq)
         cache.ensure(0, slot + 1)
         ids = seq.prompt.ids
-        echo_lp = bool(job.req.echo) and job.req.logprobs is not None and job.req.kind != "chat"
+        echo_lp = _echo_logprobs(job.req)
         src, reuse = None, 0
-        use_cache = job.req.cache_prompt
-        if use_cache is None:
-            use_cache = bool(sampling_defaults(job.req.dialect).get("cache_prompt", True))
-        if use_cache and not echo_lp:
-            # not the filling sequence's slot: taking a prefix from it would move its cache away
-            parked = self._filling_slot()
-            src, reuse = cache.best_prefix(ids, [s for s in range(self.slots) if s != parked])
+        if self._uses_cache(seq):
+            src, reuse = self._best_prefix(ids)
             reuse = min(reuse, len(ids) - 1)  # at least one token must run to get logits
             if reuse <= 0:
                 src, reuse = None, 0
@@ -274,6 +232,30 @@ class Engine:
             job.prompt_logprobs[seq.prompt_index] = lp.prompt_logprobs(
                 self.table, logits, ids, job.req.logprobs)
         return logits[-1]
+
+    def _uses_cache(self, seq: Seq) -> bool:
+        """Whether the sequence's prompt may start from a cached prefix (echo with logprobs
+        needs every position's logits: it always recomputes)."""
+        req = seq.job.req
+        use = req.cache_prompt
+        if use is None:
+            use = bool(sampling_defaults(req.dialect).get("cache_prompt", True))
+        return use and not _echo_logprobs(req)
+
+    def _best_prefix(self, ids: list[int]) -> tuple[int | None, int]:
+        """The slot holding the longest prefix of ``ids``, and its length; not the filling
+        sequence's slot (taking a prefix from it would move its cache away)."""
+        parked = self._filling_slot()
+        return self.runner.cache.best_prefix(ids, [s for s in range(self.slots) if s != parked])
+
+    def _waits_for_pending(self, seq: Seq, pending: list[list[int]]) -> bool:
+        """Whether a prompt pending in this step's forward would give ``seq`` a longer prefix
+        than the cache holds now (then it runs first, and ``seq`` copies the prefix)."""
+        if not pending or not self._uses_cache(seq):
+            return False
+        ids = seq.prompt.ids
+        longest = max(common_prefix(p, ids) for p in pending)
+        return longest > 1 and longest > self._best_prefix(ids)[1]
 
     def _set_aside(self, slot: int) -> None:
         """Move the prompt cached in free ``slot`` to an empty free slot, if one is allocated, so
@@ -410,3 +392,8 @@ class Engine:
                 break
             held -= len(cache.tokens[s])
             cache.release(s)
+
+
+def _echo_logprobs(req: CanonicalRequest) -> bool:
+    """Echo with logprobs (completions): every prompt position's logits are returned."""
+    return bool(req.echo) and req.logprobs is not None and req.kind != "chat"

@@ -152,6 +152,40 @@ def test_a_long_prompt_alone_fills_in_chunks_with_its_output(tiny_loaded, monkey
     assert eng.jobs.get(rid) is None and text_of(results(eng, rid)) == whole
 
 
+def test_prompts_up_to_four_chunks_join_whole_beside_decodes(tiny_loaded):
+    tok = tiny_loaded.tokenizer
+    mid = "red green blue yellow orange purple"
+    chunk = len(tok.encode(mid)) // 2
+    assert chunk < len(tok.encode(mid)) <= 4 * chunk < len(tok.encode(LONG))
+    eng = engine(tiny_loaded, chunk)
+    submit(eng, greedy("Hello world", 20))
+    eng.step()
+    submit(eng, greedy(mid, 3))
+    eng.step()
+    assert eng.filling is None and len(eng.active) == 2
+    submit(eng, greedy(LONG, 3))
+    eng.step()
+    assert eng.filling is not None
+
+
+def test_prompts_sharing_a_cached_prefix_run_in_one_forward(tiny_loaded):
+    """Prompts sharing a prefix (a system prompt) that a slot already holds copy it from there
+    and run together; only a prefix longer than the cache's makes one wait for another."""
+    eng = engine(tiny_loaded, 16)
+    system = "You are a helpful assistant. Answer briefly. "
+    submit(eng, completion(system + "Hi", temperature=0, max_tokens=20, ignore_eos=True))
+    eng.step()
+    forwards = []
+    run = eng.runner.run
+    eng.runner.run = lambda groups: forwards.append(len(groups)) or run(groups)
+    for q in ("red", "green", "blue"):
+        submit(eng, completion(system + q, temperature=0, max_tokens=2))
+    eng.step()
+    assert len(eng.active) == 4 and len(forwards) == 1  # decode and the three prompts together
+    cached = [s.job.cached[0] for s in eng.active[1:]]
+    assert min(cached) >= len(tiny_loaded.tokenizer.encode(system)) - 1
+
+
 def test_a_second_long_prompt_waits_for_the_first(tiny_loaded):
     eng = engine(tiny_loaded, 8)
     submit(eng, greedy("Hello world", 60))
