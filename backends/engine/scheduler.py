@@ -107,7 +107,7 @@ class Engine:
         rows: list[Seq] = []
         step = Pass(self.runner)  # decode rows, admitted prompts and a chunk: one forward
         if self.active:
-            step.add([self.runner.plan_decode([s.pending for s in self.active])])
+            step.add(self.runner.plan_decode([s.pending for s in self.active]))
             rows.extend(self.active)
         # A long prompt runs ``chunk`` tokens a step while others decode (chunked prefill keeps
         # their inter-token gap), more when nothing waits on it. Shorter prompts join whole, up

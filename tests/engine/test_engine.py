@@ -212,6 +212,32 @@ def test_more_requests_than_slots_queue(tiny_engine):
     assert len(texts) == 1
 
 
+def test_decode_rows_of_different_lengths_split_in_two_groups(tiny_loaded, tiny_hf, monkeypatch):
+    """Rows far apart in length attend in two groups, each over its own longest row: the cut
+    is where the fewest row-positions are attended, and the logits are transformers'."""
+    from backends.engine import runner
+
+    assert runner._split([10, 12, 9, 2000]) == 3
+    assert runner._split([2000, 10, 12]) == 1
+    assert runner._split([10, 12, 9, 30]) == 0  # too little to save
+    monkeypatch.setattr(runner, "SPLIT_SAVING", 1)
+    model, tok = tiny_hf, tiny_loaded.tokenizer
+    short, long = tok.encode("red green"), tok.encode("The quick brown fox jumps over the lazy dog")
+    r = Runner(tiny_loaded.model, slots=3, max_len=64, kv_dtype=torch.float32)
+    for slot, ids in enumerate((short, short[:2], long)):
+        r.prefill(slot, ids)
+    groups = r.plan_decode([5, 6, 7])
+    want = [(0, 2, len(short) + 1), (2, 1, len(long) + 1)]  # (first slot, rows, positions attended)
+    assert [(g.first, g.ids.shape[0], g.total) for g in groups] == want
+    step = torch.cat(r.run(groups))
+    with torch.inference_mode():
+        ref = [model(torch.tensor([[*ids, t]])).logits[0, -1]
+               for ids, t in ((short, 5), (short[:2], 6), (long, 7))]
+    for got, want in zip(step, ref, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    assert [len(t) for t in r.cache.tokens] == [len(short) + 1, 3, len(long) + 1]
+
+
 def test_batched_prefill_matches_transformers_forward(tiny_loaded, tiny_hf):
     model, tok = tiny_hf, tiny_loaded.tokenizer
     a, b = tok.encode("The quick brown fox jumps over"), tok.encode("red green blue")
