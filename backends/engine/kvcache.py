@@ -165,9 +165,11 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 
 PAGE = mmap.PAGESIZE
+
+
 def _memory_bytes() -> int:
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        return PAGE * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
         return 0
 

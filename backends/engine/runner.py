@@ -179,14 +179,10 @@ class Runner:
     def prefill(self, slot: int, tokens: list[int], all_logits: bool = False) -> torch.Tensor:
         """Append ``tokens`` to slot ``slot`` (after what it already holds). Returns logits for the
         last position ``[V]``, or for every new position ``[T, V]`` when ``all_logits``."""
-        cache = self.cache
-        start, t = cache.length(slot), len(tokens)
-        total = start + t
-        cache.ensure(total, slot + 1)
-        pos = torch.arange(start, total, device=self.device).view(1, t)
-        take = None if all_logits else self.tensor([t - 1])
-        logits = self.run([Rows(self.tensor(tokens).view(1, t), pos, slot, total, self._allow(pos, total),
-                                take, [(slot, tokens)])])[0]
+        [rows] = self.plan_prefill(slot, [tokens])
+        if all_logits:
+            rows.take = None
+        logits = self.run([rows])[0]
         return logits if all_logits else logits[0]
 
     # -- the forward ---------------------------------------------------------------------------

@@ -23,7 +23,9 @@ from gateway.canonical import CanonicalRequest, Chunk
 from gateway.dialects.defaults import sampling_defaults
 from gateway.errors import GatewayError
 
-IDLE_CHUNK = 512  # prompt tokens per step when nothing decodes (bounds attention's scratch memory)
+# Prompt tokens a step: a chunk when nothing decodes, and short prompts admitted whole at any
+# time (bounds a step's activations and attention's scratch memory).
+IDLE_CHUNK = 512
 # While others decode, a prompt running more than this many chunks' tokens fills a chunk a step;
 # shorter ones join whole. Beside 16 float32 streams on the AVX2 EPYC, one forward with a 64-token
 # prompt took 2.3x a plain decode step, 128 tokens 3.5x.
