@@ -12,7 +12,7 @@ from backends.engine.prompts import build_prompts, fit
 from backends.engine.sampling.params import RowState, resolve
 from backends.engine.sampling.pipeline import Pipeline
 from backends.engine.sequence import Job, Seq
-from backends.engine.stops import Detokenizer
+from backends.engine.stops import detokenizer
 from gateway.canonical import CanonicalRequest
 from gateway.dialects.defaults import sampling_defaults
 from gateway.errors import InvalidRequest
@@ -61,7 +61,7 @@ class JobBuilder:
                 params = resolve(req, c)
                 self.pipeline.validate(params, self.vocab_size)
                 row = RowState(params, p.ids, breaker_ids=breakers)
-                job.seqs.append(Seq(job, pi, c, row, max_tokens[pi], Detokenizer(self.tokenizer, p.ids),
+                job.seqs.append(Seq(job, pi, c, row, max_tokens[pi], detokenizer(self.tokenizer, p.ids),
                                     StopScanner(req.stop or [], include_stop),
                                     matcher.deep_copy() if matcher else None))
         return job

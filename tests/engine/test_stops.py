@@ -3,6 +3,7 @@ and the upstream emulation share)."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -55,3 +56,57 @@ def test_streaming_equals_whole_text(text, cuts, stop):
     else:
         assert hit is None
         assert out == text
+
+
+def _metaspace_tokenizer():
+    """A SentencePiece-style tokenizer (``▁`` for spaces, stripped at the start of a text, and
+    byte fallback for characters it never saw)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(byte_fallback=True))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(),
+                                     decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+    bytes_ = [f"<0x{b:02X}>" for b in range(256)]
+    tok.train_from_iterator(["the quick brown fox jumps over the lazy dog"] * 10,
+                            trainers.BpeTrainer(vocab_size=400, special_tokens=["<s>", "</s>", *bytes_]))
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="</s>", bos_token="<s>")
+
+
+TEXTS = ["the quick brown fox", " two  spaces and\ttabs\n\nnew lines", "émoji 😀 and 日本語 between words",
+         "</s> a special token in the middle </s>", "🤖🤖"]
+
+
+@pytest.mark.parametrize("which", ["tiny", "metaspace"])
+def test_detokenizers_agree_with_decoding_the_whole_text(which, tiny_loaded):
+    """Both detokenizers give, delta by delta, the text the tokenizer decodes after the context
+    (never half a UTF-8 character, special tokens skipped, a SentencePiece leading space kept)."""
+    from backends.engine.stops import CONTEXT, PrefixDetokenizer, StreamDetokenizer, detokenizer
+
+    tok = tiny_loaded.tokenizer if which == "tiny" else _metaspace_tokenizer()
+    for text in TEXTS:
+        ids = tok.encode("the start " + text, add_special_tokens=False)
+        for cut in range(1, len(ids)):  # every context, some ending mid-word, some before a space
+            context, new = ids[:cut], ids[cut:]
+            tail = context[-CONTEXT:]
+            before = tok.decode(tail, skip_special_tokens=True)
+            if "\ufffd" in before:  # a prompt of whole characters never ends inside one
+                continue
+            want = tok.decode(tail + new, skip_special_tokens=True)[len(before):]
+            assert isinstance(detokenizer(tok, context), StreamDetokenizer)
+            for kind in (StreamDetokenizer, PrefixDetokenizer):
+                d = kind(tok, context)
+                deltas = [d.add(t) for t in new]
+                assert "".join(deltas) == want, (kind, text, cut)
+                assert not any("\ufffd" in x for x in deltas)
+
+
+def test_a_tokenizer_that_cleans_up_spaces_decodes_twice(tiny_loaded):
+    """``tokenizers``' stream decoder skips transformers' clean-up pass (" ." -> "."), so such a
+    tokenizer keeps the exact two-decode detokenizer."""
+    from backends.engine.stops import PrefixDetokenizer, detokenizer
+
+    tok = _metaspace_tokenizer()
+    tok.clean_up_tokenization_spaces = True
+    assert isinstance(detokenizer(tok, []), PrefixDetokenizer)
