@@ -46,7 +46,17 @@ class Rows:
     take: torch.Tensor | None
     append: list[tuple[int, list[int]]]
     write: torch.Tensor | None = None
-    decode: list[int] | None = None  # a decode step's tokens (CUDA graphs replay those)
+
+
+@dataclass
+class Replay:
+    """A decode step replayed from a captured CUDA graph: ``tokens[b]`` fed to slot ``b``. The
+    graph has its own input buffers, so nothing is built for it while the step is planned."""
+
+    tokens: list[int]
+
+
+Group = Rows | Replay
 
 
 class Pass:
@@ -56,9 +66,9 @@ class Pass:
 
     def __init__(self, runner: Runner) -> None:
         self.runner = runner
-        self._items: list[tuple[Rows | torch.Tensor, bool]] = []  # (group or its logits, kept)
+        self._items: list[tuple[Group | torch.Tensor, bool]] = []  # (group or its logits, kept)
 
-    def add(self, groups: list[Rows], keep: bool = True) -> None:
+    def add(self, groups: list[Group], keep: bool = True) -> None:
         self._items += [(g, keep) for g in groups]
 
     def add_logits(self, logits: torch.Tensor) -> None:
@@ -66,7 +76,7 @@ class Pass:
         self._items.append((logits, True))
 
     def flush(self) -> None:
-        todo = [i for i, (x, _) in enumerate(self._items) if isinstance(x, Rows)]
+        todo = [i for i, (x, _) in enumerate(self._items) if not isinstance(x, torch.Tensor)]
         if todo:
             out = self.runner.run([self._items[i][0] for i in todo])  # type: ignore[misc]
             for i, logits in zip(todo, out, strict=True):
@@ -105,16 +115,18 @@ class Runner:
 
     # -- public steps -------------------------------------------------------------------------
 
-    def plan_decode(self, tokens: list[int]) -> list[Rows]:
+    def plan_decode(self, tokens: list[int]) -> list[Group]:
         """Rows feeding ``tokens[b]`` to slot ``b`` for b in 0..B-1; their logits are ``[B, V]``
         in slot order. Rows of very different lengths go in two groups (slots ``0..k-1`` and
         ``k..B-1``), each attending over its own longest row, when that saves ``SPLIT_SAVING``
         row-positions: 16 short rows beside one at 2,000 positions cost 189 ms a step as one
-        group, 117 as two (float32, AVX2 EPYC). Never under CUDA graphs (one static step)."""
+        group, 117 as two (float32, AVX2 EPYC). Under CUDA graphs: one replayed static step."""
+        if self.graphs is not None:
+            return [Replay(tokens)]
         b, cache = len(tokens), self.cache
         pos = [len(cache.tokens[s]) for s in range(b)]
         cache.ensure(max(pos) + 1, b)
-        k = 0 if self.graphs is not None else _split(pos)
+        k = _split(pos)
         cuts = [(0, k), (k, b)] if k else [(0, b)]
         return [self._decode_rows(tokens, pos, lo, hi) for lo, hi in cuts]
 
@@ -124,8 +136,7 @@ class Runner:
         # No mask when every row sees the whole window (one sequence, or equal lengths).
         allow = None if min(pos[lo:hi]) == total - 1 else self._allow(pos_t, total)
         return Rows(self.tensor(tokens[lo:hi]).view(n, 1), pos_t, lo, total, allow, None,
-                    [(s, [tokens[s]]) for s in range(lo, hi)],
-                    decode=tokens if (lo, hi) == (0, len(tokens)) else None)
+                    [(s, [tokens[s]]) for s in range(lo, hi)])
 
     def plan_prefill(self, first: int, prompts: list[list[int]]) -> list[Rows]:
         """Rows appending ``prompts[r]`` to slot ``first + r`` (after what each holds), padded to
@@ -146,20 +157,22 @@ class Runner:
                      [(first + r, p) for r, p in enumerate(prompts)])]
 
     @torch.inference_mode()
-    def run(self, groups: list[Rows]) -> list[torch.Tensor]:
+    def run(self, groups: list[Group]) -> list[torch.Tensor]:
         """One forward over every group's rows (the matrix products see them all at once; each
-        group attends over its own slots); returns each group's logits (float)."""
+        group attends over its own slots), a replayed graph for a ``Replay``; returns each
+        group's logits (float)."""
         out: dict[int, torch.Tensor] = {}
-        if self.graphs is not None:  # decode rows replay a captured graph (its buckets reach max_batch)
-            for i, g in enumerate(groups):
-                if g.decode is not None:
-                    out[i] = self.graphs.decode(g.decode)
-        rest = [i for i in range(len(groups)) if i not in out]
-        if rest:
-            h = self._forward([groups[i] for i in rest])
+        rows: list[tuple[int, Rows]] = []
+        for i, g in enumerate(groups):
+            if isinstance(g, Replay):
+                assert self.graphs is not None
+                out[i] = self.graphs.decode(g.tokens)
+            else:
+                rows.append((i, g))
+        if rows:
+            h = self._forward([g for _, g in rows])
             off = 0
-            for i in rest:
-                g = groups[i]
+            for i, g in rows:
                 size = g.ids.numel()
                 mine = h[off:off + size]
                 out[i] = self._logits(mine if g.take is None else mine[g.take]).float()

@@ -98,6 +98,49 @@ def test_static_step_equals_decode_and_padding_touches_no_slot(tiny_loaded):
     assert static.cache.tokens == eager.cache.tokens
 
 
+def test_engine_replaying_decode_steps_gives_the_same_output(tiny_loaded):
+    """The engine as it runs on CUDA (decode steps replayed from the static step, beside
+    admissions and a long prompt's chunks in the same step), run eagerly on CPU: the same tokens
+    as the plain engine, and no decode rows built for the forward."""
+    from backends.engine.cudagraph import GraphedDecode
+    from backends.engine.runner import Replay
+    from backends.engine.scheduler import Engine
+    from tests.engine.conftest import Collector, completion, results, submit, text_of
+
+    def greedy(prompt: str, n: int):
+        return completion(prompt, temperature=0, max_tokens=n, ignore_eos=True)
+
+    def run(graphed: bool) -> tuple[list[str], int]:
+        col = Collector()
+        eng = Engine(tiny_loaded.model, tiny_loaded.tokenizer, col, max_batch=6, prefill_chunk=8)
+        eng.collector = col
+        replays = 0
+        if graphed:
+            eng.runner.graphs = GraphedDecode(eng.runner, capture=False)
+            plan = eng.runner.plan_decode
+
+            def counted(tokens: list[int]):
+                nonlocal replays
+                groups = plan(tokens)
+                assert [type(g) for g in groups] == [Replay]
+                replays += 1
+                return groups
+
+            eng.runner.plan_decode = counted
+        rids = [submit(eng, greedy(p, 24)) for p in ("Hello world", "red green")]
+        eng.step()
+        late = [submit(eng, greedy("The rain in Spain stays mainly in the plain. " * 3, 10)),
+                submit(eng, greedy("def add(a, b):", 12))]
+        while eng.busy:
+            eng.step()
+        return [text_of(results(eng, r)) for r in rids + late], replays
+
+    plain, _ = run(graphed=False)
+    replayed, replays = run(graphed=True)
+    assert replayed == plain
+    assert replays > 20 and all(plain)
+
+
 def test_layout_per_device_and_dtype_and_packed_products_exact():
     from backends.engine.weights import NATURAL, ONEDNN, PACKED, layout_for
 
