@@ -147,21 +147,32 @@ class KVCache:
                         madvise_dontneed(lo, hi - lo)
 
     def best_prefix(self, prompt: list[int], candidates: list[int]) -> tuple[int | None, int]:
-        """The candidate slot sharing the longest prefix with ``prompt``, and that length."""
+        """The candidate slot sharing the longest prefix with ``prompt``, and that length. A slot
+        can only do better than the best so far if it matches at that length too, checked first:
+        slots sharing a system prompt then cost one comparison each."""
         best, best_n = None, 0
         for s in candidates:
-            n = common_prefix(self.tokens[s], prompt)
-            if n > best_n:
-                best, best_n = s, n
+            held = self.tokens[s]
+            if len(held) > best_n < len(prompt) and held[best_n] == prompt[best_n]:
+                n = common_prefix(held, prompt)
+                if n > best_n:
+                    best, best_n = s, n
         return best, best_n
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
+    """How many leading tokens ``a`` and ``b`` share: slices of doubling length compared in C,
+    then the differing one element by element."""
     n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+    i, step = 0, 8
+    while i < n:
+        j = min(i + step, n)
+        if a[i:j] != b[i:j]:
+            while a[i] == b[i]:
+                i += 1
+            return i
+        i, step = j, step * 2
+    return n
 
 
 PAGE = mmap.PAGESIZE

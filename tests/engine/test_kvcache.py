@@ -6,8 +6,10 @@ from __future__ import annotations
 import os
 
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
-from backends.engine.kvcache import KVCache
+from backends.engine.kvcache import KVCache, common_prefix
 from backends.engine.scheduler import Engine
 from bench.overhead import rss_mib
 from tests.engine.conftest import Collector, completion, run
@@ -67,3 +69,32 @@ def test_free_slots_keep_prompts_within_the_budget_least_recently_used_out(tiny_
     eng.cache_budget = 0
     run(eng, completion(b, temperature=0, max_tokens=4))
     assert not any(eng.runner.cache.tokens)
+
+
+def test_common_prefix_finds_a_difference_at_every_position():
+    base = list(range(70))
+    for k in range(70):  # on both sides of each compared slice's bounds
+        assert common_prefix(base, [*base[:k], -1, *base[k + 1:]]) == k
+        assert common_prefix(base, base[:k]) == common_prefix(base[:k], base) == k
+
+
+@given(st.lists(st.integers(0, 2), max_size=60),
+       st.lists(st.tuples(st.integers(0, 60), st.integers(0, 3), st.integers(0, 60)), min_size=1, max_size=6))
+def test_best_prefix_is_the_first_slot_sharing_the_most_tokens(prompt, edits):
+    # the prompt with one token changed (or not: 3), cut anywhere: prefixes of every length
+    held = [[*prompt[:k], x, *prompt[k + 1:]][:cut] if x < 3 else prompt[:cut] for k, x, cut in edits]
+
+    def shared(a: list[int], b: list[int]) -> int:
+        n = 0
+        while n < min(len(a), len(b)) and a[n] == b[n]:
+            n += 1
+        return n
+
+    cache = KVCache(layers=1, slots=len(held), kv_heads=1, head_dim=8, max_len=64, dtype=torch.float32)
+    cache.tokens = [list(h) for h in held]
+    for h in held:
+        assert common_prefix(h, prompt) == shared(h, prompt)
+    lengths = [shared(h, prompt) for h in held]
+    most = max(lengths)
+    assert cache.best_prefix(prompt, list(range(len(held)))) == (
+        (lengths.index(most), most) if most else (None, 0))
