@@ -8,6 +8,9 @@ class StopScanner:
     def __init__(self, stops: list[str], include: bool = False) -> None:
         self.stops = [s for s in stops if s]
         self.include = include
+        # Last characters of the stops' proper prefixes: text ending in none of them holds
+        # nothing back, found without trying every prefix.
+        self._ends = {c for s in self.stops for c in s[:-1]}
         self.pending = ""
         self.word: str | None = None  # the stop sequence that matched, once one has
 
@@ -38,6 +41,8 @@ class StopScanner:
 
     def _held(self, buf: str) -> int:
         """Length of the longest suffix of ``buf`` that is a proper prefix of some stop."""
+        if not buf or buf[-1] not in self._ends:
+            return 0
         best = 0
         for s in self.stops:
             for k in range(min(len(s) - 1, len(buf)), best, -1):
