@@ -26,11 +26,13 @@ BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 
 @dataclass
 class _Graph:
-    ids: torch.Tensor
-    pos: torch.Tensor
-    write: torch.Tensor
+    inputs: torch.Tensor  # [3, bucket]: token ids, positions, slots written (one copy a step)
     logits: torch.Tensor | None = None
     graph: Any = None  # torch.cuda.CUDAGraph
+
+    def step(self, runner: Runner) -> torch.Tensor:
+        ids, pos, write = self.inputs
+        return runner.step_static(ids, pos, write)
 
 
 class GraphedDecode:
@@ -59,14 +61,13 @@ class GraphedDecode:
             self._generation = cache.generation
         g = self._graphs.get(bucket) or self._make(bucket)
         pad = bucket - b
-        g.ids.copy_(r.tensor(tokens + [0] * pad), non_blocking=True)
-        g.pos.copy_(r.tensor(pos + [0] * pad), non_blocking=True)
-        g.write.copy_(r.tensor(list(range(b)) + [cache.scratch] * pad), non_blocking=True)
+        g.inputs.copy_(torch.tensor([tokens + [0] * pad, pos + [0] * pad,
+                                     list(range(b)) + [cache.scratch] * pad]), non_blocking=True)
         if g.graph is not None:
             g.graph.replay()
             logits = g.logits
         else:
-            logits = r.step_static(g.ids, g.pos, g.write)
+            logits = g.step(r)
         for s in range(b):
             cache.tokens[s].append(tokens[s])
         assert logits is not None
@@ -74,8 +75,7 @@ class GraphedDecode:
 
     def _make(self, bucket: int) -> _Graph:
         r = self.runner
-        scratch = r.cache.scratch
-        g = _Graph(ids=r.tensor([0] * bucket), pos=r.tensor([0] * bucket), write=r.tensor([scratch] * bucket))
+        g = _Graph(inputs=r.tensor([[0] * bucket, [0] * bucket, [r.cache.scratch] * bucket]))
         if self.capture:
             # Warm up on a side stream (kernels pick their algorithms), then capture; during both
             # every row writes to the scratch slot, so no sequence's cache is touched.
@@ -83,12 +83,12 @@ class GraphedDecode:
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
                 for _ in range(2):
-                    r.step_static(g.ids, g.pos, g.write)
+                    g.step(r)
             torch.cuda.current_stream().wait_stream(stream)
             if self._pool is None:
                 self._pool = torch.cuda.graph_pool_handle()
             g.graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g.graph, pool=self._pool):
-                g.logits = r.step_static(g.ids, g.pos, g.write)
+                g.logits = g.step(r)
         self._graphs[bucket] = g
         return g

@@ -132,6 +132,7 @@ class Engine:
                 break  # it would need chunks too: it waits for the filling one (FIFO)
             if self.filling is not None and self.filling.slot == len(self.active):
                 step.flush()  # its chunk may be pending at the slot it leaves
+                planned = []  # run: later admissions find their prefixes in the cache
                 self._park(self.filling)  # out of the way of this admission
             seq = self.waiting.popleft()
             if self._waits_for_pending(seq, [*planned, *(b[2] for b in batch)]):
