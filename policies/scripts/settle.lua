@@ -7,6 +7,8 @@
 --       caller timed out, if it happened: deltas undo the reservation, nothing is recorded),
 --       max records, n aggregate fields,
 --       clock skew ms (tests), 7 limits per scope, n (field, increment) pairs, then the record's field/value pairs.
+-- A settled ticket's mark reads 's' for 30 s: a settlement the gateway gave up waiting for (a
+-- Redis stall) still runs when Redis wakes, and its replay, a moment later, must change nothing.
 local td, sd = tonumber(ARGV[1]), tonumber(ARGV[2])
 local lease, admitted, mode = ARGV[3], tonumber(ARGV[4]), ARGV[5]
 local rates, refund, cancel = mode ~= '0', mode == '2' or mode == 'c', mode == 'c'
@@ -14,8 +16,9 @@ local maxrec, nagg, skew = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8
 local WINDOW, DAY = 60000, 86400000
 local nscopes = (#KEYS - 3) / 2
 local mark = KEYS[#KEYS]
+local at = redis.call('GET', mark)
+if at == 's' then return 0 end  -- settled already: this is a replay
 if cancel then
-  local at = redis.call('GET', mark)
   redis.call('SET', mark, 'x', 'PX', 30000)  -- an admission still on its way will be refused
   if not at or at == 'x' then return 0 end  -- it never happened, or was cancelled already
   admitted = tonumber(at)
@@ -94,7 +97,7 @@ for i = 1, nscopes do
 end
 
 if cancel then return 1 end
-if rates then redis.call('DEL', mark) end  -- settled: nothing left to cancel
+redis.call('SET', mark, 's', 'PX', 30000)  -- settled: nothing left to cancel or replay
 local agg, log = KEYS[#KEYS - 2], KEYS[#KEYS - 1]
 local p = 9 + nscopes * 7
 for j = 0, nagg - 1 do

@@ -154,3 +154,44 @@ async def test_admissions_that_time_out_in_a_redis_stall_leave_nothing_behind():
             os.kill(proc.pid, signal.SIGCONT)
             await lim.aclose()
             stop(proc)
+
+
+async def test_a_settlement_replayed_after_a_redis_stall_counts_once():
+    """SIGSTOP while a request settles: the gateway gives up waiting and queues the settlement
+    for replay, but the command it sent runs when Redis wakes. The replay must find it done:
+    the usage counts once and the ledger gets one record."""
+    import redis.asyncio as aioredis
+
+    who = Principal(key_id="carol", team="ml", key_limits=Limits(rpm=100, tokens_per_day=1000))
+    port = free_port()
+    with tempfile.TemporaryDirectory() as d:
+        proc = start_redis(port, cwd=d)
+        url = f"redis://127.0.0.1:{port}/0"
+        lim = limiter_at(url, timeout=0.2)
+        lim.down_for = 0.0
+        raw = aioredis.from_url(url)
+        try:
+            t = await lim.admit(who, "local/smol", prompt_tokens=100, max_tokens=400)  # 500 reserved
+            os.kill(proc.pid, signal.SIGSTOP)
+            await lim.settle(t, Outcome(Usage(100, 200), 200))  # 300 used: 200 given back
+            await lim.flush()
+            assert lim.backlog == 1  # timed out: queued, though the command is on the wire
+            os.kill(proc.pid, signal.SIGCONT)
+            for _ in range(200):
+                if lim.backlog == 0:
+                    break
+                await asyncio.sleep(0.05)
+            assert lim.backlog == 0
+            # 300 tokens were used today (not 100: the 200 were given back once): 700 more fit
+            t = await lim.admit(who, "local/smol", prompt_tokens=700, max_tokens=0)
+            await lim.settle(t, Outcome(Usage(700, 0), 200))
+            await lim.flush()
+            with pytest.raises(RateLimited):  # and now the day's 1,000 are spent
+                await lim.admit(who, "local/smol", prompt_tokens=1, max_tokens=1)
+            logs = [k async for k in raw.scan_iter(match="*:log")]
+            assert len(logs) == 1 and await raw.xlen(logs[0]) == 2  # one record a request
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+            await raw.aclose()
+            await lim.aclose()
+            stop(proc)
