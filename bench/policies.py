@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gateway.canonical import Usage
 from gateway.config import Limits, parse_config
-from policies.base import Principal
+from policies.base import Outcome, Principal
 from policies.limits import Limiter
 from policies.memory import MemoryStore
 from policies.pricing import Pricing
@@ -78,7 +78,7 @@ async def measure(store: Store, n: int, who: Principal = WHO, landed: bool = Tru
         t0 = time.perf_counter_ns()
         ticket = await lim.admit(who, "openai/gpt-4o", prompt_tokens=100, max_tokens=200)
         t1 = time.perf_counter_ns()
-        await lim.settle(ticket, Usage(100, 150), status=200, deployment="d", latency_ms=10)
+        await lim.settle(ticket, Outcome(Usage(100, 150), 200, deployment="d", latency_ms=10))
         t2 = time.perf_counter_ns()
         admits.append((t1 - t0) / 1e6)
         settles.append((t2 - t1) / 1e6)
