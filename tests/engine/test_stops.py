@@ -102,7 +102,7 @@ def test_detokenizers_agree_with_decoding_the_whole_text(which, tiny_loaded):
                 assert not any("\ufffd" in x for x in deltas)
 
 
-def test_a_tokenizer_that_cleans_up_spaces_decodes_twice(tiny_loaded):
+def test_a_tokenizer_that_cleans_up_spaces_decodes_twice():
     """``tokenizers``' stream decoder skips transformers' clean-up pass (" ." -> "."), so such a
     tokenizer keeps the exact two-decode detokenizer."""
     from backends.engine.stops import PrefixDetokenizer, detokenizer
