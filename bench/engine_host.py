@@ -53,8 +53,10 @@ def main() -> None:
     if len(eng.active) < args.rows:
         sys.exit(f"only {len(eng.active)} rows started: {out[-1]}")
     rows = list(eng.active)
-    # Tokens a real step would sample: a text the tokenizer cuts into words, spaces and bytes.
-    text = Path(__file__).read_text() * 4
+    out.clear()
+    # Tokens a real step would sample: a text the tokenizer cuts into words, spaces and bytes
+    # (without the stops' characters: every row decodes every step).
+    text = Path(__file__).read_text().replace("#", "") * 4
     stream = loaded.tokenizer.encode(text)[: args.steps * 4 + 8]
 
     def timed(label: str) -> float:
@@ -80,6 +82,7 @@ def main() -> None:
         for s in rows:
             s.detok = PrefixDetokenizer(loaded.tokenizer, s.prompt.ids)
         slow = timed("baseline (PrefixDetokenizer)")
+    assert not any(s.finish for s in rows)
     print(f"host work per step: {slow / fast:.2f}x faster than the baseline")
     admission(loaded.tokenizer, args.rows)
 
@@ -96,14 +99,14 @@ def admission(tokenizer: Any, slots: int) -> None:
     cache.tokens = [system + tokenizer.encode(f"User {s}: tell me a story.") for s in range(slots)]
     prompt = system + tokenizer.encode("User x: tell me a story.")
 
-    def baseline() -> tuple[int | None, int]:
+    def baseline() -> tuple[int | None, int]:  # the search as it was: every slot, token by token
         best, best_n = None, 0
         for s, held in enumerate(cache.tokens):
-            n = 0
-            while n < min(len(held), len(prompt)) and held[n] == prompt[n]:
-                n += 1
-            if n > best_n:
-                best, best_n = s, n
+            n, i = min(len(held), len(prompt)), 0
+            while i < n and held[i] == prompt[i]:
+                i += 1
+            if i > best_n:
+                best, best_n = s, i
         return best, best_n
 
     assert cache.best_prefix(prompt, list(range(slots))) == baseline()
