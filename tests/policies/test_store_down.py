@@ -7,6 +7,7 @@ import os
 import signal
 import tempfile
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -42,6 +43,16 @@ async def silent_port() -> AsyncIterator[int]:
 
 def limiter_at(url: str, timeout: float = 0.25) -> Limiter:
     return Limiter(RedisStore.from_url(url, timeout=timeout, ns="down"), Pricing(make_config()), down_for=0.2)
+
+
+async def wake_and_drain(proc: Any, lim: Limiter) -> None:
+    """SIGCONT a stopped redis-server and wait for the limiter to replay its backlog into it."""
+    os.kill(proc.pid, signal.SIGCONT)
+    for _ in range(200):
+        if lim.backlog == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert lim.backlog == 0
 
 
 async def test_fail_closed_is_503_when_nothing_listens():
@@ -139,12 +150,7 @@ async def test_admissions_that_time_out_in_a_redis_stall_leave_nothing_behind():
             for _ in range(4):
                 with pytest.raises(Unavailable):
                     await lim.admit(stalled, "local/smol", prompt_tokens=100, max_tokens=100)
-            os.kill(proc.pid, signal.SIGCONT)
-            for _ in range(200):
-                if lim.backlog == 0:
-                    break
-                await asyncio.sleep(0.05)
-            assert lim.backlog == 0
+            await wake_and_drain(proc, lim)
             # 20 tokens were really used today: 980 fit, and the one slot is free.
             t = await lim.admit(stalled, "local/smol", prompt_tokens=480, max_tokens=500)
             with pytest.raises(RateLimited):  # ... and now it is taken
@@ -176,12 +182,7 @@ async def test_a_settlement_replayed_after_a_redis_stall_counts_once():
             await lim.settle(t, Outcome(Usage(100, 200), 200))  # 300 used: 200 given back
             await lim.flush()
             assert lim.backlog == 1  # timed out: queued, though the command is on the wire
-            os.kill(proc.pid, signal.SIGCONT)
-            for _ in range(200):
-                if lim.backlog == 0:
-                    break
-                await asyncio.sleep(0.05)
-            assert lim.backlog == 0
+            await wake_and_drain(proc, lim)
             # 300 tokens were used today (not 100: the 200 were given back once): 700 more fit
             t = await lim.admit(who, "local/smol", prompt_tokens=700, max_tokens=0)
             await lim.settle(t, Outcome(Usage(700, 0), 200))
