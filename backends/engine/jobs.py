@@ -4,7 +4,8 @@ constraint matcher."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from backends.engine.constraints import Constraints
@@ -12,7 +13,7 @@ from backends.engine.prompts import build_prompts, fit
 from backends.engine.sampling.params import RowState, resolve
 from backends.engine.sampling.pipeline import Pipeline
 from backends.engine.sequence import Job, Seq
-from backends.engine.stops import detokenizer
+from backends.engine.stops import Detokenizer, detokenizer_for
 from gateway.canonical import CanonicalRequest
 from gateway.dialects.defaults import sampling_defaults
 from gateway.errors import InvalidRequest
@@ -29,6 +30,10 @@ class JobBuilder:
     context_window: int
     constraints: Constraints
     pipeline: Pipeline
+    detokenizer: Callable[[list[int]], Detokenizer] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.detokenizer = detokenizer_for(self.tokenizer)
 
     def build(self, rid: int, req: CanonicalRequest) -> Job:
         """The request's Job, or InvalidRequest naming the parameter beyond a limit."""
@@ -61,7 +66,7 @@ class JobBuilder:
                 params = resolve(req, c)
                 self.pipeline.validate(params, self.vocab_size)
                 row = RowState(params, p.ids, breaker_ids=breakers)
-                job.seqs.append(Seq(job, pi, c, row, max_tokens[pi], detokenizer(self.tokenizer, p.ids),
+                job.seqs.append(Seq(job, pi, c, row, max_tokens[pi], self.detokenizer(p.ids),
                                     StopScanner(req.stop or [], include_stop),
                                     matcher.deep_copy() if matcher else None))
         return job

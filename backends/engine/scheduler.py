@@ -135,11 +135,13 @@ class Engine:
                 planned = []  # run: later admissions find their prefixes in the cache
                 self._park(self.filling)  # out of the way of this admission
             seq = self.waiting.popleft()
-            if self._waits_for_pending(seq, [*planned, *(b[2] for b in batch)]):
+            prefix = self._prefix(seq)
+            if self._waits_for_pending(seq, prefix, [*planned, *(b[2] for b in batch)]):
                 self._prefill(batch, step)
                 step.flush()
                 batch, planned = [], []
-            run = self._admit(seq)
+                prefix = self._prefix(seq)  # the pending prompts are in the cache now
+            run = self._admit(seq, prefix)
             if isinstance(run, list) and len(run) > min(long, budget):
                 planned += self._prefill(batch, step)
                 batch = []
@@ -203,9 +205,9 @@ class Engine:
             step.add(self.runner.plan_prefill(batch[0][0], [b[1] for b in batch]))
         return [b[2] for b in batch]
 
-    def _admit(self, seq: Seq) -> torch.Tensor | list[int]:
-        """Take a slot and reuse a cached prefix; returns the prompt tokens still to run, or (echo
-        with logprobs) runs them and returns the last position's logits."""
+    def _admit(self, seq: Seq, prefix: tuple[int | None, int] | None) -> torch.Tensor | list[int]:
+        """Take a slot and reuse the cached prefix (``_prefix``); returns the prompt tokens still to
+        run, or (echo with logprobs) runs them and returns the last position's logits."""
         job, cache = seq.job, self.runner.cache
         slot = len(self.active)
         seq.slot = slot
@@ -213,12 +215,10 @@ class Engine:
         cache.ensure(0, slot + 1)
         ids = seq.prompt.ids
         echo_lp = _echo_logprobs(job.req)
-        src, reuse = None, 0
-        if self._uses_cache(seq):
-            src, reuse = self._best_prefix(ids)
-            reuse = min(reuse, len(ids) - 1)  # at least one token must run to get logits
-            if reuse <= 0:
-                src, reuse = None, 0
+        src, reuse = prefix or (None, 0)
+        reuse = min(reuse, len(ids) - 1)  # at least one token must run to get logits
+        if reuse <= 0:
+            src, reuse = None, 0
         if src is None or src < slot:  # this slot's cached prompt would be overwritten
             self._set_aside(slot)
         if src is not None and src > slot:
@@ -236,29 +236,28 @@ class Engine:
                 self.table, logits, ids, job.req.logprobs)
         return logits[-1]
 
-    def _uses_cache(self, seq: Seq) -> bool:
-        """Whether the sequence's prompt may start from a cached prefix (echo with logprobs
-        needs every position's logits: it always recomputes)."""
+    def _prefix(self, seq: Seq) -> tuple[int | None, int] | None:
+        """The slot holding the longest cached prefix of the sequence's prompt, and its length;
+        None when the prompt may not start from one (``cache_prompt`` off; echo with logprobs
+        needs every position's logits). Never the filling sequence's slot (taking a prefix from
+        it would move its cache away)."""
         req = seq.job.req
         use = req.cache_prompt
         if use is None:
             use = bool(sampling_defaults(req.dialect).get("cache_prompt", True))
-        return use and not _echo_logprobs(req)
-
-    def _best_prefix(self, ids: list[int]) -> tuple[int | None, int]:
-        """The slot holding the longest prefix of ``ids``, and its length; not the filling
-        sequence's slot (taking a prefix from it would move its cache away)."""
+        if not use or _echo_logprobs(req):
+            return None
         parked = self._filling_slot()
-        return self.runner.cache.best_prefix(ids, [s for s in range(self.slots) if s != parked])
+        return self.runner.cache.best_prefix(seq.prompt.ids, [s for s in range(self.slots) if s != parked])
 
-    def _waits_for_pending(self, seq: Seq, pending: list[list[int]]) -> bool:
+    def _waits_for_pending(self, seq: Seq, prefix: tuple[int | None, int] | None,
+                           pending: list[list[int]]) -> bool:
         """Whether a prompt pending in this step's forward would give ``seq`` a longer prefix
-        than the cache holds now (then it runs first, and ``seq`` copies the prefix)."""
-        if not pending or not self._uses_cache(seq):
+        than the cache holds now (``prefix``; then it runs first, and ``seq`` copies the prefix)."""
+        if not pending or prefix is None:
             return False
-        ids = seq.prompt.ids
-        longest = max(common_prefix(p, ids) for p in pending)
-        return longest > 1 and longest > self._best_prefix(ids)[1]
+        longest = max(common_prefix(p, seq.prompt.ids) for p in pending)
+        return longest > 1 and longest > prefix[1]
 
     def _set_aside(self, slot: int) -> None:
         """Move the prompt cached in free ``slot`` to an empty free slot, if one is allocated, so

@@ -3,6 +3,7 @@ upstream backend's emulation.)"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 # Prompt tokens a detokenizer starts from: they give the first output token its proper leading
@@ -16,16 +17,17 @@ class Detokenizer(Protocol):
         ...
 
 
-def detokenizer(tokenizer: Any, context: list[int]) -> Detokenizer:
-    """The fastest exact detokenizer for ``tokenizer``: the tokenizers library's own incremental
-    decoder for a fast tokenizer whose ``decode`` does no clean-up pass (2.9 us a token against
-    23 for two decodes, SmolLM2's tokenizer, measured: per-row work that bounds a large batch's
-    step on a GPU), else two decodes a token."""
+def detokenizer_for(tokenizer: Any) -> Callable[[list[int]], Detokenizer]:
+    """The fastest exact detokenizer for ``tokenizer``, as a factory taking a prompt's tokens
+    (chosen once per engine): the tokenizers library's own incremental decoder for a fast
+    tokenizer whose ``decode`` does no clean-up pass (2.9 us a token against 23 for two decodes,
+    SmolLM2's tokenizer, measured: per-row work that bounds a large batch's step on a GPU), else
+    two decodes a token."""
     from transformers import PreTrainedTokenizerFast
 
-    if isinstance(tokenizer, PreTrainedTokenizerFast) and not tokenizer.clean_up_tokenization_spaces:
-        return StreamDetokenizer(tokenizer, context)
-    return PrefixDetokenizer(tokenizer, context)
+    kind = (StreamDetokenizer if isinstance(tokenizer, PreTrainedTokenizerFast)
+            and not tokenizer.clean_up_tokenization_spaces else PrefixDetokenizer)
+    return lambda context: kind(tokenizer, context)
 
 
 class StreamDetokenizer:

@@ -82,7 +82,7 @@ TEXTS = ["the quick brown fox", " two  spaces and\ttabs\n\nnew lines", "Ã©moji ð
 def test_detokenizers_agree_with_decoding_the_whole_text(which, tiny_loaded):
     """Both detokenizers give, delta by delta, the text the tokenizer decodes after the context
     (never half a UTF-8 character, special tokens skipped, a SentencePiece leading space kept)."""
-    from backends.engine.stops import CONTEXT, PrefixDetokenizer, StreamDetokenizer, detokenizer
+    from backends.engine.stops import CONTEXT, PrefixDetokenizer, StreamDetokenizer, detokenizer_for
 
     tok = tiny_loaded.tokenizer if which == "tiny" else _metaspace_tokenizer()
     for text in TEXTS:
@@ -94,7 +94,7 @@ def test_detokenizers_agree_with_decoding_the_whole_text(which, tiny_loaded):
             if "\ufffd" in before:  # a prompt of whole characters never ends inside one
                 continue
             want = tok.decode(tail + new, skip_special_tokens=True)[len(before):]
-            assert isinstance(detokenizer(tok, context), StreamDetokenizer)
+            assert isinstance(detokenizer_for(tok)(context), StreamDetokenizer)
             for kind in (StreamDetokenizer, PrefixDetokenizer):
                 d = kind(tok, context)
                 deltas = [d.add(t) for t in new]
@@ -105,8 +105,8 @@ def test_detokenizers_agree_with_decoding_the_whole_text(which, tiny_loaded):
 def test_a_tokenizer_that_cleans_up_spaces_decodes_twice():
     """``tokenizers``' stream decoder skips transformers' clean-up pass (" ." -> "."), so such a
     tokenizer keeps the exact two-decode detokenizer."""
-    from backends.engine.stops import PrefixDetokenizer, detokenizer
+    from backends.engine.stops import PrefixDetokenizer, detokenizer_for
 
     tok = _metaspace_tokenizer()
     tok.clean_up_tokenization_spaces = True
-    assert isinstance(detokenizer(tok, []), PrefixDetokenizer)
+    assert isinstance(detokenizer_for(tok)([]), PrefixDetokenizer)
