@@ -11,9 +11,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 
 WORKDIR /app
 COPY pyproject.toml README.md ./
-COPY gateway gateway
-COPY backends backends
-COPY policies policies
+COPY switchyard switchyard
 COPY config.example.yaml /etc/switchyard/config.yaml
 
 # The engine extra installs torch first, from the CPU index, so transformers cannot pull a

@@ -29,13 +29,13 @@ import asyncpg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gateway.config import parse_config  # noqa: E402
-from gateway.console.api import overview  # noqa: E402
-from policies.factory import build_policies  # noqa: E402
-from policies.latency import latency  # noqa: E402
-from policies.usage_filter import parse_filter  # noqa: E402
-from tests.ledger.conftest import fresh_database  # noqa: E402
-from tests.ledger.postgres import postgres  # noqa: E402
+from switchyard.core.config import parse_config  # noqa: E402
+from switchyard.http.console.api import overview  # noqa: E402
+from switchyard.policies.factory import build_policies  # noqa: E402
+from switchyard.policies.latency import latency  # noqa: E402
+from switchyard.policies.usage_filter import parse_filter  # noqa: E402
+from tests.policies.ledger.conftest import fresh_database  # noqa: E402
+from tests.policies.ledger.postgres import postgres  # noqa: E402
 
 FILL = """
 INSERT INTO usage_records

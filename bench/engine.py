@@ -86,9 +86,9 @@ async def runs(path: str | None, dtype: str, device: str, threads: int, tokens: 
                base: Baseline, repeat: int, prefill_chunk: int | None) -> dict[str, float]:
     """Each size through the engine, then through ``generate()``, back to back (the machine may
     be shared: neighbours in time see the same load); the best of ``repeat`` rounds each."""
-    from backends.engine import EngineBackend
-    from gateway.canonical import CanonicalRequest
-    from gateway.config import DeploymentConfig, EngineConfig
+    from switchyard.core.canonical import CanonicalRequest
+    from switchyard.core.config import DeploymentConfig, EngineConfig
+    from switchyard.engine import EngineBackend
 
     cfg = EngineConfig(path=path, dtype=dtype, device=device, threads=threads, max_batch=max(SIZES),
                        prefill_chunk=prefill_chunk)
@@ -176,8 +176,8 @@ def main() -> None:
     ap.add_argument("--prefill-chunk", type=int, default=None, help="engine.prefill_chunk (default: its own)")
     args = ap.parse_args()
 
-    from backends.engine.loader import resolve_folder
-    from gateway.config import EngineConfig
+    from switchyard.core.config import EngineConfig
+    from switchyard.engine.loader import resolve_folder
 
     folder = str(resolve_folder(EngineConfig(path=args.path)))
     base = Baseline(folder, args.dtype, args.device, args.threads, args.tokens)

@@ -34,11 +34,11 @@ def main() -> None:
 
     import torch
 
-    from backends.engine.loader import load
-    from backends.engine.scheduler import Engine
-    from backends.engine.stops import PrefixDetokenizer
-    from gateway.canonical import CanonicalRequest
-    from gateway.config import EngineConfig
+    from switchyard.core.canonical import CanonicalRequest
+    from switchyard.core.config import EngineConfig
+    from switchyard.engine.loader import load
+    from switchyard.engine.scheduler import Engine
+    from switchyard.engine.stops import PrefixDetokenizer
 
     loaded = load(EngineConfig(dtype="float32", threads=2))
     out: list[tuple] = []
@@ -92,7 +92,7 @@ def admission(tokenizer: Any, slots: int) -> None:
     that shares its ~300-token system prompt, against comparing token by token."""
     import torch
 
-    from backends.engine.kvcache import KVCache
+    from switchyard.engine.kvcache import KVCache
 
     system = tokenizer.encode(Path(__file__).read_text()[:1200])
     cache = KVCache(layers=1, slots=slots, kv_heads=1, head_dim=8, max_len=8, dtype=torch.float32)

@@ -36,13 +36,13 @@ import asyncpg  # noqa: E402
 from redis.asyncio import Redis  # noqa: E402
 
 from bench.overhead import Procs, cpu_seconds, free_port, wait_http  # noqa: E402
-from policies.ledger.redis_feed import RedisFeed  # noqa: E402
-from policies.ledger.sink import PgSink  # noqa: E402
-from policies.plan import tag  # noqa: E402
-from policies.store import UsageRecord  # noqa: E402
+from switchyard.policies.ledger.redis_feed import RedisFeed  # noqa: E402
+from switchyard.policies.ledger.sink import PgSink  # noqa: E402
+from switchyard.policies.plan import tag  # noqa: E402
+from switchyard.policies.store import UsageRecord  # noqa: E402
 from tests.conftest import start_redis, stop  # noqa: E402
-from tests.ledger.conftest import fresh_database  # noqa: E402
-from tests.ledger.postgres import postgres  # noqa: E402
+from tests.policies.ledger.conftest import fresh_database  # noqa: E402
+from tests.policies.ledger.postgres import postgres  # noqa: E402
 
 MOCK = ROOT.parent / "shared" / "bench" / "mock_upstream.py"
 KEY = "sk-bench"

@@ -4,7 +4,7 @@
 
 Starts its own redis-server on a free loopback port unless --redis-url / $REDIS_URL is given.
 The baseline is a bare PING through the same redis-py client, measured in the same process; "raw
-PING" is one through the hot path's own client (policies/resp.py), the floor for admit / settle.
+PING" is one through the hot path's own client (switchyard/policies/resp.py), the floor for admit / settle.
 Settle returns once its command is sent (its reply is awaited in the background). Each admit is
 timed after the previous settle landed; the "b2b" rows run back to back, so there each admit also
 waits for the settle script queued ahead of it on the connection. Every scope carries every kind of limit
@@ -27,15 +27,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gateway.canonical import Usage
-from gateway.config import Limits, parse_config
-from policies.base import Outcome, Principal
-from policies.limits import Limiter
-from policies.memory import MemoryStore
-from policies.pricing import Pricing
-from policies.redis_store import RedisStore
-from policies.resp import RespConnection
-from policies.store import Store
+from switchyard.core.canonical import Usage
+from switchyard.core.config import Limits, parse_config
+from switchyard.policies.base import Outcome, Principal
+from switchyard.policies.limits import Limiter
+from switchyard.policies.memory import MemoryStore
+from switchyard.policies.pricing import Pricing
+from switchyard.policies.redis_store import RedisStore
+from switchyard.policies.resp import RespConnection
+from switchyard.policies.store import Store
 
 BIG = Limits(rpm=10**9, tpm=10**12, max_concurrency=10**6, tokens_per_day=10**15, tokens_per_month=10**15,
              spend_per_day=10**6, spend_per_month=10**6)

@@ -18,8 +18,8 @@ import httpx
 import pytest
 import uvicorn
 
-from gateway.app import create_app
-from gateway.server import serve_config
+from switchyard.http.app import create_app
+from switchyard.http.server import serve_config
 from tests.conftest import free_port
 from tests.engine import tiny
 from tests.fakes.upstream import FakeUpstream

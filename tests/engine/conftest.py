@@ -26,8 +26,8 @@ def roomy_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_loaded(tiny_dir: Path) -> Any:
-    from backends.engine.loader import load
-    from gateway.config import EngineConfig
+    from switchyard.core.config import EngineConfig
+    from switchyard.engine.loader import load
 
     return load(EngineConfig(path=str(tiny_dir), dtype="float32", threads=1))  # compared with HF in fp32
 
@@ -53,7 +53,7 @@ class Collector:
 
 @pytest.fixture(scope="session")
 def tiny_engine(tiny_loaded: Any) -> Any:
-    from backends.engine.scheduler import Engine
+    from switchyard.engine.scheduler import Engine
 
     col = Collector()
     eng = Engine(tiny_loaded.model, tiny_loaded.tokenizer, col, max_batch=8)
@@ -72,7 +72,7 @@ def submit(engine: Any, req: Any) -> int:
 
 def results(engine: Any, rid: int) -> list[Any]:
     """Chunks of a finished request; raises the error it ended with."""
-    from backends.engine.backend import _error
+    from switchyard.engine.backend import _error
 
     out = []
     for msg in engine.collector.msgs.pop(rid, []):
@@ -95,7 +95,7 @@ def text_of(chunks: list[Any], index: int = 0) -> str:
 
 
 def completion(prompt: Any = "Hello world", **kw: Any) -> Any:
-    from gateway.canonical import CanonicalRequest
+    from switchyard.core.canonical import CanonicalRequest
 
     kw.setdefault("dialect", "openai")
     many = isinstance(prompt, list) and prompt and not isinstance(prompt[0], int)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from backends.engine import attention
-from backends.engine.attention import IMPLEMENTATIONS, choose
-from backends.engine.runner import Runner
+from switchyard.engine import attention
+from switchyard.engine.attention import IMPLEMENTATIONS, choose
+from switchyard.engine.runner import Runner
 
 
 def reference(q, keys, vals, allow, scale):

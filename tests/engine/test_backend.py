@@ -9,10 +9,10 @@ import signal
 import pytest
 import pytest_asyncio
 
-from backends.engine import EngineBackend
-from gateway.canonical import CanonicalRequest
-from gateway.config import DeploymentConfig, EngineConfig
-from gateway.errors import InvalidRequest, Unavailable
+from switchyard.core.canonical import CanonicalRequest
+from switchyard.core.config import DeploymentConfig, EngineConfig
+from switchyard.core.errors import InvalidRequest, Unavailable
+from switchyard.engine import EngineBackend
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -105,8 +105,8 @@ async def test_a_chunk_with_every_field_set_crosses_the_channel_whole():
     import dataclasses
     import pickle
 
-    from backends.engine.channel import encode
-    from gateway.canonical import Chunk, TokenLogprob, Usage
+    from switchyard.core.canonical import Chunk, TokenLogprob, Usage
+    from switchyard.engine.channel import encode
 
     lp = [TokenLogprob(token="a", logprob=-0.5, bytes=[97], top=[])]
     values = {"index": 3, "text": "hi", "finish_reason": "stop", "logprobs": lp,

@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from backends.engine.scheduler import Engine
+from switchyard.engine.scheduler import Engine
 from tests.engine.conftest import Collector, completion, results, submit, text_of
 
 LONG = ("The quick brown fox jumps over the lazy dog. A stitch in time saves nine. "
@@ -135,7 +135,7 @@ def test_a_burst_of_short_prompts_joins_in_one_step(tiny_loaded):
 def test_a_long_prompt_alone_fills_in_chunks_with_its_output(tiny_loaded, monkeypatch):
     """Nothing decodes: the prompt still runs a chunk a step (IDLE_CHUNK, made small here), no
     row is sampled until its last chunk, and its output is the unchunked one."""
-    from backends.engine import scheduler
+    from switchyard.engine import scheduler
 
     eng = engine(tiny_loaded, 4096)
     rid = submit(eng, greedy(LONG, 6))
@@ -203,7 +203,7 @@ def test_a_second_long_prompt_waits_for_the_first(tiny_loaded):
 def test_default_chunk_by_dtype(tiny_loaded):
     import torch
 
-    from backends.engine.scheduler import default_prefill_chunk
+    from switchyard.engine.scheduler import default_prefill_chunk
 
     assert default_prefill_chunk(torch.device("cpu"), torch.float32) == 16
     assert default_prefill_chunk(torch.device("cpu"), torch.bfloat16) == 32

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.canonical import Constraint
-from gateway.errors import InvalidRequest
+from switchyard.core.canonical import Constraint
+from switchyard.core.errors import InvalidRequest
 from tests.engine.conftest import completion, run, text_of
 
 SEEDS = st.integers(0, 2**31 - 1)
@@ -109,7 +109,7 @@ def test_invalid_constraints_are_invalid_requests(tiny_engine, c):
 def test_llguidance_tokenizer_built_only_when_first_needed(tiny_loaded):
     """An engine that never sees a constraint or a logprobs request does not hold llguidance's
     copy of the vocabulary (tens of MiB on a real model)."""
-    from backends.engine.scheduler import Engine
+    from switchyard.engine.scheduler import Engine
     from tests.engine.conftest import Collector
 
     col = Collector()

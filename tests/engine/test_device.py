@@ -10,9 +10,9 @@ import pydantic
 import pytest
 import torch
 
-from backends.engine.loader import cpu_has_bf16, load, resolve_device, resolve_dtype
-from backends.engine.runner import Runner
-from gateway.config import EngineConfig
+from switchyard.core.config import EngineConfig
+from switchyard.engine.loader import cpu_has_bf16, load, resolve_device, resolve_dtype
+from switchyard.engine.runner import Runner
 
 
 def test_config_validates_device_dtype_and_chunk():
@@ -77,7 +77,7 @@ def test_everything_on_the_models_device_and_stored_once(tiny_dir, dtype):
 def test_static_step_equals_decode_and_padding_touches_no_slot(tiny_loaded):
     """The step CUDA graphs capture (bucket padding, whole-capacity attention under a position
     mask, padding rows writing to the scratch slot), run eagerly on CPU, against ``decode``."""
-    from backends.engine.cudagraph import GraphedDecode
+    from switchyard.engine.cudagraph import GraphedDecode
 
     model, tok = tiny_loaded.model, tiny_loaded.tokenizer
     eager = Runner(model, slots=4, max_len=64, kv_dtype=torch.float32)
@@ -102,9 +102,9 @@ def test_engine_replaying_decode_steps_gives_the_same_output(tiny_loaded):
     """The engine as it runs on CUDA (decode steps replayed from the static step, beside
     admissions and a long prompt's chunks in the same step), run eagerly on CPU: the same tokens
     as the plain engine, and no decode rows built for the forward."""
-    from backends.engine.cudagraph import GraphedDecode
-    from backends.engine.runner import Replay
-    from backends.engine.scheduler import Engine
+    from switchyard.engine.cudagraph import GraphedDecode
+    from switchyard.engine.runner import Replay
+    from switchyard.engine.scheduler import Engine
     from tests.engine.conftest import Collector, completion, results, submit, text_of
 
     def greedy(prompt: str, n: int):
@@ -142,7 +142,7 @@ def test_engine_replaying_decode_steps_gives_the_same_output(tiny_loaded):
 
 
 def test_layout_per_device_and_dtype_and_packed_products_exact():
-    from backends.engine.weights import NATURAL, ONEDNN, PACKED, layout_for
+    from switchyard.engine.weights import NATURAL, ONEDNN, PACKED, layout_for
 
     cpu = torch.device("cpu")
     onednn = torch.backends.mkldnn.is_available()

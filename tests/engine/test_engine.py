@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from backends.engine.runner import Runner
-from gateway.canonical import UNLIMITED, CanonicalRequest
-from gateway.errors import InvalidRequest
+from switchyard.core.canonical import UNLIMITED, CanonicalRequest
+from switchyard.core.errors import InvalidRequest
+from switchyard.engine.runner import Runner
 from tests.engine.conftest import completion, results, run, submit, text_of
 
 
@@ -215,7 +215,7 @@ def test_more_requests_than_slots_queue(tiny_engine):
 def test_decode_rows_of_different_lengths_split_in_two_groups(tiny_loaded, tiny_hf, monkeypatch):
     """Rows far apart in length attend in two groups, each over its own longest row: the cut
     is where the fewest row-positions are attended, and the logits are transformers'."""
-    from backends.engine import runner
+    from switchyard.engine import runner
 
     assert runner._split([10, 12, 9, 2000]) == 3
     assert runner._split([2000, 10, 12]) == 1
@@ -260,7 +260,7 @@ def test_batched_prefill_matches_transformers_forward(tiny_loaded, tiny_hf):
 def test_greedy_equals_model_generate_token_for_token(tiny_loaded, tiny_hf):
     """Concurrent greedy sequences through the engine produce exactly ``model.generate()``'s
     tokens (EOS suppressed on both sides so every row runs the full length)."""
-    from backends.engine.scheduler import Engine
+    from switchyard.engine.scheduler import Engine
     from tests.engine.conftest import Collector
 
     model, tok = tiny_hf, tiny_loaded.tokenizer

@@ -12,14 +12,14 @@ import httpx
 import pytest
 import yaml
 
-from backends.engine.host import EngineHost, HostedEngine
-from gateway.canonical import CanonicalRequest
-from gateway.config import DeploymentConfig, EngineConfig
-from gateway.errors import InvalidRequest
+from switchyard.core.canonical import CanonicalRequest
+from switchyard.core.config import DeploymentConfig, EngineConfig
+from switchyard.core.errors import InvalidRequest
+from switchyard.engine.host import EngineHost, HostedEngine
 from tests.conftest import free_port
 from tests.engine.test_backend import wait_ready
 from tests.gateway.conftest import KEY
-from tests.gateway.test_server import running
+from tests.http.test_server import running
 
 
 def req(**kw) -> CanonicalRequest:
@@ -74,7 +74,7 @@ def engine_processes(root: int) -> list[int]:
     for _ in range(4):  # the supervisor, its workers, their children
         tree |= {int(p) for p, pp, _ in rows if int(pp) in tree}
     for p, _, args in rows:
-        if int(p) in tree and "backends.engine.process" in args:
+        if int(p) in tree and "switchyard.engine.process" in args:
             found.append(int(p))
     return found
 

@@ -17,9 +17,9 @@ def test_the_engine_process_imports_no_transformers_modeling_code(tiny_dir):
     leaves every ``transformers.models.*.modeling_*`` module, and the modeling base, unimported."""
     code = f"""
 import sys, torch
-from backends.engine.loader import load
-from backends.engine.scheduler import Engine
-from gateway.config import EngineConfig
+from switchyard.engine.loader import load
+from switchyard.engine.scheduler import Engine
+from switchyard.core.config import EngineConfig
 loaded = load(EngineConfig(path={str(tiny_dir)!r}, threads=1))
 engine = Engine(loaded.model, loaded.tokenizer, lambda msg: None, max_batch=2)
 assert engine.runner.prefill(0, loaded.tokenizer.encode("Hello")).shape == (loaded.model.spec.vocab_size,)

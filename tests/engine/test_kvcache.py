@@ -9,9 +9,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from backends.engine.kvcache import KVCache, common_prefix
-from backends.engine.scheduler import Engine
 from bench.overhead import rss_mib
+from switchyard.engine.kvcache import KVCache, common_prefix
+from switchyard.engine.scheduler import Engine
 from tests.engine.conftest import Collector, completion, run
 
 

@@ -20,8 +20,8 @@ def reference():
     """Plain transformers on the engine's converted folder: [(ctx ids, cont ids, sum, greedy)]."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from backends.engine.loader import resolve_folder
-    from gateway.config import EngineConfig
+    from switchyard.core.config import EngineConfig
+    from switchyard.engine.loader import resolve_folder
 
     folder = resolve_folder(EngineConfig())
     tok = AutoTokenizer.from_pretrained(folder)

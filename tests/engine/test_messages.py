@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.canonical import CanonicalRequest
-from gateway.errors import InvalidRequest
+from switchyard.core.canonical import CanonicalRequest
+from switchyard.core.errors import InvalidRequest
 from tests.engine.conftest import run, text_of
 
 

@@ -7,16 +7,16 @@ import math
 import pytest
 import torch
 
-from backends.engine.sampling.bias import LogitBias
-from backends.engine.sampling.dry import DryPenalty, dry_penalties
-from backends.engine.sampling.mirostat import MirostatSampler, truncate
-from backends.engine.sampling.params import RowState, SamplingParams, resolve
-from backends.engine.sampling.penalties import PresenceFrequencyPenalty, RepetitionPenalty
-from backends.engine.sampling.pipeline import Pipeline
-from backends.engine.sampling.temperature import Temperature
-from backends.engine.sampling.truncation import MinP, TopK, TopP, TypicalP
-from gateway.canonical import CanonicalRequest, Dry, Mirostat
-from gateway.errors import InvalidRequest
+from switchyard.core.canonical import CanonicalRequest, Dry, Mirostat
+from switchyard.core.errors import InvalidRequest
+from switchyard.engine.sampling.bias import LogitBias
+from switchyard.engine.sampling.dry import DryPenalty, dry_penalties
+from switchyard.engine.sampling.mirostat import MirostatSampler, truncate
+from switchyard.engine.sampling.params import RowState, SamplingParams, resolve
+from switchyard.engine.sampling.penalties import PresenceFrequencyPenalty, RepetitionPenalty
+from switchyard.engine.sampling.pipeline import Pipeline
+from switchyard.engine.sampling.temperature import Temperature
+from switchyard.engine.sampling.truncation import MinP, TopK, TopP, TypicalP
 
 INF = float("-inf")
 

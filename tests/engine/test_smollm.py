@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from gateway.canonical import CanonicalRequest, Constraint
-from gateway.errors import InvalidRequest
+from switchyard.core.canonical import CanonicalRequest, Constraint
+from switchyard.core.errors import InvalidRequest
 from tests.engine.conftest import Collector, completion, results, run, submit, text_of
 
 pytestmark = pytest.mark.slow
@@ -16,9 +16,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def smol():
-    from backends.engine.loader import load
-    from backends.engine.scheduler import Engine
-    from gateway.config import EngineConfig
+    from switchyard.core.config import EngineConfig
+    from switchyard.engine.loader import load
+    from switchyard.engine.scheduler import Engine
 
     # float32: test_concurrent_greedy_matches_alone needs batch-invariant products (bf16's are not)
     loaded = load(EngineConfig(dtype="float32", threads=2))
@@ -91,7 +91,7 @@ ADD = {"type": "function", "function": {
 @pytest.mark.parametrize("choice, name", [("required", "get_weather"),
                                           ({"type": "function", "function": {"name": "add"}}, "add")])
 def test_tool_calls_on_the_real_model(smol, choice, name):
-    from backends.engine import tools
+    from switchyard.engine import tools
 
     ask = "What is the weather in Paris?" if name == "get_weather" else "What is 12 plus 30?"
     req = CanonicalRequest(kind="chat", model="local/smol", dialect="chat", temperature=0, max_tokens=80,
@@ -114,9 +114,9 @@ def test_tool_calls_on_the_real_model(smol, choice, name):
 def test_the_default_config_serves_the_real_model():
     """``dtype: auto`` (bfloat16 with packed matrices where the CPU has AMX/avx512_bf16) and the
     attention picked at start-up, on the real model: the production path."""
-    from backends.engine.loader import cpu_has_bf16, load
-    from backends.engine.scheduler import Engine
-    from gateway.config import EngineConfig
+    from switchyard.core.config import EngineConfig
+    from switchyard.engine.loader import cpu_has_bf16, load
+    from switchyard.engine.scheduler import Engine
 
     loaded = load(EngineConfig(threads=2))
     want = "bfloat16" if cpu_has_bf16() else "float32"

@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 
-from backends.engine import rope
-from backends.engine.spec import read_spec
+from switchyard.engine import rope
+from switchyard.engine.spec import read_spec
 
 BASE = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
         "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 400, "rms_norm_eps": 1e-5,
@@ -65,8 +65,8 @@ def test_unsupported_models_are_refused_at_load(tmp_path, bad, match):
 def test_untied_qwen2_with_qkv_biases_matches_transformers(tmp_path, dtype):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from backends.engine.loader import load_model
-    from backends.engine.runner import Runner
+    from switchyard.engine.loader import load_model
+    from switchyard.engine.runner import Runner
 
     torch.manual_seed(0)
     cfg = Qwen2Config(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
@@ -90,8 +90,8 @@ def test_untied_qwen2_with_qkv_biases_matches_transformers(tmp_path, dtype):
 
 def test_a_failed_gguf_conversion_is_reported_and_leaves_no_folder(tmp_path):
     """The conversion runs in a child process; its failure comes back as the load's error."""
-    from backends.engine.loader import resolve_folder
-    from gateway.config import EngineConfig
+    from switchyard.core.config import EngineConfig
+    from switchyard.engine.loader import resolve_folder
 
     bad = tmp_path / "broken.gguf"
     bad.write_bytes(b"not a gguf file")

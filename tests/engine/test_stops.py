@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.stops import StopScanner
+from switchyard.core.stops import StopScanner
 
 
 def feed_all(m: StopScanner, pieces: list[str]) -> tuple[str, str | None]:
@@ -82,7 +82,7 @@ TEXTS = ["the quick brown fox", " two  spaces and\ttabs\n\nnew lines", "Ã©moji ð
 def test_detokenizers_agree_with_decoding_the_whole_text(which, tiny_loaded):
     """Both detokenizers give, delta by delta, the text the tokenizer decodes after the context
     (never half a UTF-8 character, special tokens skipped, a SentencePiece leading space kept)."""
-    from backends.engine.stops import CONTEXT, PrefixDetokenizer, StreamDetokenizer, detokenizer_for
+    from switchyard.engine.stops import CONTEXT, PrefixDetokenizer, StreamDetokenizer, detokenizer_for
 
     tok = tiny_loaded.tokenizer if which == "tiny" else _metaspace_tokenizer()
     for text in TEXTS:
@@ -105,7 +105,7 @@ def test_detokenizers_agree_with_decoding_the_whole_text(which, tiny_loaded):
 def test_a_tokenizer_that_cleans_up_spaces_decodes_twice():
     """``tokenizers``' stream decoder skips transformers' clean-up pass (" ." -> "."), so such a
     tokenizer keeps the exact two-decode detokenizer."""
-    from backends.engine.stops import PrefixDetokenizer, detokenizer_for
+    from switchyard.engine.stops import PrefixDetokenizer, detokenizer_for
 
     tok = _metaspace_tokenizer()
     tok.clean_up_tokenization_spaces = True

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from backends.engine import tools
-from gateway.canonical import CanonicalRequest, Chunk, Constraint
-from gateway.errors import InvalidRequest
+from switchyard.core.canonical import CanonicalRequest, Chunk, Constraint
+from switchyard.core.errors import InvalidRequest
+from switchyard.engine import tools
 from tests.engine.conftest import Collector, run
 
 INT = {"type": "integer", "minimum": 0, "maximum": 99}
@@ -160,9 +160,9 @@ def test_stream_rewrites_chunks_and_finish_reason():
 
 @pytest.fixture(scope="module")
 def roomy_engine(roomy_dir):
-    from backends.engine.loader import load
-    from backends.engine.scheduler import Engine
-    from gateway.config import EngineConfig
+    from switchyard.core.config import EngineConfig
+    from switchyard.engine.loader import load
+    from switchyard.engine.scheduler import Engine
 
     loaded = load(EngineConfig(path=str(roomy_dir), threads=1))
     col = Collector()

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import uvicorn
 
-from gateway.app import create_app
-from gateway.config import Config, parse_config
-from gateway.server import serve_config
+from switchyard.core.config import Config, parse_config
+from switchyard.http.app import create_app
+from switchyard.http.server import serve_config
 from tests.conftest import free_port
 from tests.fakes.upstream import FakeUpstream
 

@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
 
-from gateway.app import HOT
-from gateway.openapi import add_completion_paths
+from switchyard.http.app import HOT
+from switchyard.http.openapi import add_completion_paths
 from tests.fuzz.conftest import KEY, MASTER, SECRETS, Live, fuzz_config
 
 MODELS = ["v/openai", "v/sgp", "v/llama", "v/anything"]
@@ -162,7 +162,7 @@ def test_extra_headers_values_and_names(live: Live, value: str, name: str) -> No
 
 def _openapi() -> dict[str, Any]:
     """The gateway's own OpenAPI document, as ``GET /schema/openapi.json`` serves it."""
-    app = __import__("gateway.app", fromlist=["create_app"]).create_app(fuzz_config("http://127.0.0.1:9/v1"))
+    app = __import__("switchyard.http.app", fromlist=["create_app"]).create_app(fuzz_config("http://127.0.0.1:9/v1"))
     schema = app.litestar.openapi_schema
     add_completion_paths(schema, {p: (summary, dialects) for p, (_, summary, dialects) in HOT.items()},
                          MODELS)

@@ -10,9 +10,9 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.canonical import Usage
-from gateway.config import Config
-from policies.factory import Policies, build_policies
+from switchyard.core.canonical import Usage
+from switchyard.core.config import Config
+from switchyard.policies.factory import Policies, build_policies
 
 
 @dataclass

@@ -141,7 +141,7 @@ async def test_health_ready_and_schema(upstream, gateway_for) -> None:
 
 
 async def test_ready_is_503_while_a_backend_loads(upstream, gateway_for) -> None:
-    from gateway.router import Router
+    from switchyard.routing import Router
 
     cfg = two_models(upstream.url)
     router = Router(cfg)

@@ -85,7 +85,7 @@ async def test_overflow_policies_without_a_window(upstream, gateway_for) -> None
 
 
 def test_keep_last_counts_as_the_gateway_counts() -> None:
-    from policies.tokens import count_text, encoding, keep_last
+    from switchyard.policies.tokens import count_text, encoding, keep_last
 
     enc = encoding("o200k_base")
     text = "The quick brown fox jumps over the lazy dog. " * 20 + "Ünïcödé tail"

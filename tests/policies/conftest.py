@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from gateway.config import Config, parse_config
-from policies.limits import Limiter
-from policies.memory import MemoryStore
-from policies.pricing import Pricing
-from policies.redis_store import RedisStore
-from policies.store import Store
+from switchyard.core.config import Config, parse_config
+from switchyard.policies.limits import Limiter
+from switchyard.policies.memory import MemoryStore
+from switchyard.policies.pricing import Pricing
+from switchyard.policies.redis_store import RedisStore
+from switchyard.policies.store import Store
 from tests.conftest import free_port, start_redis, stop
 
 

@@ -10,10 +10,10 @@ import httpx
 import pytest
 from litestar import Litestar
 
-from gateway.canonical import Usage
-from gateway.errors import Forbidden, RateLimited
-from policies.base import Outcome
-from policies.factory import Policies, build_policies
+from switchyard.core.canonical import Usage
+from switchyard.core.errors import Forbidden, RateLimited
+from switchyard.policies.base import Outcome
+from switchyard.policies.factory import Policies, build_policies
 from tests.policies.conftest import make_config
 
 AUTH = {"Authorization": "Bearer master-secret"}

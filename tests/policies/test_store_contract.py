@@ -6,12 +6,12 @@ import asyncio
 
 import pytest
 
-from gateway.canonical import Usage
-from gateway.config import Limits
-from gateway.errors import RateLimited
-from policies.base import Outcome, Principal, Ticket
-from policies.limits import Limiter
-from policies.store import DAY_MS
+from switchyard.core.canonical import Usage
+from switchyard.core.config import Limits
+from switchyard.core.errors import RateLimited
+from switchyard.policies.base import Outcome, Principal, Ticket
+from switchyard.policies.limits import Limiter
+from switchyard.policies.store import DAY_MS
 from tests.policies.conftest import make_config
 
 GPT = "openai/gpt-4o"
@@ -178,7 +178,7 @@ async def test_monthly_token_quota_spans_days(store, limiter_for):
     await settle(lim, await admit(lim, p, prompt=400, max_tokens=200), 400, 200)
     store.skew_ms += DAY_MS  # another day, very likely the same month
     same_month = (await admit(lim, who(key="bob"), SMOL)).admitted_ms  # no limits: just the clock
-    from policies.store import month_of
+    from switchyard.policies.store import month_of
     t0 = same_month - DAY_MS
     if month_of(t0) == month_of(same_month):
         e = await refused(lim, p, prompt=400, max_tokens=100)

@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
-from gateway.canonical import Usage
-from gateway.config import Limits
-from gateway.errors import RateLimited, Unavailable
-from policies.base import Outcome, Principal
-from policies.keys import KeyRing
-from policies.limits import Limiter
-from policies.pricing import Pricing
-from policies.redis_store import RedisStore
-from policies.store import DAY_MS
+from switchyard.core.canonical import Usage
+from switchyard.core.config import Limits
+from switchyard.core.errors import RateLimited, Unavailable
+from switchyard.policies.base import Outcome, Principal
+from switchyard.policies.keys import KeyRing
+from switchyard.policies.limits import Limiter
+from switchyard.policies.pricing import Pricing
+from switchyard.policies.redis_store import RedisStore
+from switchyard.policies.store import DAY_MS
 from tests.conftest import free_port, start_redis, stop
 from tests.policies.conftest import make_config
 

@@ -7,9 +7,9 @@ import subprocess
 import sys
 import textwrap
 
-from gateway.canonical import CanonicalRequest
-from gateway.config import ModelConfig
-from policies.tokens import count_prompt_tokens, encoding, encoding_name_for, estimate
+from switchyard.core.canonical import CanonicalRequest
+from switchyard.core.config import ModelConfig
+from switchyard.policies.tokens import count_prompt_tokens, encoding, encoding_name_for, estimate
 
 
 def model(name: str, upstream: str | None = None, tokenizer: str | None = None) -> ModelConfig:
@@ -68,8 +68,8 @@ def test_counting_touches_no_network(tmp_path):
         socket.socket.connect = refuse
         socket.create_connection = refuse
         socket.getaddrinfo = refuse
-        from gateway.canonical import CanonicalRequest
-        from policies.tokens import count_prompt_tokens
+        from switchyard.core.canonical import CanonicalRequest
+        from switchyard.policies.tokens import count_prompt_tokens
         req = CanonicalRequest(kind="completion", model="gpt-4o", dialect="openai", prompt=["hello world"])
         req2 = CanonicalRequest(kind="completion", model="gpt-4", dialect="openai", prompt=["hello world"])
         print(count_prompt_tokens(req), count_prompt_tokens(req2))

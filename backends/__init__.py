@@ -1,1 +1,0 @@
-"""Token producers behind the gateway: upstream providers and the built-in engine."""

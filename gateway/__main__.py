@@ -1,5 +1,0 @@
-import sys
-
-from gateway.cli import main
-
-sys.exit(main())

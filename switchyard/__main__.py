@@ -1,0 +1,5 @@
+import sys
+
+from switchyard.http.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""The kernel every layer imports: the canonical request and chunk, errors, config types, stops."""

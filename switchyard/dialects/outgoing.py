@@ -1,0 +1,169 @@
+"""Write a canonical request in an upstream's dialect.
+
+What the upstream cannot carry is either emulated by the gateway (stop sequences and whether the
+stop string stays in the text, echo) or refused with a 400 naming the parameter and the model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from switchyard.core.canonical import CanonicalRequest
+from switchyard.core.errors import InvalidRequest
+from switchyard.dialects import passthrough
+from switchyard.dialects.chat import chat_emits
+from switchyard.dialects.constraints import Unsupported
+from switchyard.dialects.defaults import sampling_defaults
+from switchyard.dialects.registry import DIALECTS
+from switchyard.dialects.spec import Dialect
+
+# Canonical fields gathered from several dialect fields: the group their rows write to.
+_GROUP_OF = {"max_tokens": "max", "stop": "stop", "mirostat": "mirostat", "dry": "dry",
+             "logprobs": "lp", "constraint": "constraint"}
+_HANDLED = frozenset({"stop", "include_stop_str_in_output", "echo", "include_usage", "extra_params",
+                      "extra_headers", "timeout"})
+# Upstreams that take stream_options: asked for usage always, so streams are accounted exactly.
+_STREAM_USAGE = frozenset({"openai", "vllm", "llamacpp", "mistralrs"})
+
+
+@dataclass(slots=True)
+class Emulation:
+    """What the gateway does itself on the way back."""
+
+    stop: list[str] | None = None  # apply these stop sequences to the returned text
+    include_stop: bool = False  # ... keeping the stop string in the text
+    echo: str | None = None  # prepend this prompt text
+
+
+# Which of a dialect's constraint fields a constraint kind most likely came from.
+_CONSTRAINT_HINTS = {"regex": ("regex",), "choice": ("choice",), "grammar": ("grammar",),
+                     "lark": ("grammar",), "json_schema": ("json", "response_format"),
+                     "json_object": ("response_format", "json")}
+# Upstreams whose own answer to an overflowing request is the error: overflow "error" needs
+# nothing sent.
+_OVERFLOW_ERRS = frozenset({"openai", "vllm"})
+
+
+def caller_param(req: CanonicalRequest, field: str) -> str:
+    """The name the caller used for a canonical field (for error messages)."""
+    dialect = DIALECTS.get(req.dialect)
+    if dialect is None:
+        return field
+    group = _GROUP_OF.get(field)
+    names = [p.name for p in dialect.params
+             if p.to == field or (group and p.to.startswith(group + "."))]
+    if field == "constraint" and req.constraint is not None:
+        for hint in _CONSTRAINT_HINTS.get(req.constraint.kind, ()):
+            for name in names:
+                if hint in name:
+                    return name
+    return names[0] if names else field
+
+
+def render_request(dialect: Dialect, req: CanonicalRequest, upstream_model: str,
+                   allow_params: list[str] | None = None) -> tuple[dict[str, Any], Emulation]:
+    """The upstream body and what the gateway emulates. ``allow_params``: the deployment's
+    ``allow_extra_params`` (what passes through beyond the canonical request)."""
+    chat = req.kind == "chat"
+    emits = chat_emits(dialect) if chat else dialect.emits
+    body: dict[str, Any] = {"model": upstream_model}
+    if chat:
+        body["messages"] = req.messages
+    else:
+        body["prompt"] = _prompt(dialect, req)
+    emulation = Emulation()
+    for field, value in req.said().items():
+        if field in _HANDLED:
+            continue
+        emit = emits.get(field)
+        if emit is None:
+            if _no_op(req, field, value, dialect):
+                continue
+            _refuse(req, field, dialect)
+        try:
+            body.update(emit(value))
+        except Unsupported as e:
+            raise InvalidRequest(f"{caller_param(req, field)} ({e}) is not supported by model "
+                                 f"{req.model}: its upstream speaks the {dialect.name} dialect",
+                                 param=caller_param(req, field)) from None
+    _stops(dialect, req, body, emits, emulation)
+    if req.echo:
+        if "echo" in emits:
+            body.update(emits["echo"](True))
+        elif req.prompt and isinstance(req.prompt[0], str) and len(req.prompt) == 1:
+            emulation.echo = req.prompt[0]
+        else:
+            _refuse(req, "echo", dialect)
+    if req.stream:
+        body["stream"] = True
+        if dialect.name in _STREAM_USAGE:
+            body["stream_options"] = {"include_usage": True}
+    if req.timeout is not None and "timeout" in emits:
+        body.update(emits["timeout"](req.timeout))
+    allowed = allow_params or []
+    if req.extra_params:  # checked against the deployment's allow-list by its backend
+        if "extra_params" in emits:
+            body.update(emits["extra_params"](req.extra_params))
+        else:  # merged, never over a field the gateway wrote
+            body.update({k: v for k, v in req.extra_params.items() if k not in body})
+    if req.extra and req.dialect == dialect.name:
+        # Vendor extensions reach a server of the caller's own dialect, as far as allowed.
+        extras = passthrough.vendor_fields(req.extra, allowed)
+        body.update({k: v for k, v in extras.items() if k not in body})
+    return body, emulation
+
+
+def _prompt(dialect: Dialect, req: CanonicalRequest) -> Any:
+    prompts = req.prompt or []
+    if dialect.name == "sgp":
+        if len(prompts) != 1 or not isinstance(prompts[0], str):
+            raise InvalidRequest(f"model {req.model} takes one string prompt (its upstream speaks the"
+                                 " sgp dialect)", param="prompt")
+        return prompts[0]
+    if len(prompts) == 1:
+        p = prompts[0]
+        if isinstance(p, list) and any(isinstance(x, str) for x in p) and dialect.name != "llamacpp":
+            raise InvalidRequest(f"a prompt mixing token ids and text is not supported by model "
+                                 f"{req.model}", param="prompt")
+        return p
+    return prompts
+
+
+def _stops(dialect: Dialect, req: CanonicalRequest, body: dict[str, Any], emits: dict[str, Any],
+           emulation: Emulation) -> None:
+    want = req.include_stop_str_in_output
+    if want is None:
+        want = bool(sampling_defaults(req.dialect).get("include_stop_str_in_output"))
+    if not req.stop:
+        return
+    stop_param = dialect.by_name.get("stop") or dialect.by_name.get("stop_sequences")
+    fits = "stop" in emits and (stop_param is None or stop_param.max_items is None
+                                or len(req.stop) <= stop_param.max_items)
+    if fits and "include_stop_str_in_output" in emits:
+        body.update(emits["stop"](req.stop))
+        body.update(emits["include_stop_str_in_output"](want))
+    elif fits and dialect.stop_in_output == want:
+        body.update(emits["stop"](req.stop))
+    else:
+        emulation.stop = list(req.stop)
+        emulation.include_stop = want
+
+
+def _no_op(req: CanonicalRequest, field: str, value: Any, dialect: Dialect) -> bool:
+    """A value that asks for what the upstream does anyway: nothing to send, nothing to refuse."""
+    if field == "best_of":
+        return value <= (req.n or 1)
+    if field == "overflow":
+        return value == "error" and dialect.name in _OVERFLOW_ERRS
+    # A caching hint changes no output: a server that cannot take it loses nothing.
+    return field == "cache_prompt"
+
+
+def _refuse(req: CanonicalRequest, field: str, dialect: Dialect) -> None:
+    name = caller_param(req, field)
+    # The gateway honours an overflow policy itself where it knows the window (routing/window.py).
+    how = "; the gateway honours it where the model's context_window is configured" \
+        if field == "overflow" else ""
+    raise InvalidRequest(f"{name} is not supported by model {req.model}: its upstream speaks the "
+                         f"{dialect.name} dialect{how}", param=name)

@@ -1,0 +1,70 @@
+"""Which dialect a request speaks, and each dialect by name."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from switchyard.core.errors import InvalidRequest
+from switchyard.dialects.chat import CHAT
+from switchyard.dialects.fireworks import FIREWORKS
+from switchyard.dialects.llamacpp import LLAMACPP
+from switchyard.dialects.mistralrs import MISTRALRS
+from switchyard.dialects.openai import OPENAI, VLLM
+from switchyard.dialects.sgp import SGP
+from switchyard.dialects.spec import Dialect
+
+DIALECTS: dict[str, Dialect] = {d.name: d for d in (OPENAI, VLLM, LLAMACPP, MISTRALRS, FIREWORKS, SGP)}
+
+DIALECT_HEADER = "x-switchyard-dialect"
+
+# Fields only one product's /v1/completions documents: a request that carries one speaks it.
+_MARKS: dict[str, str] = {
+    **dict.fromkeys(("n_predict", "repeat_penalty", "mirostat", "mirostat_tau", "mirostat_eta",
+                     "cache_prompt", "n_probs", "json_schema", "image_data"), "llamacpp"),
+    **dict.fromkeys(("dry_multiplier", "dry_base", "dry_allowed_length", "dry_sequence_breakers",
+                     "truncate_sequence"), "mistralrs"),
+    **dict.fromkeys(("context_length_exceeded_behavior", "mirostat_target", "mirostat_lr",
+                     "images"), "fireworks"),
+    **dict.fromkeys(("max_new_tokens", "stop_sequences", "return_token_log_probs",
+                     "inference_timeout", "inference_extra_params", "inference_extra_headers"), "sgp"),
+    **dict.fromkeys(("guided_json", "guided_regex", "guided_choice", "guided_grammar"), "vllm"),
+}
+# vLLM's extras that other products share too (llama.cpp and mistral.rs take top_k and min_p,
+# Fireworks ignore_eos and response_format, ...): they tell vLLM only when no product-specific
+# field is present. vLLM's response_format row reads Fireworks' {"type": "json_object", "schema"}
+# too, so a Fireworks body sent to /v1/completions keeps its schema (OpenAI's has no such field).
+_WEAK_MARKS: dict[str, str] = dict.fromkeys(
+    ("include_stop_str_in_output", "min_p", "top_k", "repetition_penalty", "ignore_eos",
+     "response_format"), "vllm")
+
+
+def sniff_completion_dialect(body: Any, headers: Mapping[str, str]) -> Dialect:
+    """The dialect of a ``/v1/completions`` body: named by the header, else told by its fields.
+
+    The first distinctive field wins; ``grammar`` tells llama.cpp (a GBNF string) from
+    mistral.rs (an object). Fields several products share (``top_k``, ``min_p`` ...) count only
+    when nothing more distinctive is there. A body with no distinctive field is OpenAI's.
+    """
+    named = headers.get(DIALECT_HEADER)
+    if named:
+        d = DIALECTS.get(named.lower())
+        if d is None:
+            raise InvalidRequest(f"{DIALECT_HEADER} must be one of {sorted(DIALECTS)} (got {named!r})",
+                                 param=DIALECT_HEADER)
+        return d
+    if isinstance(body, dict):
+        for name in body:
+            mark = _MARKS.get(name)
+            if mark:
+                return DIALECTS[mark]
+            if name == "grammar":
+                return MISTRALRS if isinstance(body[name], dict) else LLAMACPP
+        for name in body:
+            mark = _WEAK_MARKS.get(name)
+            if mark:
+                return DIALECTS[mark]
+    return OPENAI
+
+
+__all__ = ["CHAT", "DIALECTS", "sniff_completion_dialect"]

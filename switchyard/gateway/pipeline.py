@@ -1,0 +1,359 @@
+"""A request's path, one arrow per step:
+
+route (endpoint -> dialect) -> authenticate the key -> parse the dialect into the canonical
+request -> admit it against every limit -> the router picks a deployment and runs it -> canonical
+chunks flow back -> rendered in the caller's dialect -> usage is settled.
+
+``Gateway.serve`` owns a request from its bytes to its settlement: once admitted, one ``finally``
+settles the ticket whatever happens (an answer, an upstream failure, a client that left, a bug).
+Handlers in ``switchyard.http.asgi`` only move bytes; the context
+(``switchyard.gateway.context``) records what happened for logs and metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Protocol
+
+import msgspec
+
+from switchyard.core.canonical import CanonicalRequest, Chunk, RequestKind, Usage
+from switchyard.core.config import Config
+from switchyard.core.errors import Forbidden, GatewayError, InvalidRequest, Unauthorized
+from switchyard.dialects.defaults import sampling_defaults
+from switchyard.dialects.errors import error_bytes, error_json
+from switchyard.dialects.parse import parse_request
+from switchyard.dialects.passthrough import vendor_fields
+from switchyard.dialects.registry import DIALECT_HEADER, sniff_completion_dialect
+from switchyard.dialects.render import RENDERERS, Renderer
+from switchyard.dialects.spec import Dialect
+from switchyard.gateway.context import REQUEST_ID, RequestContext
+from switchyard.gateway.requests import decode_body, model_name, warning_header
+from switchyard.gateway.streaming import Tally, gather
+from switchyard.policies.base import Outcome, Principal
+from switchyard.policies.factory import Policies
+from switchyard.policies.tokens import count_prompt_tokens
+from switchyard.routing import Route, Router
+
+if TYPE_CHECKING:
+    from switchyard.http.tracing import Tracing
+
+log = logging.getLogger("switchyard")
+
+# Tokens reserved for a request that names no max_tokens and whose model's window is unknown;
+# settled to the real count afterwards.
+DEFAULT_RESERVATION = 1024
+JSON = "application/json"
+SSE = "text/event-stream"
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    kind: RequestKind
+    dialect: Dialect | None  # None: told by the body (``/v1/completions`` serves several)
+    renderer: str | None = None  # default: the dialect's name
+    model_optional: bool = False  # llama.cpp's native endpoint serves its one model unnamed
+
+
+class Responder(Protocol):
+    """Where an answer goes (``switchyard.http.asgi`` implements it over ASGI)."""
+
+    @property
+    def started(self) -> bool: ...
+
+    @property
+    def gone(self) -> bool:
+        """The client disconnected before the answer was complete."""
+        ...
+
+    async def whole(self, status: int, headers: dict[str, str], body: bytes,
+                    media_type: str = JSON) -> None: ...
+
+    async def start(self, status: int, headers: dict[str, str], media_type: str) -> None: ...
+
+    async def body(self, data: bytes) -> None: ...
+
+    async def end(self, data: bytes) -> None: ...
+
+    def watch(self, task: asyncio.Task[Any]) -> None:
+        """Cancel ``task`` if the client disconnects before the answer is complete."""
+        ...
+
+    def unwatch(self) -> None: ...
+
+
+def bearer_key(headers: Mapping[str, str]) -> str | None:
+    auth = headers.get("authorization")
+    if auth:
+        scheme, _, token = auth.partition(" ")
+        if scheme.lower() == "bearer" and token.strip():
+            return token.strip()
+    return headers.get("x-api-key") or None
+
+
+class Gateway:
+    def __init__(self, config: Config, router: Router, policies: Policies) -> None:
+        self.config = config
+        self.router = router
+        self.policies = policies
+        # Called with every finished request's context (access log, metrics, tracing).
+        self.observers: list[Callable[[RequestContext], None]] = []
+        self.tracing: Tracing | None = None  # set when tracing.otlp_endpoint is configured
+        self.inflight = 0  # requests between their first byte in and their settlement
+        self._idle: asyncio.Event | None = None  # set when inflight drops to 0 (drain waits on it)
+
+    def begin(self) -> None:
+        self.inflight += 1
+
+    async def drain(self) -> None:
+        """Wait until every request in flight has finished and been settled (tests, shutdown)."""
+        while self.inflight:
+            if self._idle is None:
+                self._idle = asyncio.Event()
+            await self._idle.wait()
+
+    async def authenticate(self, headers: Mapping[str, str]) -> Principal:
+        raw = bearer_key(headers)
+        if raw is None:
+            raise Unauthorized("missing API key: send Authorization: Bearer <key> or x-api-key")
+        principal = await self.policies.keys.lookup(raw)
+        if principal is None:
+            raise Unauthorized("invalid API key")  # never echo the key
+        return principal
+
+    def finished(self, ctx: RequestContext) -> None:
+        self.inflight -= 1
+        if not self.inflight and self._idle is not None:
+            self._idle.set()
+            self._idle = None
+        for observe in self.observers:
+            try:
+                observe(ctx)
+            except Exception:  # an observer's bug must not fail the request
+                log.exception("request observer failed")
+
+    async def serve(self, ctx: RequestContext, ep: Endpoint, headers: Mapping[str, str], raw: bytes,
+                    out: Responder) -> None:
+        """Answer one request on ``out``; settle it if it was admitted."""
+        try:
+            req = await self._prepare(ctx, ep, headers, raw)
+        except GatewayError as e:
+            await self.send_error(ctx, out, e)
+            return
+        await self._run(ctx, req, out)
+
+    # -- steps before admission ------------------------------------------------------------
+
+    async def _prepare(self, ctx: RequestContext, ep: Endpoint, headers: Mapping[str, str],
+                       raw: bytes) -> CanonicalRequest:
+        body, bad = decode_body(raw, headers)
+        try:
+            dialect = ep.dialect or sniff_completion_dialect(body, headers)
+        except InvalidRequest:  # a header, not a body field: OpenAI's plain error shape
+            ctx.shape = "chat"
+            raise
+        ctx.dialect = dialect.name
+        ctx.shape = ep.renderer or dialect.name
+        ctx.dialect_named = ep.dialect is None and DIALECT_HEADER in headers
+        principal = ctx.principal = await self.authenticate(headers)
+        if bad is not None:
+            raise bad
+        if isinstance(body, dict):
+            self._default_model(body, principal, ep)
+        req = parse_request(dialect, body, kind=ep.kind, strict=principal.strict)
+        ctx.requested_model = model_name(req.model)
+        ctx.stream = req.stream
+        route = ctx.route = self._route(req, principal)
+        timeout = req.timeout if req.timeout is not None else principal.timeout
+        if timeout is not None:
+            ctx.deadline = ctx.started + timeout
+            if req.timeout is None:  # the router's own deadline reads it (until it reads ctx)
+                req = replace(req, timeout=timeout)
+        prompt_tokens = await self._count(req, route)
+        ctx.run.prompt_tokens = prompt_tokens
+        ctx.admit_at = time.monotonic()
+        ctx.ticket = await self.policies.policy.admit(
+            principal, route.group, prompt_tokens=prompt_tokens,
+            max_tokens=self._reservation(req, route, prompt_tokens), fail_open=route.fail_open,
+            group=route.model.name)
+        ctx.admitted_at = time.monotonic()
+        ctx.tally = Tally(prompt_tokens)
+        ctx.warning = self._dropped(req, route)
+        return req
+
+    def _default_model(self, body: dict[str, Any], principal: Principal, ep: Endpoint) -> None:
+        """An unnamed model is the key's default, or the only one (answered by its real name)."""
+        if body.get("model") not in (None, "", "default"):
+            return
+        if principal.default_model:
+            body["model"] = principal.default_model
+        elif body.get("model") == "default" or (ep.model_optional and body.get("model") is None):
+            body["model"] = self.router.resolve("default").group
+
+    def _route(self, req: CanonicalRequest, principal: Principal) -> Route:
+        route = self.router.resolve(req.model)
+        # The allow-lists see the configured name the caller's resolved to: an alias neither
+        # escapes them nor needs listing itself.
+        if not principal.may_use(route.group):
+            raise Forbidden(f"key {principal.key_id} may not use model {req.model}", param="model")
+        return route
+
+    async def _count(self, req: CanonicalRequest, route: Route) -> int:
+        backend = route.targets[0].backend
+        counted = await backend.count_tokens(req) if backend.ready else None
+        return counted if counted is not None else count_prompt_tokens(req, route.model)
+
+    @staticmethod
+    def _reservation(req: CanonicalRequest, route: Route, prompt_tokens: int) -> int:
+        """Completion tokens to hold against the limits until the real count is known."""
+        max_tokens = req.max_tokens
+        if max_tokens is None or max_tokens < 0:
+            default = sampling_defaults(req.dialect).get("max_tokens") if req.kind == "completion" else None
+            max_tokens = default if isinstance(default, int) and default > 0 else (
+                max(route.model.context_window - prompt_tokens, 1) if route.model.context_window
+                else DEFAULT_RESERVATION)
+        elif route.model.context_window:  # a known window bounds it (a larger ask is truncated or refused)
+            max_tokens = min(max_tokens, max(route.model.context_window - prompt_tokens, 1))
+        return max_tokens * len(req.prompt or [None]) * max(req.best_of or 1, req.n or 1)
+
+    @staticmethod
+    def _dropped(req: CanonicalRequest, route: Route) -> str | None:
+        """The warning for unknown fields that not every deployment of the route receives."""
+        if not req.extra:
+            return None
+        dropped: set[str] = set()
+        for t in route.targets:
+            d = t.deployment
+            kept = (vendor_fields(req.extra, d.allow_extra_params)
+                    if d.backend == "upstream" and d.dialect == req.dialect else {})
+            dropped.update(k for k in req.extra if k not in kept)
+        return warning_header(sorted(dropped)) if dropped else None
+
+    # -- after admission: one owner, one finally ---------------------------------------------
+
+    async def _run(self, ctx: RequestContext, req: CanonicalRequest, out: Responder) -> None:
+        assert ctx.ticket is not None and ctx.route is not None and ctx.tally is not None
+        headers = dict(ctx.ticket.headers)
+        if ctx.warning:
+            headers["x-switchyard-warning"] = ctx.warning
+        chunks = self.router.stream(req, ctx.route, ctx.run)
+        task = asyncio.current_task()
+        assert task is not None
+        out.watch(task)
+        try:
+            renderer = RENDERERS[ctx.shape](req)
+            if req.stream:
+                await self._stream(ctx, renderer, chunks, headers, out)
+            else:
+                await self._whole(ctx, renderer, chunks, headers, out)
+        except asyncio.CancelledError:
+            if not out.gone:
+                raise  # the server is stopping: settle below, then let it stop
+            task.uncancel()
+            ctx.status, ctx.cut = 499, out.started
+        except Exception as e:  # a bug: answer 500 when nothing was sent yet, and settle all the same
+            log.exception("request %s failed", ctx.id)
+            ctx.error_type = type(e).__name__
+            if not out.started:
+                await self.send_error(ctx, out, GatewayError("internal error; it has been logged"))
+            else:
+                ctx.status, ctx.cut = 500, True
+                with contextlib.suppress(Exception):
+                    await out.end(b"")
+        finally:
+            out.unwatch()
+            await chunks.aclose()
+            await self._settle(ctx)
+
+    async def _whole(self, ctx: RequestContext, renderer: Renderer, chunks: AsyncIterator[Chunk],
+                     headers: dict[str, str], out: Responder) -> None:
+        tally = ctx.tally
+        assert tally is not None
+        got: list[Chunk] = []
+        try:
+            async for ch in chunks:
+                tally.add(ch)
+                got.append(ch)
+        except GatewayError as e:
+            headers.update(ctx.run.headers())  # which deployments were tried, how often
+            await self.send_error(ctx, out, e, headers)
+            return
+        headers.update(ctx.run.headers())
+        body = msgspec.json.encode(renderer.completion(gather(got, tally.usage())))
+        ctx.status = 200
+        await out.whole(200, headers, body)
+
+    async def _stream(self, ctx: RequestContext, renderer: Renderer, chunks: AsyncIterator[Chunk],
+                      headers: dict[str, str], out: Responder) -> None:
+        tally = ctx.tally
+        assert tally is not None
+        # Wait for the first chunk so that a failure before any byte gets a real status code.
+        try:
+            first = await anext(chunks, None)
+        except GatewayError as e:
+            headers.update(ctx.run.headers())
+            await self.send_error(ctx, out, e, headers)
+            return
+        headers.update(ctx.run.headers())
+        headers["cache-control"] = "no-cache"
+        ctx.status = 200
+        await out.start(200, headers, SSE)
+        last: Chunk | None = None
+        ch = first
+        held: list[bytes] = []  # events already rendered while more chunks are in hand
+        try:
+            while ch is not None:
+                tally.add(ch)
+                if ch.text or ch.finish_reason or ch.logprobs or ch.role or ch.tool_calls:
+                    last = ch if ch.finish_reason else last
+                    held.append(renderer.event(ch))
+                # The first event goes out at once (time to first byte); later ones that arrived
+                # together go out together.
+                if held and (not ch.more or ch is first):
+                    await out.body(held[0] if len(held) == 1 else b"".join(held))
+                    held = []
+                ch = await anext(chunks, None)
+        except GatewayError as e:
+            ctx.status, ctx.error_type, ctx.error, ctx.cut = e.status, e.type, e, True
+            body = error_json(ctx.shape, e, ctx.dialect_named)[1]
+            await out.end(b"".join(held) + renderer.error_event(body))
+            return
+        held.append(renderer.closing(tally.usage(), last))
+        await out.end(b"".join(held))
+
+    async def send_error(self, ctx: RequestContext, out: Responder, e: GatewayError,
+                         headers: dict[str, str] | None = None) -> None:
+        status, body = error_bytes(ctx.shape, e, ctx.dialect_named)
+        ctx.status, ctx.error_type, ctx.error = status, e.type, e
+        await out.whole(status, {**(headers or {}), **e.headers}, body)
+
+    async def _settle(self, ctx: RequestContext) -> None:
+        ticket, tally, run = ctx.ticket, ctx.tally, ctx.run
+        assert ticket is not None and tally is not None
+        ttfb = ctx.ttfb
+        ctx.settle_at = time.monotonic()
+        outcome = Outcome(
+            usage=_charged(tally, ctx.status), status=ctx.status or 499, called=run.attempts > 0,
+            deployment=run.deployment or "", latency_ms=ctx.latency * 1000,
+            ttfb_ms=-1.0 if ttfb is None else ttfb * 1000, attempts=run.attempts, cut=ctx.cut,
+            request_id=ctx.id, endpoint=ctx.endpoint, dialect=ctx.dialect,
+            requested_model=ctx.requested_model)
+        ctx.usage = outcome.usage
+        await self.policies.policy.settle(ticket, outcome)
+        ctx.settled_at = time.monotonic()
+
+
+def _charged(tally: Tally, status: int) -> Usage:
+    """What the backend reported it billed; else what was counted, for an answer that was given or
+    produced tokens; nothing for a request that failed before any token."""
+    if tally.reported is not None or tally.produced or status == 200:
+        return tally.usage()
+    return Usage()
+
+
+__all__ = ["JSON", "REQUEST_ID", "SSE", "Endpoint", "Gateway", "Responder", "bearer_key"]

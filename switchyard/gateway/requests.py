@@ -1,0 +1,72 @@
+"""What a caller sends, checked before it goes anywhere: the body's encoding and JSON, model names,
+and the names the gateway repeats back in headers."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from switchyard.core.errors import GatewayError, InvalidRequest
+
+_decode = msgspec.json.decode
+
+# Bodies are JSON. curl's -d sends application/x-www-form-urlencoded and many clients send no
+# type at all or text/plain, so those are read as JSON too; anything else is a 415.
+_JSON_TYPES = frozenset({"", "application/json", "application/x-www-form-urlencoded", "text/plain"})
+MAX_MODEL_NAME = 256
+# A model name is printable ASCII without spaces: it becomes part of store keys, usage records,
+# log lines and metric labels.
+_MODEL = re.compile(rf"[!-~]{{1,{MAX_MODEL_NAME}}}")
+_WARNING_NAMES = 8  # at most this many dropped names are listed in x-switchyard-warning
+
+
+class UnsupportedMediaType(GatewayError):
+    status = 415
+    type = "invalid_request_error"
+
+
+def decode_body(raw: bytes, headers: Mapping[str, str]) -> tuple[Any, GatewayError | None]:
+    """(the decoded body, or None; the error to raise once the caller is authenticated)."""
+    encoding = headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        return None, UnsupportedMediaType(
+            f"Content-Encoding {encoding[:40]!r} is not supported: send the JSON body uncompressed",
+            param="content-encoding")
+    ctype = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if ctype not in _JSON_TYPES and not ctype.endswith("+json"):
+        return None, UnsupportedMediaType(
+            f"Content-Type {ctype[:60]!r} is not supported: send application/json", param="content-type")
+    try:
+        return _decode(raw), None
+    except msgspec.ValidationError:  # msgspec's only value check on untyped JSON: numeric range
+        return None, InvalidRequest("the request body has a number out of range (JSON numbers must fit "
+                                    "a 64-bit float)", param="body")
+    except msgspec.DecodeError as e:
+        return None, InvalidRequest(f"the request body is not valid JSON: {e}", param="body")
+    except UnicodeDecodeError as e:
+        return None, InvalidRequest(f"the request body is not valid UTF-8 (byte {e.start})", param="body")
+    except RecursionError:
+        return None, InvalidRequest("the request body is nested too deeply", param="body")
+
+
+def model_name(name: str) -> str:
+    """``name`` if it can be a model name; a 400 naming ``model`` otherwise."""
+    if not _MODEL.fullmatch(name):
+        raise InvalidRequest(f"model must be 1 to {MAX_MODEL_NAME} printable ASCII characters without "
+                             "spaces", param="model")
+    return name
+
+
+def warning_header(dropped: list[str]) -> str:
+    """``x-switchyard-warning`` for unknown fields: names are the caller's, so they are shown
+    escaped (printable ASCII only) and a few at most."""
+    shown = [n.encode("ascii", "backslashreplace").decode()[:64].translate(_CONTROL)
+             for n in dropped[:_WARNING_NAMES]]
+    more = f" and {len(dropped) - _WARNING_NAMES} more" if len(dropped) > _WARNING_NAMES else ""
+    return "unknown parameter(s) dropped: " + ", ".join(shown) + more
+
+
+_CONTROL = {c: "?" for c in (*range(32), 127)}

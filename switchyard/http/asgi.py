@@ -1,0 +1,249 @@
+"""Raw ASGI for the hot endpoints: bytes in, bytes or a stream out.
+
+Litestar's request/response path costs about 90 us a call here, and its middleware wraps every
+``send`` (each stream chunk); the completion endpoints need none of it (no DTOs, no dependency
+injection: the body is parsed by the dialect tables). ``Switchyard`` dispatches them by exact path
+ahead of Litestar, which serves everything else (models, health, admin, OpenAPI, lifespan).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from switchyard.core.errors import GatewayError, InvalidRequest, MethodNotAllowed, PayloadTooLarge
+from switchyard.core.propagation import OUTGOING
+from switchyard.dialects.errors import error_bytes
+from switchyard.gateway.context import REQUEST_ID, RequestContext, request_id
+from switchyard.gateway.pipeline import JSON, Endpoint, Gateway
+from switchyard.http.access import AccessLog
+from switchyard.http.logs import REQUEST
+from switchyard.http.server import DISCONNECT, Disconnect
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+# Credentials must come once: with two, which one a proxy or a log saw is anybody's guess.
+_SINGLE = (b"authorization", b"x-api-key")
+# CR, LF and NUL never reach the wire in a header value, whoever wrote it.
+_UNSAFE = str.maketrans({"\r": " ", "\n": " ", "\0": " "})
+
+
+class RequestTimeout(GatewayError):
+    status = 408
+    type = "invalid_request_error"
+
+
+class ClientGone(Exception):
+    """The client disconnected while its request body was being read."""
+
+
+def headers_of(scope: Scope) -> dict[str, str]:
+    """Request headers by lower-cased name (ASGI lower-cases them). Raises ``InvalidRequest`` for
+    a repeated credential header."""
+    out: dict[str, str] = {}
+    for k, v in scope["headers"]:
+        name = k.decode("latin-1")
+        if name in out and k in _SINGLE:
+            raise InvalidRequest(f"send one {name} header, not several", param=name)
+        out[name] = v.decode("latin-1")
+    return out
+
+
+async def read_body(receive: Receive, limit: int, timeout: float) -> bytes:
+    msg = await receive()
+    if msg["type"] == "http.disconnect":
+        raise ClientGone
+    body = msg.get("body", b"")
+    if len(body) > limit:
+        raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes", param="body")
+    if not msg.get("more_body"):
+        return body  # the common case: the whole body came in one piece, no timer needed
+    try:
+        async with asyncio.timeout(timeout):
+            return await _rest(receive, [body], len(body), limit)
+    except TimeoutError:
+        raise RequestTimeout(f"the request body did not arrive within {timeout:g} s", param="body") from None
+
+
+async def _rest(receive: Receive, chunks: list[bytes], size: int, limit: int) -> bytes:
+    while True:
+        msg = await receive()
+        if msg["type"] == "http.disconnect":
+            raise ClientGone
+        body = msg.get("body", b"")
+        size += len(body)
+        if size > limit:
+            raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes", param="body")
+        chunks.append(body)
+        if not msg.get("more_body"):
+            return b"".join(chunks)
+
+
+def encode_headers(headers: dict[str, str], media_type: str) -> list[tuple[bytes, bytes]]:
+    return [(b"content-type", media_type.encode()),
+            *((k.encode("latin-1", "replace"), v.translate(_UNSAFE).encode("latin-1", "replace"))
+              for k, v in headers.items())]
+
+
+class AsgiResponder:
+    """``pipeline.Responder`` over one ASGI request: the answer, the request id on it, and a watch
+    for the client leaving."""
+
+    __slots__ = ("_hook", "_watcher", "ctx", "finished", "gone", "receive", "send", "started")
+
+    def __init__(self, ctx: RequestContext, scope: Scope, send: Send, receive: Receive) -> None:
+        self.ctx = ctx
+        self.send = send
+        self.receive = receive
+        self.started = False
+        self.finished = False
+        self.gone = False
+        self._hook: Disconnect | None = (scope.get("extensions") or {}).get(DISCONNECT)
+        self._watcher: asyncio.Future[None] | None = None
+
+    async def whole(self, status: int, headers: dict[str, str], body: bytes, media_type: str = JSON) -> None:
+        raw = encode_headers(headers, media_type)
+        raw.append((b"content-length", str(len(body)).encode()))
+        raw.append((REQUEST_ID.encode(), self.ctx.id.encode()))
+        self.started = self.finished = True
+        self.unwatch()
+        self.ctx.first_byte = time.monotonic()
+        await self.send({"type": "http.response.start", "status": status, "headers": raw})
+        await self.send({"type": "http.response.body", "body": body})
+
+    async def start(self, status: int, headers: dict[str, str], media_type: str) -> None:
+        raw = encode_headers(headers, media_type)
+        raw.append((REQUEST_ID.encode(), self.ctx.id.encode()))
+        self.started = True
+        await self.send({"type": "http.response.start", "status": status, "headers": raw})
+
+    async def body(self, data: bytes) -> None:
+        if self.ctx.first_byte is None:
+            self.ctx.first_byte = time.monotonic()
+        await self.send({"type": "http.response.body", "body": data, "more_body": True})
+
+    async def end(self, data: bytes) -> None:
+        self.finished = True
+        self.unwatch()
+        if data and self.ctx.first_byte is None:
+            self.ctx.first_byte = time.monotonic()
+        await self.send({"type": "http.response.body", "body": data, "more_body": False})
+
+    def watch(self, task: asyncio.Task[Any]) -> None:
+        def left() -> None:
+            if not self.finished:
+                self.gone = True
+                task.cancel()
+
+        if self._hook is not None:  # our own server tells us (gateway.server.GuardedHttp)
+            self._hook.callback = left
+            return
+
+        async def watch() -> None:  # any other ASGI server: a task waits for the disconnect
+            while (await self.receive())["type"] != "http.disconnect":
+                pass
+            left()  # (after the last byte, the server reports a "disconnect" too: see ``left``)
+
+        self._watcher = asyncio.ensure_future(watch())
+
+    def unwatch(self) -> None:
+        if self._hook is not None:
+            self._hook.done = True
+            self._hook.callback = None
+        if self._watcher is not None:
+            self._watcher.cancel()
+            self._watcher = None
+
+
+def endpoint_app(gw: Gateway, ep: Endpoint, path: str) -> ASGIApp:
+    server = gw.config.server
+    default_shape = ep.renderer or (ep.dialect.name if ep.dialect else "openai")
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        raw_id = next((v for k, v in scope["headers"] if k == b"x-request-id"), None)
+        ctx = RequestContext(request_id(raw_id.decode("latin-1") if raw_id else None), path)
+        REQUEST.set(ctx.id)  # every line logged while serving it names it
+        OUTGOING.set({REQUEST_ID: ctx.id})  # and every upstream call made for it
+        if gw.tracing is not None:
+            gw.tracing.begin(ctx, scope["headers"])
+        ctx.shape = default_shape
+        out = AsgiResponder(ctx, scope, send, receive)
+        gw.begin()
+        try:
+            if scope["method"] != "POST":
+                ctx.shape = "chat"
+                return await gw.send_error(ctx, out, MethodNotAllowed(f"{path} takes POST"))
+            try:
+                headers = headers_of(scope)
+                raw = await read_body(receive, server.max_body_bytes, server.body_timeout)
+            except GatewayError as e:
+                return await gw.send_error(ctx, out, e)
+            except ClientGone:
+                ctx.status = 499
+                return
+            await gw.serve(ctx, ep, headers, raw, out)
+        finally:
+            out.unwatch()
+            gw.finished(ctx)
+
+    return app
+
+
+# Probes and scrapes come every few seconds and say nothing an operator needs line by line.
+UNLOGGED = frozenset({"/health", "/ready", "/metrics"})
+
+
+class Switchyard:
+    """The ASGI application served: hot paths first, then Litestar."""
+
+    def __init__(self, litestar: Any, hot: dict[str, ASGIApp], gateway: Gateway,
+                 access: AccessLog | None = None) -> None:
+        self.litestar = litestar
+        self.hot = hot
+        self.gateway = gateway
+        self.access = access
+
+    @property
+    def state(self) -> Any:
+        return self.litestar.state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.litestar(scope, receive, send)
+        handler = self.hot.get(scope["path"])
+        if handler is not None:
+            return await handler(scope, receive, send)
+        raw_id = next((v for k, v in scope["headers"] if k == b"x-request-id"), None)
+        rid = request_id(raw_id.decode("latin-1") if raw_id else None).encode()
+        status = 0
+
+        async def send_with_id(msg: MutableMapping[str, Any]) -> None:
+            nonlocal status
+            if msg["type"] == "http.response.start":
+                status = msg["status"]
+                msg["headers"] = [*msg.get("headers", ()), (b"x-request-id", rid)]
+            await send(msg)
+
+        started = time.monotonic()
+        try:
+            await self._litestar(scope, receive, send_with_id)
+        finally:
+            if self.access is not None and scope["path"] not in UNLOGGED:
+                self.access.observe_other(rid.decode(), scope["method"], scope.get("path_template") or "-",
+                                          status, time.monotonic() - started)
+
+    async def _litestar(self, scope: Scope, receive: Receive, send_with_id: Send) -> None:
+        try:  # the admin API and /v1/models follow the completion endpoints' rule
+            headers_of(scope)
+        except InvalidRequest as e:
+            status, body = error_bytes("chat", e)
+            await send_with_id({"type": "http.response.start", "status": status,
+                                "headers": [(b"content-type", b"application/json"),
+                                            (b"content-length", str(len(body)).encode())]})
+            return await send_with_id({"type": "http.response.body", "body": body})
+        await self.litestar(scope, receive, send_with_id)

@@ -1,0 +1,68 @@
+"""``switchyard serve --config PATH [--host H] [--port P] [--workers N] [--log-level L]
+[--log-format json|console]``, ``switchyard
+check-config PATH`` and ``switchyard --version``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from importlib.metadata import PackageNotFoundError, version
+
+from switchyard.core.config import ConfigError, load_config
+from switchyard.http.logs import FORMAT_ENV, FORMATS, LEVEL_ENV, LEVELS
+from switchyard.http.logs import settings as log_settings
+
+
+def package_version() -> str:
+    try:
+        return version("switchyard")
+    except PackageNotFoundError:  # running from a checkout that was never installed
+        return "0+unknown"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="switchyard", description="Switchyard LLM gateway")
+    parser.add_argument("--version", action="version", version=f"switchyard {package_version()}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the gateway")
+    serve.add_argument("--config", required=True, help="path to the YAML config")
+    serve.add_argument("--host", help="overrides server.host")
+    serve.add_argument("--port", type=int, help="overrides server.port")
+    serve.add_argument("--workers", type=int, default=1,
+                       help="worker processes on one port (more than 1 needs a redis:// store)")
+    serve.add_argument("--log-level", choices=LEVELS, help=f"overrides logging.level and ${LEVEL_ENV}")
+    serve.add_argument("--log-format", choices=FORMATS,
+                       help=f"json, or console for a terminal; overrides logging.format and ${FORMAT_ENV}")
+    check = sub.add_parser("check-config", help="validate a config file and exit")
+    check.add_argument("path")
+    args = parser.parse_args(argv)
+
+    path = args.config if args.command == "serve" else args.path
+    try:
+        config = load_config(path)
+    except ConfigError as e:
+        print(f"switchyard: bad config\n{e}", file=sys.stderr)
+        return 2
+    if args.command == "check-config":
+        print(f"{path}: ok ({len(config.models)} models, {len(config.teams)} teams, "
+              f"{len(config.keys)} keys)")
+        return 0
+    if args.workers < 1:
+        print("switchyard: --workers must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        level, fmt = log_settings(args.log_level, args.log_format, config.logging.level,
+                                  config.logging.format)
+    except ValueError as e:
+        print(f"switchyard: {e} (${LEVEL_ENV}, ${FORMAT_ENV})", file=sys.stderr)
+        return 2
+    os.environ[LEVEL_ENV], os.environ[FORMAT_ENV] = level, fmt  # worker processes read these
+    from switchyard.http.server import serve as run
+
+    return run(config, path, args.host or config.server.host,
+               args.port if args.port is not None else config.server.port, args.workers)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

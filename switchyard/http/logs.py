@@ -1,0 +1,120 @@
+"""Logs: JSON lines (or a console format for a terminal) on stderr, from the standard library's
+``logging``, which the whole code base uses. Keys never reach a log: only key ids are passed to a
+logger, and an upstream's own words are scrubbed of its key before they are quoted.
+
+Every line written while a request is served carries its request id (``REQUEST``, set at the
+edge). The access log (one line per request) lives in ``switchyard.http.access``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from contextvars import ContextVar
+from typing import Any
+
+import msgspec
+
+LEVEL_ENV = "SWITCHYARD_LOG_LEVEL"
+FORMAT_ENV = "SWITCHYARD_LOG_FORMAT"
+LEVELS = ("debug", "info", "warning", "error")
+FORMATS = ("json", "console")
+# The request being served in this task, for every line logged on its behalf.
+REQUEST: ContextVar[str | None] = ContextVar("switchyard_request", default=None)
+
+_encode = msgspec.json.Encoder().encode
+
+
+_second: list[Any] = [-1, ""]  # the last second formatted: strftime costs a microsecond
+
+
+def iso(ts: float) -> str:
+    """UTC, millisecond precision: 2026-11-24T19:06:06.123Z."""
+    sec = int(ts)
+    if sec != _second[0]:
+        _second[:] = [sec, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))]
+    return f"{_second[1]}.{int((ts - sec) * 1000):03d}Z"
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {"ts": iso(record.created), "level": record.levelname.lower(),
+                               "logger": record.name, "event": record.getMessage()}
+        rid = REQUEST.get()
+        if rid is not None:
+            out["request_id"] = rid
+        fields = getattr(record, "fields", None)  # logging's own ``extra=`` mechanism
+        if fields:
+            out.update(fields)
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return _encode(out).decode()
+
+
+class ConsoleFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        rid = REQUEST.get()
+        line = (f"{time.strftime('%H:%M:%S', time.localtime(record.created))} "
+                f"{record.levelname:<7} {record.getMessage()}")
+        fields = getattr(record, "fields", None)
+        if fields:
+            line += " " + " ".join(f"{k}={v}" for k, v in fields.items())
+        if rid is not None:
+            line += f" request_id={rid}"
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+def settings(level: str | None, fmt: str | None, default_level: str = "info",
+             default_format: str = "json") -> tuple[str, str]:
+    """The level and format in force: the command line, else the environment, else the config."""
+    level = (level or os.environ.get(LEVEL_ENV) or default_level).lower()
+    fmt = (fmt or os.environ.get(FORMAT_ENV) or default_format).lower()
+    if level not in LEVELS:
+        raise ValueError(f"log level {level!r}: must be one of {', '.join(LEVELS)}")
+    if fmt not in FORMATS:
+        raise ValueError(f"log format {fmt!r}: must be one of {', '.join(FORMATS)}")
+    return level, fmt
+
+
+def configure_logging(level: str = "info", fmt: str = "json") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else ConsoleFormatter())
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)  # libraries: warnings and worse
+    for name in ("switchyard", "gateway", "backends", "policies"):  # ours (some log by module name)
+        logging.getLogger(name).setLevel(level.upper())
+    # httpx logs every request at INFO: a measurable cost per request on the hot path.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    # Our 'started' line replaces uvicorn's; its errors still show.
+    logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
+
+
+class Throttled:
+    """At most one line per ``every`` seconds for each key (a deployment), saying how
+    many were held back since: an outage must not print a line per request."""
+
+    def __init__(self, logger: logging.Logger, every: float) -> None:
+        self.logger = logger
+        self.every = every
+        self._next: dict[str, float] = {}
+        self._held: dict[str, int] = {}
+
+    def warning(self, key: str, msg: str, *args: object) -> None:
+        now = time.monotonic()
+        if now < self._next.get(key, 0.0):
+            self._held[key] = self._held.get(key, 0) + 1
+            return
+        held = self._held.pop(key, 0)
+        if len(self._next) > 10_000:  # keys are configured names; this only bounds a bug
+            self._next.clear()
+        self._next[key] = now + self.every
+        if held:
+            msg += f" ({held} more like it in the last {self.every:g} s)"
+        self.logger.warning(msg, *args)

@@ -1,0 +1,265 @@
+"""``GET /metrics``: what the gateway served, in Prometheus' text format (docs/observability.md).
+
+Cheap on the hot path: a finished request adds to plain dicts keyed by a tuple of label values
+and finds its histogram buckets with one ``bisect``; nothing else runs per request. A scrape turns
+the dicts into metric families (prometheus-client writes the text) and reads the gauges (in
+flight, breakers, the store, the engine) as they are then.
+
+Label values come only from configured names (model groups, deployments, teams, key ids) and the
+gateway's own tables (dialects, endpoints, status classes): a caller's made-up model name is the
+one value ``unknown``, never a new series. Key ids are labels only with ``metrics.per_key``.
+
+Under ``--workers N`` each worker writes its counters to a file once a second
+(``switchyard.http.scrape``) and a scrape of any worker adds up all of them.
+"""
+
+from __future__ import annotations
+
+import time
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+from switchyard.core.errors import RateLimited, Unavailable
+from switchyard.routing.health import CLOSED
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
+    from switchyard.core.config import Config
+    from switchyard.gateway.context import RequestContext
+    from switchyard.gateway.pipeline import Gateway
+
+# Seconds: 100 us .. 60 s.
+BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+           1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0)
+_N = len(BUCKETS)
+_LE = [*(f"{b:g}" for b in BUCKETS), "+Inf"]
+_CLASS = {1: "1xx", 2: "2xx", 3: "3xx", 4: "4xx", 5: "5xx"}
+
+# name -> (help, label names); the label values are the keys of the matching dict.
+COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "requests": ("Requests served, at their end",
+                 ("model", "deployment", "dialect", "endpoint", "status_class", "team")),
+    "tokens": ("Tokens charged", ("model", "team", "kind")),
+    "spend_usd": ("Spend charged, USD", ("model", "team")),
+    "limiter_decisions": ("Admission decisions: admitted, or the limit that refused (429), or "
+                          "store_unavailable (503)", ("team", "decision")),
+    "retries": ("Upstream attempts after a request's first", ("model",)),
+    "fallbacks": ("Requests served by a fallback group", ("model", "fallback")),
+    "streams_cut": ("Streams that ended before their last event", ("model",)),
+}
+PER_KEY = ("requests", "tokens", "spend_usd")  # these get a ``key`` label with metrics.per_key
+HISTOGRAMS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "request_duration_seconds": ("Request latency, first byte in to last byte out",
+                                 ("model", "deployment", "status_class")),
+    "upstream_duration_seconds": ("Time from the first upstream attempt to the answer's end",
+                                  ("model", "deployment")),
+    "gateway_overhead_seconds": ("Request latency minus upstream time", ("model", "deployment")),
+    "time_to_first_byte_seconds": ("Streams: time to the first body byte", ("model", "deployment")),
+}
+# What an engine backend reports in ``Backend.stats()`` (other keys are ignored).
+ENGINE_GAUGES = {
+    "queue_depth": "Sequences waiting for a batch slot",
+    "batch_size": "Sequences in the running batch",
+    "tokens_per_second": "Tokens generated per second, recently",
+    "kv_cache_usage": "Share of the KV cache in use (0..1)",
+}
+
+Key = tuple[str, ...]
+Counts = dict[str, dict[Key, float]]
+Hists = dict[str, dict[Key, list[float]]]  # bucket counts (+Inf last but one), then the sum
+
+
+def _observe(h: dict[Key, list[float]], key: Key, v: float) -> None:
+    row = h.get(key)
+    if row is None:
+        row = h[key] = [0.0] * (_N + 2)
+    row[bisect_left(BUCKETS, v)] += 1
+    row[-1] += v
+
+
+class Recorder:
+    """This process's counters and histograms, added to at each request's end."""
+
+    def __init__(self, config: Config) -> None:
+        self.per_key = config.metrics.per_key
+        self.counts: Counts = {name: {} for name in COUNTERS}
+        self.hists: Hists = {name: {} for name in HISTOGRAMS}
+
+    def observe(self, ctx: RequestContext) -> None:
+        route, run, p = ctx.route, ctx.run, ctx.principal
+        group = route.model.name if route is not None else "unknown"  # a wildcard: its vendor/*
+        dep = run.deployment or "none"
+        team = p.team if p is not None else "none"
+        status = ctx.status or 499
+        cls = _CLASS.get(status // 100, "5xx")
+        c = self.counts
+        key: Key = (group, dep, ctx.dialect or "unknown", ctx.endpoint, cls, team)
+        if self.per_key:
+            key += (p.key_id if p is not None else "none",)
+        reqs = c["requests"]
+        reqs[key] = reqs.get(key, 0) + 1
+        latency = ctx.latency
+        hists = self.hists
+        _observe(hists["request_duration_seconds"], (group, dep, cls), latency)
+        if p is None or route is None:
+            return  # refused before a model was named: nothing more to count
+        self._admission(ctx, team)
+        if ctx.ticket is None:
+            return
+        dkey = (group, dep)
+        upstream = ctx.upstream
+        if upstream is not None:
+            _observe(hists["upstream_duration_seconds"], dkey, upstream)
+            _observe(hists["gateway_overhead_seconds"], dkey, max(latency - upstream, 0.0))
+        ttfb = ctx.ttfb
+        if ctx.stream and ttfb is not None and status == 200:
+            _observe(hists["time_to_first_byte_seconds"], dkey, ttfb)
+        if run.attempts > 1:
+            c["retries"][(group,)] = c["retries"].get((group,), 0) + run.attempts - 1
+        if run.fallback is not None:
+            fk = (group, run.fallback)
+            c["fallbacks"][fk] = c["fallbacks"].get(fk, 0) + 1
+        if ctx.cut:
+            c["streams_cut"][(group,)] = c["streams_cut"].get((group,), 0) + 1
+        usage = ctx.usage
+        if usage is not None and (usage.prompt_tokens or usage.completion_tokens):
+            self._usage(ctx, group, team, usage.prompt_tokens, usage.completion_tokens,
+                        usage.cached_tokens)
+
+    def _admission(self, ctx: RequestContext, team: str) -> None:
+        if ctx.ticket is not None:
+            decision = "admitted"
+        elif ctx.admit_at is None:
+            return  # refused before admission (a bad request, a model it may not use)
+        elif isinstance(ctx.error, RateLimited):
+            decision = ctx.error.limit or "other"
+        elif isinstance(ctx.error, Unavailable):
+            decision = "store_unavailable"
+        else:
+            decision = "error"
+        d = self.counts["limiter_decisions"]
+        d[(team, decision)] = d.get((team, decision), 0) + 1
+
+    def _usage(self, ctx: RequestContext, group: str, team: str, prompt: int, completion: int,
+               cached: int) -> None:
+        assert ctx.route is not None and ctx.principal is not None
+        extra: Key = (ctx.principal.key_id,) if self.per_key else ()
+        tokens = self.counts["tokens"]
+        for kind, n in (("prompt", prompt), ("completion", completion), ("cached", cached)):
+            if n:
+                k = (group, team, kind, *extra)
+                tokens[k] = tokens.get(k, 0) + n
+        usd = ctx.spend_usd
+        if usd:
+            spend = self.counts["spend_usd"]
+            k = (group, team, *extra)
+            spend[k] = spend.get(k, 0.0) + usd
+
+
+def gauges(gw: Gateway) -> dict[str, dict[Key, float]]:
+    """This process's gauges now: requests in flight, breakers, engines, the store's backlog.
+    (Summed over workers, except ``MAX_GAUGES``: the largest worker's value.)"""
+    now = time.monotonic()
+    out: dict[str, dict[Key, float]] = {
+        "requests_in_flight": {(): gw.inflight},
+        "store_backlog": {(): gw.policies.policy.backlog},
+        "deployment_in_flight": {}, "circuit_open": {}, "circuit_cooldown_seconds": {},
+        "circuit_trips": {}, **{f"engine_{k}": {} for k in ENGINE_GAUGES}}
+    for t in gw.router.targets:
+        key = (t.name,)
+        b = t.health.breaker
+        out["deployment_in_flight"][key] = t.health.inflight
+        out["circuit_open"][key] = 0 if b.state == CLOSED else 1
+        out["circuit_cooldown_seconds"][key] = b.retry_in(now)
+        out["circuit_trips"][key] = b.trips
+        for k, v in t.backend.stats().items():
+            if k in ENGINE_GAUGES:
+                out[f"engine_{k}"][key] = v
+    return out
+
+
+GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "requests_in_flight": ("Requests between their first byte in and their settlement", ()),
+    "store_backlog": ("Settlements waiting for the policy store to answer again", ()),
+    "deployment_in_flight": ("Upstream calls in flight per deployment", ("deployment",)),
+    "circuit_open": ("Workers whose circuit breaker for the deployment is open or half-open",
+                     ("deployment",)),
+    "circuit_cooldown_seconds": ("Seconds until an open breaker lets a probe through",
+                                 ("deployment",)),
+    **{f"engine_{k}": (doc, ("deployment",)) for k, doc in ENGINE_GAUGES.items()},
+}
+MAX_GAUGES = frozenset({"circuit_cooldown_seconds", *(f"engine_{k}" for k in ENGINE_GAUGES)})
+# Gauges that only ever grow: exposed as counters.
+GAUGE_COUNTERS = {"circuit_trips": ("Times a deployment's circuit breaker opened", ("deployment",))}
+
+
+class Snapshot:
+    """Counters, histograms and gauges of one or several processes, added up."""
+
+    def __init__(self) -> None:
+        self.counts: Counts = {name: {} for name in COUNTERS}
+        self.hists: Hists = {name: {} for name in HISTOGRAMS}
+        self.gauges: dict[str, dict[Key, float]] = {}
+
+    def add(self, counts: Counts, hists: Hists, gauges: dict[str, dict[Key, float]] | None) -> None:
+        for name, rows in counts.items():
+            mine = self.counts.setdefault(name, {})
+            for k, v in rows.items():
+                mine[k] = mine.get(k, 0) + v
+        for name, hrows in hists.items():
+            hmine = self.hists.setdefault(name, {})
+            for k, row in hrows.items():
+                have = hmine.get(k)
+                hmine[k] = list(row) if have is None else [a + b for a, b in zip(have, row, strict=True)]
+        for name, grows in (gauges or {}).items():
+            gmine = self.gauges.setdefault(name, {})
+            for k, v in grows.items():
+                gmine[k] = (max(gmine.get(k, v), v) if name in MAX_GAUGES else gmine.get(k, 0) + v)
+
+    def families(self, per_key: bool, store: tuple[bool, float | None]) -> Iterator[Metric]:
+        for name, (doc, labels) in COUNTERS.items():
+            names = [*labels, "key"] if per_key and name in PER_KEY else list(labels)
+            fam = CounterMetricFamily(f"switchyard_{name}", doc, labels=names)
+            for k, v in self.counts.get(name, {}).items():
+                fam.add_metric(list(k), v)
+            yield fam
+        for name, (doc, labels) in HISTOGRAMS.items():
+            hfam = HistogramMetricFamily(f"switchyard_{name}", doc, labels=list(labels))
+            for k, row in self.hists.get(name, {}).items():
+                cum, buckets = 0.0, []
+                for le, n in zip(_LE, row[:-1], strict=True):
+                    cum += n
+                    buckets.append((le, cum))
+                hfam.add_metric(list(k), buckets, row[-1])
+            yield hfam
+        for name, (doc, labels) in GAUGES.items():
+            gfam = GaugeMetricFamily(f"switchyard_{name}", doc, labels=list(labels))
+            for k, v in self.gauges.get(name, {}).items():
+                gfam.add_metric(list(k), v)
+            yield gfam
+        for name, (doc, labels) in GAUGE_COUNTERS.items():
+            cfam = CounterMetricFamily(f"switchyard_{name}", doc, labels=list(labels))
+            for k, v in self.gauges.get(name, {}).items():
+                cfam.add_metric(list(k), v)
+            yield cfam
+        up, rtt = store
+        yield GaugeMetricFamily("switchyard_store_up", "1 when the policy store answered the "
+                                "scrape's ping in time", value=1 if up else 0)
+        if rtt is not None:
+            yield GaugeMetricFamily("switchyard_store_ping_seconds",
+                                    "Round trip of the scrape's ping to the policy store", value=rtt)
+
+
+class Families(Collector):
+    """A prometheus-client collector over a finished ``Snapshot`` (one per scrape)."""
+
+    def __init__(self, metrics: Iterable[Metric]) -> None:
+        self.metrics = list(metrics)
+
+    def collect(self) -> Iterable[Metric]:
+        return self.metrics

@@ -1,0 +1,104 @@
+"""The seam between the gateway and its policies: who is calling, and may they spend this.
+
+The gateway calls ``Policy.admit`` once per request (one store round trip covering every limit
+of the key, its team and the (team, model) pair) and ``Policy.settle`` exactly once when the
+request ends, however it ends, with the real usage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from switchyard.core.canonical import Usage
+from switchyard.core.config import Limits
+
+
+@dataclass(slots=True, frozen=True)
+class Principal:
+    """An authenticated caller: a key and the team it belongs to."""
+
+    key_id: str
+    team: str
+    key_limits: Limits = field(default_factory=Limits)
+    team_limits: Limits = field(default_factory=Limits)
+    team_model_limits: dict[str, Limits] = field(default_factory=dict)
+    key_models: frozenset[str] | None = None  # None = any model
+    team_models: frozenset[str] | None = None
+    strict: bool = False
+    default_model: str | None = None
+    timeout: float | None = None
+    expires_ms: int | None = None  # wall-clock epoch ms after which the key is refused (401)
+
+    def may_use(self, model: str) -> bool:
+        return all(allowed is None or _allowed(model, allowed)
+                   for allowed in (self.key_models, self.team_models))
+
+
+def _allowed(model: str, allowed: frozenset[str]) -> bool:
+    if model in allowed:
+        return True
+    # "vendor/*" in an allowlist admits the vendor's every model; a pinned deployment
+    # "vendor/model/deployment" is admitted by its model group "vendor/model".
+    parts = model.split("/")
+    return f"{parts[0]}/*" in allowed or "/".join(parts[:2]) in allowed
+
+
+@dataclass(slots=True)
+class Ticket:
+    """What ``admit`` hands back: enough to settle the request later, and the headers to send."""
+
+    principal: Principal
+    model: str
+    reserved_tokens: int
+    id: str = ""  # unique per admission: the usage record's ticket_id, and the lease's id
+    # The configured name usage is aggregated under: ``model`` itself, except that a wildcard
+    # route's callers may name any model, and they must not mint aggregate fields at will.
+    group: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+    lease_id: str | None = None
+    started: float = 0.0  # time.monotonic() at admission
+    settled: bool = False
+    prompt_tokens: int = 0  # as counted before the call
+    reserved_spend: int = 0  # nano-USD held against spend quotas
+    admitted_ms: int = 0  # the store's clock (Redis TIME) at admission; dates the usage record
+    plan: Any = None  # policies.plan.Plan: the counters to settle
+    local: bool = False  # admitted by the in-process fallback while the store was down (fail-open)
+
+
+@dataclass(slots=True)
+class Outcome:
+    """How a request ended, for its settlement and usage record.
+
+    ``usage`` is what to charge: what the backend reported it billed, else what was counted,
+    and nothing for a request that failed before any token. ``called`` is False when no model
+    was called at all (the gateway refused after admission): the request is given back to the
+    rpm limits too.
+    """
+
+    usage: Usage
+    status: int
+    called: bool = True
+    deployment: str = ""
+    latency_ms: float = 0.0
+    ttfb_ms: float = -1.0
+    attempts: int = 0
+    cut: bool = False
+    request_id: str = ""
+    endpoint: str = ""
+    dialect: str = ""
+    requested_model: str = ""
+
+
+class Policy(Protocol):
+    async def admit(self, principal: Principal, model: str, *, prompt_tokens: int,
+                    max_tokens: int, fail_open: bool = False, group: str | None = None) -> Ticket:
+        """Reserve ``prompt_tokens + max_tokens`` and a request against every applicable limit,
+        all or nothing. Raises ``switchyard.core.errors.RateLimited`` (429, naming the limit, with
+        Retry-After) or ``Unavailable`` (503) when the store is down and ``fail_open`` is false."""
+        ...
+
+    async def settle(self, ticket: Ticket, outcome: Outcome) -> None:
+        """Replace the reservation by the real usage, release the concurrency slot, write the
+        usage record and aggregates. Idempotent: a second call does nothing."""
+        ...

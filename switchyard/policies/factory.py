@@ -1,0 +1,85 @@
+"""Everything the gateway needs from policies, built from the config in one call.
+
+    policies = build_policies(config)
+    app = Litestar(route_handlers=[..., policies.admin_router()], on_shutdown=[policies.aclose])
+    principal = await policies.keys.lookup(raw_key)            # None -> 401
+    ticket = await policies.policy.admit(principal, model, prompt_tokens=n, max_tokens=m,
+                                         fail_open=deployment.on_store_error == "open")
+    try: ... finally: await policies.policy.settle(ticket, Outcome(usage, status, ...))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from litestar import Router
+
+from switchyard.core.config import Config
+from switchyard.http.admin import admin_router
+from switchyard.http.admin_auth import AdminAuth
+from switchyard.http.sessions import Sessions
+from switchyard.policies.keys import KeyRing
+from switchyard.policies.limits import Limiter
+from switchyard.policies.memory import MemoryStore
+from switchyard.policies.pricing import Pricing
+from switchyard.policies.registry import Registry
+from switchyard.policies.store import Store
+from switchyard.policies.usage import UsageQuery, UsageSource
+
+if TYPE_CHECKING:
+    from switchyard.policies.ledger import Ledger
+
+
+def open_store(url: str, *, timeout: float = 0.25, ns: str = "sy") -> Store:
+    """memory:// -> in-process; redis://, rediss:// -> Redis; redis+cluster:// -> Redis Cluster."""
+    if url.startswith("memory://"):
+        return MemoryStore(ns=ns)
+    from switchyard.policies.redis_store import RedisStore  # redis is only imported when used
+
+    return RedisStore.from_url(url, timeout=timeout, ns=ns)
+
+
+@dataclass(slots=True)
+class Policies:
+    config: Config
+    store: Store
+    keys: KeyRing
+    policy: Limiter
+    registry: Registry
+    usage: UsageSource
+    auth: AdminAuth
+    ledger: Ledger | None = None
+
+    def admin_router(self) -> Router:
+        return admin_router(self.registry, self.usage, self.auth)
+
+    async def start(self) -> None:
+        """Background work that needs the event loop (the ledger's feed)."""
+        if self.ledger is not None:
+            await self.ledger.start()
+
+    async def aclose(self) -> None:
+        await self.policy.aclose()  # settlements reach the store first, then the ledger drains
+        if self.ledger is not None:
+            await self.ledger.aclose()
+        await self.store.aclose()
+
+
+def build_policies(config: Config, *, ns: str = "sy", key_cache_ttl: float = 1.0,
+                   lease_ttl_ms: int = 60_000) -> Policies:
+    """Nothing connects here: the Redis client connects lazily on first use."""
+    store = open_store(config.store.url, timeout=config.store.timeout, ns=ns)
+    keys = KeyRing.from_config(config, store=store, ttl=key_cache_ttl)
+    registry = Registry(config, store, keys)
+    policy = Limiter(store, Pricing(config), lease_ttl_ms=lease_ttl_ms)
+    ledger = None
+    usage: UsageSource = UsageQuery(store, registry)
+    if config.usage.ledger:
+        from switchyard.policies.ledger import build_ledger  # asyncpg: the ``ledger`` extra
+
+        ledger = build_ledger(config.usage, store, registry.team_names)
+        usage = ledger.usage
+    auth = AdminAuth(config.master_key, Sessions(store))
+    return Policies(config=config, store=store, keys=keys, policy=policy, registry=registry,
+                    usage=usage, auth=auth, ledger=ledger)

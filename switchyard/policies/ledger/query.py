@@ -1,0 +1,111 @@
+"""Usage queries answered by the ledger: aggregates from ``usage_hourly``, raw rows from
+``usage_records`` (keyset pages, newest first). Same shapes as ``switchyard.policies.usage.UsageQuery``."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from switchyard.policies.ledger.sink import PgSink
+from switchyard.policies.usage import usage_row
+from switchyard.policies.usage_filter import UsageFilter, encode_cursor
+
+_GROUP_SQL = {
+    "team": "team", "key": "key_id", "model": "model", "deployment": "deployment", "status": "status",
+    "day": "to_char(hour AT TIME ZONE 'UTC', 'YYYY-MM-DD')",
+    "hour": "to_char(hour AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:00:00\"Z\"')",
+}
+_METRICS = ("requests", "errors", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_nano")
+_RECORD = ("ts_ms", "key_id", "team", "model", "deployment", "prompt_tokens", "completion_tokens",
+           "cached_tokens", "cost_nano", "status", "latency_ms", "request_id", "ticket_id", "endpoint",
+           "dialect", "requested_model", "attempts", "ttfb_ms", "cut")
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def _where(f: UsageFilter, time_col: str, args: list[Any]) -> str:
+    """The filter's SQL conditions, appending their parameters to ``args``."""
+    conds = []
+
+    def arg(v: Any) -> str:
+        args.append(v)
+        return f"${len(args)}"
+
+    for col, v in (("team", f.team), ("key_id", f.key), ("model", f.model)):
+        if v is not None:
+            conds.append(f"{col} = {arg(v)}")
+    if f.status:
+        ranges = [f"status BETWEEN {arg(lo)} AND {arg(hi)}" for lo, hi in f.status]
+        conds.append("(" + " OR ".join(ranges) + ")")
+    if f.start is not None:
+        conds.append(f"{time_col} >= {arg(f.start)}")
+    if f.end is not None:
+        conds.append(f"{time_col} < {arg(f.end)}")
+    return " AND ".join(conds) or "true"
+
+
+def _row(metrics: dict[str, Any]) -> dict[str, Any]:
+    m = {k: int(metrics.get(k) or 0) for k in _METRICS}
+    n = m["requests"]
+    avg = round(float(metrics.get("latency_ms") or 0) / n, 3) if n else 0.0
+    return usage_row(m) | {"cost_nano": m["cost_nano"], "latency_ms_avg": avg}
+
+
+def _day_or_instant(t: dt.datetime | None, f: UsageFilter, end: bool) -> str:
+    if t is None:
+        return ""
+    if f.instants:
+        return t.isoformat().replace("+00:00", "Z")
+    return (t - dt.timedelta(days=1) if end else t).date().isoformat()
+
+
+class LedgerUsage:
+    source = "ledger"
+
+    def __init__(self, sink: PgSink) -> None:
+        self.sink = sink
+
+    async def query(self, f: UsageFilter) -> dict[str, Any]:
+        args: list[Any] = []
+        where = _where(f, "hour", args)
+        groups = [f"{_GROUP_SQL[g]} AS g{i}" for i, g in enumerate(f.group_by)]
+        sums = [f"sum({m})::bigint AS {m}" for m in _METRICS] + ["sum(latency_ms) AS latency_ms"]
+        sql = f"SELECT {', '.join(groups + sums)} FROM usage_hourly WHERE {where}"
+        if groups:
+            order = ", ".join(f"g{i}" for i in range(len(groups)))
+            sql += f" GROUP BY {order} ORDER BY {order}"
+        async with self.sink.reading() as conn:
+            rows = await conn.fetch(sql, *args)
+        data, total = [], dict.fromkeys((*_METRICS, "latency_ms"), 0)
+        for r in rows:
+            if not r["requests"]:
+                continue  # no group and no rows: sum() of nothing
+            data.append({g: r[f"g{i}"] for i, g in enumerate(f.group_by)} | _row(dict(r)))
+            for k in total:
+                total[k] += r[k] or 0
+        return {"from": _day_or_instant(f.start, f, False), "to": _day_or_instant(f.end, f, True),
+                "group_by": list(f.group_by), "data": data, "total": _row(total)}
+
+    async def records(self, f: UsageFilter) -> dict[str, Any]:
+        args: list[Any] = []
+        where = _where(f, "ts", args)
+        if f.cursor is not None:
+            ts = _EPOCH + dt.timedelta(microseconds=f.cursor[0])
+            args += [ts, f.cursor[1]]
+            where += f" AND (ts, ticket_id) < (${len(args) - 1}, ${len(args)})"
+        args.append(f.limit + 1)
+        sql = (f"SELECT * FROM usage_records WHERE {where} ORDER BY ts DESC, ticket_id DESC "
+               f"LIMIT ${len(args)}")
+        async with self.sink.reading() as conn:
+            rows = await conn.fetch(sql, *args)
+        page = rows[:f.limit]
+        data = []
+        for r in page:
+            d = dict(r)
+            ts: dt.datetime = d.pop("ts")
+            d["ts_ms"] = (ts - _EPOCH) // dt.timedelta(milliseconds=1)
+            data.append({k: d[k] for k in _RECORD})
+        nxt = None
+        if len(rows) > f.limit:
+            last = page[-1]
+            nxt = encode_cursor((last["ts"] - _EPOCH) // dt.timedelta(microseconds=1), last["ticket_id"])
+        return {"data": data, "next_cursor": nxt}

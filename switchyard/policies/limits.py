@@ -1,0 +1,308 @@
+"""The Policy: admit a request against every limit in one store call, settle it exactly once.
+
+Order for the gateway: ``keys.lookup`` -> ``count_prompt_tokens`` -> ``policy.admit`` (429 / 503
+raised here) -> call the backend -> ``policy.settle`` in a ``finally`` with whatever was produced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import os
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from switchyard.core.errors import Forbidden, RateLimited, Unavailable
+from switchyard.policies.base import Outcome, Principal, Ticket
+from switchyard.policies.memory import MemoryStore
+from switchyard.policies.plan import NANO, Plan, build_plan
+from switchyard.policies.pricing import Pricing
+from switchyard.policies.store import Admission, Store, StoreDown, UsageRecord
+
+log = logging.getLogger("switchyard.policies")
+
+# Reserved for completions when the caller set no bound (max_tokens None or -1).
+DEFAULT_COMPLETION_RESERVE = 4096
+_WHAT = {
+    "rpm": "requests per minute limit {limit} reached",
+    "tpm": "tokens per minute limit {limit} reached (this request reserves {reserve} tokens)",
+    "too_large": "request reserves {reserve} tokens (prompt + max_tokens), more than the tokens per "
+                 "minute limit {limit}; lower max_tokens",
+    "concurrency": "concurrent requests limit {limit} reached",
+    "tokens_per_day": "daily token quota {limit} reached",
+    "tokens_per_month": "monthly token quota {limit} reached",
+    "spend_per_day": "daily spend quota ${usd} reached",
+    "spend_per_month": "monthly spend quota ${usd} reached",
+}
+
+
+def duration(ms: int) -> str:
+    """OpenAI's reset format: "20ms", "1s", "1.5s", "6m0s"."""
+    if ms < 1000:
+        return f"{max(ms, 0)}ms"
+    m, s = divmod(ms / 1000, 60)
+    secs = f"{s:.3f}".rstrip("0").rstrip(".")
+    return f"{int(m)}m{secs}s" if m else f"{secs}s"
+
+
+def ratelimit_headers(adm: Admission) -> dict[str, str]:
+    h: dict[str, str] = {}
+    if adm.req is not None:
+        lim, rem, reset = adm.req
+        h["x-ratelimit-limit-requests"] = str(lim)
+        h["x-ratelimit-remaining-requests"] = str(rem)
+        h["x-ratelimit-reset-requests"] = duration(reset)
+    if adm.tok is not None:
+        lim, rem, reset = adm.tok
+        h["x-ratelimit-limit-tokens"] = str(lim)
+        h["x-ratelimit-remaining-tokens"] = str(rem)
+        h["x-ratelimit-reset-tokens"] = duration(reset)
+    return h
+
+
+def _since(state: tuple[int, int, int] | None, then_ms: int, now_ms: int) -> tuple[int, int, int] | None:
+    """A per-minute limit's (limit, remaining, reset ms) seen at ``then_ms``, at ``now_ms``: the
+    bucket refills evenly over the minute (GCRA)."""
+    if state is None:
+        return None
+    limit, remaining, reset = state
+    elapsed = max(now_ms - then_ms, 0)
+    if elapsed >= reset:
+        return limit, limit, 0
+    return limit, min(limit, remaining + elapsed * limit // 60_000), reset - elapsed
+
+
+class Limiter:
+    """``Policy`` over a shared store, with an in-process fallback for fail-open deployments."""
+
+    def __init__(self, store: Store, pricing: Pricing, *, fallback: MemoryStore | None = None,
+                 lease_ttl_ms: int = 60_000, down_for: float = 1.0, max_backlog: int = 100_000) -> None:
+        self.store = store
+        self.pricing = pricing
+        self.fallback = fallback if fallback is not None else MemoryStore(ns=store.ns)
+        self.lease_ttl_ms = lease_ttl_ms
+        self.down_for = down_for  # after a failure, go straight to the fallback for this long
+        self._down_until = 0.0
+        self.outage = False  # the store failed and has not answered since (logged once each way)
+        self._plans: dict[tuple[str, str], tuple[Principal, Plan]] = {}
+        # The per-minute limits as this replica last admitted against them, per (key, model): a
+        # 429 states the limits that did not refuse from here (OpenAI sends all six headers).
+        self._seen: dict[tuple[str, str], Admission] = {}
+        self._live: dict[str, Ticket] = {}  # lease id -> ticket, for renewal
+        # Store calls to replay once it answers (settlements, cancelled admissions), in order.
+        self._backlog: deque[Callable[[], Awaitable[None]]] = deque(maxlen=max_backlog)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._renewer: asyncio.Task[None] | None = None
+        self._reconciler: asyncio.Task[None] | None = None
+
+    def plan_for(self, p: Principal, model: str) -> Plan:
+        hit = self._plans.get((p.key_id, model))
+        if hit is not None and (hit[0] is p or hit[0] == p):
+            return hit[1]
+        plan = build_plan(self.store.ns, p.key_id, p.team, model, p.key_limits, p.team_limits,
+                          p.team_model_limits)
+        if len(self._plans) > 50_000:
+            self._plans.clear()
+        self._plans[(p.key_id, model)] = (p, plan)
+        return plan
+
+    @property
+    def store_down(self) -> bool:
+        return time.monotonic() < self._down_until
+
+    def _mark_down(self, err: BaseException) -> None:
+        if not self.outage:  # once per outage, not once per request (or per retry)
+            self.outage = True
+            log.error("policy store unavailable: %s", err)
+        self._down_until = time.monotonic() + self.down_for
+
+    def _mark_up(self) -> None:
+        if self.outage:
+            self.outage = False
+            log.warning("policy store reachable again")
+
+    async def admit(self, principal: Principal, model: str, *, prompt_tokens: int, max_tokens: int,
+                    fail_open: bool = False, group: str | None = None) -> Ticket:
+        if not principal.may_use(model):
+            raise Forbidden(f"key {principal.key_id} may not use model {model}", param="model")
+        plan = self.plan_for(principal, model)
+        completion = max_tokens if max_tokens is not None and max_tokens >= 0 else DEFAULT_COMPLETION_RESERVE
+        reserve = prompt_tokens + completion
+        spend = self.pricing.cost_nano(model, prompt_tokens, completion)
+        ticket_id = os.urandom(9).hex()
+        lease = ticket_id if plan.has_concurrency else None
+        local = False
+        if not plan.has_limits:
+            adm = Admission(True, time.time_ns() // 1_000_000)
+        elif self.store_down:
+            adm, local = await self._degraded(plan, reserve, spend, lease, fail_open, None)
+        else:
+            try:
+                adm = await self.store.admit(plan, tokens=reserve, spend=spend, lease_id=lease,
+                                             lease_ttl_ms=self.lease_ttl_ms, ticket=ticket_id)
+                if self.outage:
+                    self._mark_up()
+            except StoreDown as e:
+                self._mark_down(e)
+                # It may still run when the store wakes up (a stall, not an outage): undo it then.
+                self._queue(lambda: self.store.cancel(plan, ticket=ticket_id, tokens=reserve, spend=spend,
+                                                      lease_id=lease))
+                adm, local = await self._degraded(plan, reserve, spend, lease, fail_open, e)
+        if not adm.ok:
+            raise self._refusal(plan, adm, reserve, self._seen.get((plan.key_id, plan.model)))
+        if adm.req is not None or adm.tok is not None:
+            if len(self._seen) > 50_000:
+                self._seen.clear()
+            self._seen[(plan.key_id, plan.model)] = adm
+        t = Ticket(principal=principal, model=model, reserved_tokens=reserve, id=ticket_id,
+                   group=group or model,
+                   headers=ratelimit_headers(adm),
+                   lease_id=lease, started=time.monotonic(), prompt_tokens=prompt_tokens,
+                   reserved_spend=spend, admitted_ms=adm.now_ms, plan=plan, local=local)
+        if lease is not None:
+            self._live[lease] = t
+            if self._renewer is None or self._renewer.done():
+                self._renewer = asyncio.create_task(self._renew_loop())
+        return t
+
+    async def _degraded(self, plan: Plan, reserve: int, spend: int, lease: str | None, fail_open: bool,
+                        err: BaseException | None) -> tuple[Admission, bool]:
+        if not fail_open:
+            raise Unavailable("the policy store is unavailable; try again shortly",
+                              headers={"Retry-After": "1"}) from err
+        # Serve, counting against this replica's own copy of the limits; reconciled later.
+        adm = await self.fallback.admit(plan, tokens=reserve, spend=spend, lease_id=lease,
+                                        lease_ttl_ms=self.lease_ttl_ms, ticket=lease or "")
+        return adm, True
+
+    @staticmethod
+    def _refusal(plan: Plan, adm: Admission, reserve: int, seen: Admission | None) -> RateLimited:
+        scope = plan.scopes[adm.scope]
+        what = _WHAT[adm.kind].format(limit=adm.limit, reserve=reserve,
+                                      usd=f"{adm.limit / NANO:g}")
+        secs = max(1, math.ceil(adm.retry_ms / 1000))
+        tail = "" if adm.kind == "too_large" else f"; retry in {secs} s"
+        headers = {"Retry-After": str(secs)}
+        # As OpenAI does on its 429s: the limit that refused, nothing left, and when it resets;
+        # the other per-minute limit as last admitted here, replenished since.
+        req = _since(seen.req, seen.now_ms, adm.now_ms) if seen is not None else None
+        tok = _since(seen.tok, seen.now_ms, adm.now_ms) if seen is not None else None
+        if adm.kind == "rpm":
+            req = (adm.limit, 0, adm.retry_ms)
+        elif adm.kind in ("tpm", "too_large"):
+            tok = (adm.limit, 0, adm.retry_ms)
+        headers.update(ratelimit_headers(Admission(False, adm.now_ms, req=req, tok=tok)))
+        e = RateLimited(f"{scope.label}: {what}{tail}", headers=headers)
+        e.limit = adm.kind
+        return e
+
+    async def settle(self, ticket: Ticket, outcome: Outcome) -> None:
+        """Never raises: a store failure queues the settlement for replay."""
+        if ticket.settled:
+            return
+        ticket.settled = True
+        if ticket.lease_id is not None:
+            self._live.pop(ticket.lease_id, None)
+        plan: Plan = ticket.plan
+        usage = outcome.usage
+        cost = self.pricing.cost(ticket.model, usage)
+        rec = UsageRecord(ts_ms=ticket.admitted_ms, key_id=ticket.principal.key_id, team=plan.team,
+                          model=ticket.group or ticket.model, deployment=outcome.deployment,
+                          prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
+                          cached_tokens=usage.cached_tokens, cost_nano=cost, status=outcome.status,
+                          latency_ms=round(outcome.latency_ms, 3), request_id=outcome.request_id,
+                          ticket_id=ticket.id, endpoint=outcome.endpoint, dialect=outcome.dialect,
+                          requested_model=outcome.requested_model, attempts=outcome.attempts,
+                          ttfb_ms=round(outcome.ttfb_ms, 3), cut=outcome.cut)
+        kw: dict[str, Any] = dict(plan=plan, admitted_ms=ticket.admitted_ms,
+                                  token_delta=usage.total_tokens - ticket.reserved_tokens,
+                                  spend_delta=cost - ticket.reserved_spend, lease_id=ticket.lease_id,
+                                  record=rec, refund_request=not outcome.called)
+        if ticket.local:
+            await self.fallback.settle(**kw)
+            # The shared store never saw the reservation: add the real usage once it is back.
+            replay = dict(kw, token_delta=usage.total_tokens, spend_delta=cost, lease_id=None,
+                          rates=False, refund_request=False)
+            self._queue(lambda: self.store.settle(**replay))
+            return
+        # Off the critical path once the command is on the wire (this replica's next admissions
+        # queue behind it on the same connection): its reply is awaited in a task of its own,
+        # which handles failure as above; aclose waits for it. Not sent yet (no connection):
+        # the whole call is awaited here.
+        try:
+            sent, pending = self.store.settle_nowait(**kw)
+        except Exception:
+            log.exception("settle failed")
+            return
+        if pending is None:
+            return
+        if not sent:
+            await self._settle_store(pending, kw)
+            return
+        task = asyncio.ensure_future(self._settle_store(pending, kw))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _settle_store(self, pending: Awaitable[None], kw: dict[str, Any]) -> None:
+        try:
+            await pending
+        except StoreDown as e:
+            self._mark_down(e)
+            self._queue(lambda: self.store.settle(**kw))
+        except Exception:  # a bug must not turn a served request into a 500
+            log.exception("settle failed")
+
+    async def flush(self) -> None:
+        """Wait for settlements still in flight (shutdown, tests)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    def _queue(self, op: Callable[[], Awaitable[None]]) -> None:
+        """Run ``op`` against the store once it answers again, in order with the others."""
+        self._backlog.append(op)
+        if self._reconciler is None or self._reconciler.done():
+            self._reconciler = asyncio.create_task(self._reconcile_loop())
+
+    async def _reconcile_loop(self) -> None:
+        while self._backlog:
+            await asyncio.sleep(self.down_for / 2)
+            try:
+                await self.store.ping()
+                while self._backlog:
+                    await self._backlog[0]()
+                    self._backlog.popleft()
+                self._down_until = 0.0
+                self._mark_up()
+                log.info("usage kept while the policy store was down is reconciled")
+            except StoreDown:
+                continue
+            except Exception:
+                log.exception("reconcile failed; dropping one settlement")
+                self._backlog.popleft()
+
+    async def _renew_loop(self) -> None:
+        while self._live:
+            await asyncio.sleep(self.lease_ttl_ms / 3000)
+            shared = [(t.plan, t.lease_id) for t in self._live.values() if not t.local]
+            local = [(t.plan, t.lease_id) for t in self._live.values() if t.local]
+            with contextlib.suppress(StoreDown):
+                if shared:
+                    await self.store.renew(shared, self.lease_ttl_ms)  # type: ignore[arg-type]
+            if local:
+                await self.fallback.renew(local, self.lease_ttl_ms)  # type: ignore[arg-type]
+
+    @property
+    def backlog(self) -> int:
+        return len(self._backlog)
+
+    async def aclose(self) -> None:
+        await self.flush()
+        for task in (self._renewer, self._reconciler):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task

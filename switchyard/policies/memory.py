@@ -1,0 +1,229 @@
+"""memory:// -- the store in-process, for one replica (and the fail-open fallback).
+
+The algorithms are those of ``scripts/admit.lua`` and ``scripts/settle.lua``, line for line; the
+event loop is single-threaded and nothing here awaits, so each call is atomic like a script.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections import defaultdict, deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from switchyard.policies.plan import KINDS, NONE, Plan
+from switchyard.policies.store import DAY_MS, Admission, UsageRecord, agg_increments, month_of
+
+WINDOW_MS = 60_000.0
+
+
+def _next_month_ms(month: int) -> int:
+    y, m = divmod(month + 1, 12)
+    m += 1
+    # days_from_civil(y, m, 1)
+    y -= m <= 2
+    era = y // 400
+    yoe = y - era * 400
+    mp = m - 3 if m > 2 else m + 9
+    doy = (153 * mp + 2) // 5
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    return (era * 146097 + doe - 719468) * DAY_MS
+
+
+def _gcra(tat: float | None, now: int, per_minute: int, cost: int) -> tuple[float, int]:
+    """One GCRA step (as admit.lua): the theoretical arrival time after ``cost`` units at
+    ``per_minute``, and how many single units would still fit in the window after it."""
+    t = 60_000.0 / per_minute
+    new = max(tat if tat is not None else now, now) + cost * t
+    return new, math.floor((WINDOW_MS - (new - now)) / t + 1e-9)
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class MemoryStore:
+    def __init__(self, ns: str = "sy", clock: Callable[[], int] = wall_ms,
+                 max_records: int = 100_000) -> None:
+        self.ns = ns
+        self.client = None  # in-process: nothing shared across replicas
+        self.timeout = 0.0
+        self.clock = clock
+        self.skew_ms = 0  # as RedisStore.skew_ms: tests move the clock with it
+        self._tat: dict[tuple[str, int], float] = {}  # (counters key, 0 = requests / 1 = tokens)
+        self._leases: dict[str, dict[str, int]] = defaultdict(dict)
+        self._quota: dict[str, dict[str, int]] = defaultdict(dict)
+        self._aggs: dict[tuple[str, int], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        self._logs: dict[str, deque[UsageRecord]] = defaultdict(lambda: deque(maxlen=max_records))
+        self._docs: dict[str, dict[str, Any]] = {}
+        self._doc_exp: dict[str, int] = {}  # doc name -> expiry (ms) for docs put with a ttl
+        self._sweep_at = 1024  # TTL docs held before the next sweep
+        self._sets: dict[str, set[str]] = defaultdict(set)
+        # Called with every settled record (the usage ledger's queue, when one is configured).
+        self.journal: Callable[[UsageRecord], None] | None = None
+
+    def _now(self) -> int:
+        return self.clock() + self.skew_ms
+
+    async def admit(self, plan: Plan, *, tokens: int, spend: int, lease_id: str | None,
+                    lease_ttl_ms: int, ticket: str = "") -> Admission:
+        now = self._now()
+        day, month = now // DAY_MS, month_of(now)
+        req: tuple[int, int, int] | None = None
+        tok: tuple[int, int, int] | None = None
+        writes: list[Callable[[], None]] = []
+        for i, s in enumerate(plan.scopes):
+            rpm, tpm, conc, tpd, tpmo, spd, spmo = s.vector
+            q, cc = s.keys
+            rq, tk = (q, 0), (q, 1)
+            if rpm != NONE:
+                new, rem = _gcra(self._tat.get(rq), now, rpm, 1)
+                if new - now > WINDOW_MS:
+                    return Admission(False, now, i, "rpm", math.ceil(new - now - WINDOW_MS), rpm)
+                if req is None or rem < req[1]:
+                    req = (rpm, rem, math.ceil(new - now))
+                writes.append(lambda k=rq, v=new: self._tat.__setitem__(k, v))
+            if tpm != NONE:
+                if tokens > tpm:
+                    return Admission(False, now, i, "too_large", 60_000, tpm)
+                new, rem = _gcra(self._tat.get(tk), now, tpm, tokens)
+                if new - now > WINDOW_MS:
+                    return Admission(False, now, i, "tpm", math.ceil(new - now - WINDOW_MS), tpm)
+                if tok is None or rem < tok[1]:
+                    tok = (tpm, rem, math.ceil(new - now))
+                writes.append(lambda k=tk, v=new: self._tat.__setitem__(k, v))
+            if conc != NONE and lease_id is not None:
+                held = self._leases[cc]
+                for lid in [lid for lid, exp in held.items() if exp <= now]:
+                    del held[lid]
+                if len(held) >= conc:
+                    return Admission(False, now, i, "concurrency", 1000, conc)
+                writes.append(lambda h=held: h.__setitem__(lease_id, now + lease_ttl_ms))
+            if any(v != NONE for v in (tpd, tpmo, spd, spmo)):
+                h = self._quota[q]
+                same_day, same_month = h.get("d") == day, h.get("m") == month
+                for kind, lim, used, cost, reset in (
+                    ("tokens_per_day", tpd, h.get("td", 0) if same_day else 0, tokens, (day + 1) * DAY_MS),
+                    ("tokens_per_month", tpmo, h.get("tm", 0) if same_month else 0, tokens,
+                     _next_month_ms(month)),
+                    ("spend_per_day", spd, h.get("sd", 0) if same_day else 0, spend, (day + 1) * DAY_MS),
+                    ("spend_per_month", spmo, h.get("sm", 0) if same_month else 0, spend,
+                     _next_month_ms(month)),
+                ):
+                    if lim != NONE and used + cost > lim:
+                        return Admission(False, now, i, kind, reset - now, lim)
+                writes.append(lambda h=h: self._charge(h, day, month, tokens, spend))
+        for w in writes:
+            w()
+        return Admission(True, now, req=req, tok=tok)
+
+    @staticmethod
+    def _charge(h: dict[str, int], day: int, month: int, tokens: int, spend: int) -> None:
+        # Same rule as settle.lua: a newer period resets, an older one is gone (drop the delta).
+        d = h.get("d")
+        if d is None or d < day:
+            h.update(d=day, td=0, sd=0)
+        if h["d"] == day:
+            h["td"] += tokens
+            h["sd"] += spend
+        m = h.get("m")
+        if m is None or m < month:
+            h.update(m=month, tm=0, sm=0)
+        if h["m"] == month:
+            h["tm"] += tokens
+            h["sm"] += spend
+
+    async def settle(self, plan: Plan, *, admitted_ms: int, token_delta: int, spend_delta: int,
+                     lease_id: str | None, record: UsageRecord, rates: bool = True,
+                     refund_request: bool = False) -> None:
+        self.settle_nowait(plan, admitted_ms=admitted_ms, token_delta=token_delta,
+                           spend_delta=spend_delta, lease_id=lease_id, record=record, rates=rates,
+                           refund_request=refund_request)
+
+    def settle_nowait(self, plan: Plan, *, admitted_ms: int, token_delta: int, spend_delta: int,
+                      lease_id: str | None, record: UsageRecord, rates: bool = True,
+                      refund_request: bool = False) -> tuple[bool, Awaitable[None] | None]:
+        """Done at once: nothing to wait for."""
+        day, month = admitted_ms // DAY_MS, month_of(admitted_ms)
+        for s in plan.scopes:
+            rpm, tpm, conc, tpd, tpmo, spd, spmo = s.vector
+            q, cc = s.keys
+            rq, tk = (q, 0), (q, 1)
+            if refund_request and rpm != NONE and rq in self._tat:
+                self._tat[rq] -= 60_000.0 / rpm  # as settle.lua: the request never reached a model
+            if rates and tpm != NONE and token_delta:
+                # As settle.lua: a charge may put a full bucket into debt; a refund stops at full.
+                now = self._now()
+                cur = self._tat.get(tk)
+                per = 60_000.0 / tpm
+                if token_delta > 0:
+                    self._tat[tk] = max(cur if cur is not None else now, now) + token_delta * per
+                elif cur is not None:
+                    self._tat[tk] = max(cur + token_delta * per, now)
+            if conc != NONE and lease_id is not None:
+                self._leases[cc].pop(lease_id, None)
+            if any(v != NONE for v in (tpd, tpmo, spd, spmo)):
+                self._charge(self._quota[q], day, month, token_delta, spend_delta)
+        aggs = self._aggs[(plan.team, record.ts_ms // DAY_MS)]
+        for field, inc in agg_increments(record):
+            aggs[field] += inc
+        self._logs[plan.team].append(record)
+        if self.journal is not None:
+            self.journal(record)
+        return True, None
+
+    async def cancel(self, plan: Plan, *, ticket: str, tokens: int, spend: int, lease_id: str | None) -> None:
+        return None  # an admission here never outlives its caller's wait: nothing to undo
+
+    async def renew(self, leases: list[tuple[Plan, str]], ttl_ms: int) -> None:
+        exp = self._now() + ttl_ms
+        for plan, lid in leases:
+            for s in plan.scopes:
+                held = self._leases.get(s.keys[1])
+                if held is not None and lid in held:
+                    held[lid] = exp
+
+    async def get_docs(self, names: list[str]) -> list[dict[str, Any] | None]:
+        now = self._now()
+        for n in names:
+            if self._doc_exp.get(n, now + 1) <= now:
+                self._docs.pop(n, None)
+                self._doc_exp.pop(n, None)
+        return [copy.deepcopy(self._docs.get(n)) for n in names]
+
+    async def put_doc(self, name: str, doc: dict[str, Any], ttl_ms: int | None = None) -> None:
+        self._docs[name] = copy.deepcopy(doc)
+        if ttl_ms is None:
+            self._doc_exp.pop(name, None)
+            return
+        now = self._now()
+        if len(self._doc_exp) >= self._sweep_at:  # now and then: expired docs nobody reads again
+            for n in [n for n, exp in self._doc_exp.items() if exp <= now]:
+                self._docs.pop(n, None)
+                del self._doc_exp[n]
+            self._sweep_at = max(1024, 2 * len(self._doc_exp))  # amortized: not on every write
+        self._doc_exp[name] = now + ttl_ms
+
+    async def add_member(self, set_name: str, member: str) -> None:
+        self._sets[set_name].add(member)
+
+    async def members(self, set_name: str) -> set[str]:
+        return set(self._sets.get(set_name, ()))
+
+    async def aggregates(self, team: str, days: list[int]) -> dict[int, dict[str, int]]:
+        return {d: dict(self._aggs[(team, d)]) for d in days if (team, d) in self._aggs}
+
+    async def records(self, team: str, limit: int) -> list[UsageRecord]:
+        log = self._logs.get(team)
+        return list(reversed(log))[:limit] if log else []
+
+    async def ping(self) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+
+assert KINDS[0] == "rpm"  # vector order is shared with the Lua scripts

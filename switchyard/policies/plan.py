@@ -1,0 +1,97 @@
+"""Per (principal, model) admission plans: which counters a request touches, computed once.
+
+A plan names every store key of the key, team and (team, model) scopes and flattens their limits
+into one vector, so admission is one script call with precomputed arguments. Every key of a team
+carries the hash tag ``{team}``, so one request's keys live in one Redis Cluster slot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from switchyard.core.config import Limits
+
+# Limit kinds, in vector order. Spend is in nano-USD so the store works in integers.
+KINDS = ("rpm", "tpm", "concurrency", "tokens_per_day", "tokens_per_month",
+         "spend_per_day", "spend_per_month")
+NONE = -1
+NANO = 1_000_000_000
+
+
+def limit_vector(lim: Limits) -> tuple[int, ...]:
+    def n(v: int | None) -> int:
+        return NONE if v is None else int(v)
+
+    def usd(v: float | None) -> int:
+        return NONE if v is None else round(v * NANO)
+
+    return (n(lim.rpm), n(lim.tpm), n(lim.max_concurrency), n(lim.tokens_per_day),
+            n(lim.tokens_per_month), usd(lim.spend_per_day), usd(lim.spend_per_month))
+
+
+def tag(team: str) -> str:
+    # Braces inside a name would move the hash tag; keep them out of it.
+    return "{" + team.replace("{", "(").replace("}", ")") + "}"
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    label: str  # how messages name it: "key alice", "team ml", "team ml model openai/gpt-4o"
+    prefix: str  # store key prefix
+    vector: tuple[int, ...]
+    # Counters (HASH: rq tk GCRA, d td sd / m tm sm quotas) and concurrency leases (ZSET).
+    keys: tuple[str, str] = ("", "")
+
+
+def scope(label: str, prefix: str, vector: tuple[int, ...]) -> Scope:
+    return Scope(label, prefix, vector, (f"{prefix}:c", f"{prefix}:cc"))
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    team: str
+    model: str
+    key_id: str
+    scopes: tuple[Scope, ...]
+    keys: tuple[str, ...]  # 2 per scope, flattened
+    vector: tuple[int, ...]  # 7 per scope, flattened
+    agg_prefix: str  # + ":<day>" -> the team's daily aggregates hash
+    log: str  # the team's usage record stream
+    mark_prefix: str  # + ticket id -> the ticket's admission mark (admit.lua)
+    has_concurrency: bool
+    has_limits: bool
+
+    def agg_key(self, day: int) -> str:
+        return f"{self.agg_prefix}:{day}"
+
+
+def model_limits_for(model: str, table: dict[str, Limits]) -> tuple[str, Limits] | None:
+    """The (team, model) limits that apply: exact name, then the model group, then vendor/*."""
+    if not table:
+        return None
+    parts = model.split("/")
+    for name in (model, "/".join(parts[:2]), f"{parts[0]}/*"):
+        if name in table:
+            return name, table[name]
+    return None
+
+
+def build_plan(ns: str, key_id: str, team: str, model: str, key_limits: Limits,
+               team_limits: Limits, team_model_limits: dict[str, Limits]) -> Plan:
+    t = f"{ns}:{tag(team)}"
+    scopes = [scope(f"key {key_id}", f"{t}:k:{key_id}", limit_vector(key_limits)),
+              scope(f"team {team}", f"{t}:t", limit_vector(team_limits))]
+    found = model_limits_for(model, team_model_limits)
+    if found is not None:
+        name, lim = found
+        scopes.append(scope(f"team {team} model {name}", f"{t}:m:{name}", limit_vector(lim)))
+    # Scopes without any limit cost nothing to check: leave them out of the script call.
+    live = tuple(s for s in scopes if any(v != NONE for v in s.vector))
+    return Plan(
+        team=team, model=model, key_id=key_id, scopes=live,
+        keys=tuple(k for s in live for k in s.keys),
+        vector=tuple(v for s in live for v in s.vector),
+        agg_prefix=f"{t}:agg", log=f"{t}:log", mark_prefix=f"{t}:adm:",
+        has_concurrency=any(s.vector[2] != NONE for s in live),
+        has_limits=bool(live),
+    )

@@ -1,0 +1,397 @@
+"""redis:// and redis+cluster:// -- the store every replica shares.
+
+Admission and settlement are one EVALSHA each (falling back to EVAL when the server lost the
+script); the scripts read Redis TIME, so replicas' clocks do not matter. Every key a script
+touches carries the team's hash tag, so it runs in one Redis Cluster slot. Any Redis error or a
+call slower than ``timeout`` becomes ``StoreDown``: no retries, no hangs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from importlib import resources
+from typing import Any
+from urllib.parse import urlsplit
+
+from redis.asyncio import Redis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.connection import Connection, UnixDomainSocketConnection
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.crc import key_slot
+from redis.exceptions import NoScriptError, RedisError
+
+from switchyard.policies.plan import KINDS, Plan, tag
+from switchyard.policies.resp import ReplyError, RespConnection
+from switchyard.policies.store import DAY_MS, Admission, StoreDown, UsageRecord, agg_increments
+
+# Anything from the client is "the store is down" to the policy: never a 500. (redis-py's cluster
+# client can also raise AttributeError on a connection it dropped mid-flight.)
+_ERRORS = (RedisError, TimeoutError, OSError, AttributeError, ReplyError)
+# Error replies that mean "ask the cluster client": it follows the redirect and refreshes its map.
+_REDIRECTS = {"MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN"}
+_KINDS = {k.encode(): k for k in (*KINDS, "too_large")}
+
+
+def bulk(a: Any) -> bytes:
+    """One RESP bulk string."""
+    b = a if type(a) is bytes else (a if type(a) is str else str(a)).encode()
+    return b"$%d\r\n%s\r\n" % (len(b), b)
+
+
+def resp(args: Any) -> bytes:
+    """RESP-encode a command's arguments. Several times faster than redis-py's packer, and the
+    static parts of a plan's calls are encoded once (``_Packed``)."""
+    return b"".join([bulk(a) for a in args])
+
+
+_REC = tuple((name, bulk(name)) for name in UsageRecord.__dataclass_fields__)
+
+
+class _Packed:
+    """A plan's script arguments that never change, RESP-encoded once."""
+
+    __slots__ = ("admit_head", "fields", "keys", "log", "plan", "settle_head", "slot", "vector")
+
+    def __init__(self, plan: Plan, admit_sha: str, settle_sha: str) -> None:
+        self.plan = plan
+        self.slot = key_slot(plan.log.encode())  # every key of the plan: the team's hash tag
+        self.keys = resp(plan.keys)
+        self.vector = resp(plan.vector)
+        # Then the ticket's mark, as the last key of either script.
+        n = 3 + len(plan.keys) + 1 + 5 + len(plan.vector)
+        self.admit_head = b"*%d\r\n" % n + resp(("EVALSHA", admit_sha, len(plan.keys) + 1)) + self.keys
+        self.settle_head = resp(("EVALSHA", settle_sha, len(plan.keys) + 3)) + self.keys
+        self.log = bulk(plan.log)
+        self.fields: dict[str, bytes] = {}  # aggregate field names, encoded
+
+    def field(self, name: str) -> bytes:
+        b = self.fields.get(name)
+        if b is None:
+            if len(self.fields) > 64:
+                self.fields.clear()
+            b = self.fields[name] = bulk(name)
+        return b
+
+
+def _script(name: str) -> tuple[str, str]:
+    """A script's text, with the shared calendar functions first, and its SHA1 for EVALSHA."""
+    scripts = resources.files("policies").joinpath("scripts")
+    text = scripts.joinpath("calendar.lua").read_text() + scripts.joinpath(f"{name}.lua").read_text()
+    return text, hashlib.sha1(text.encode()).hexdigest()
+
+
+class RedisStore:
+    def __init__(self, client: Redis | RedisCluster, *, timeout: float = 0.25, ns: str = "sy",
+                 max_records: int = 100_000) -> None:
+        self.client = client
+        self.timeout = timeout
+        self.ns = ns
+        self.max_records = max_records
+        self.skew_ms = 0  # added to Redis TIME in the scripts; tests move the clock with it
+        self._admit = _script("admit")
+        self._settle = _script("settle")
+        self._renew = _script("renew")
+        self._loaded = False
+        self._loading = asyncio.Lock()
+        self._cluster = isinstance(client, RedisCluster)
+        self._pack: dict[int, _Packed] = {}
+        # The hot path's own connections, one per node; None: redis-py serves it (TLS).
+        self._conns: dict[tuple[str, int], RespConnection] = {}
+        self._connecting: dict[tuple[str, int], asyncio.Task[RespConnection]] = {}
+        self._inflight: set[asyncio.Future[Any]] = set()
+        self._moved: dict[int, tuple[str, int]] = {}  # slots seen to move (MOVED), over redis-py's map
+        self._endpoint: tuple[str, int] | None = None
+        self._conn_kw: dict[str, Any] = {}
+        if self._cluster:
+            self._endpoint = ("", 0)  # per slot, see _addr
+            self._conn_kw = {"password": client.nodes_manager.connection_kwargs.get("password"),  # type: ignore[union-attr]
+                             "username": client.nodes_manager.connection_kwargs.get("username")}  # type: ignore[union-attr]
+            if client.nodes_manager.connection_kwargs.get("ssl"):  # type: ignore[union-attr]
+                self._endpoint = None
+        else:
+            pool = client.connection_pool  # type: ignore[union-attr]
+            kw = pool.connection_kwargs
+            if pool.connection_class is Connection:
+                self._endpoint = (kw.get("host", "localhost"), int(kw.get("port", 6379)))
+            elif pool.connection_class is UnixDomainSocketConnection:
+                self._endpoint = (kw["path"], 0)
+            self._conn_kw = kw
+
+    @classmethod
+    def from_url(cls, url: str, *, timeout: float = 0.25, ns: str = "sy") -> RedisStore:
+        opts: dict[str, Any] = dict(socket_timeout=timeout, socket_connect_timeout=timeout,
+                                    retry=Retry(NoBackoff(), 0))
+        if url.startswith("redis+cluster://"):
+            u = urlsplit(url)
+            nodes = [ClusterNode(h, int(p)) for h, _, p in (n.rpartition(":") for n in u.netloc.split(","))]
+            client: Redis | RedisCluster = RedisCluster(startup_nodes=nodes, password=u.password, **opts)
+        else:
+            client = Redis.from_url(url, **opts)
+        return cls(client, timeout=timeout, ns=ns)
+
+    async def _call(self, *args: Any) -> Any:
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await self.client.execute_command(*args)
+        except _ERRORS as e:
+            raise StoreDown(f"{type(e).__name__}: {e}") from e
+
+    async def _load_scripts(self) -> None:
+        # SCRIPT LOAD up front (on every primary of a cluster): a burst of concurrent NOSCRIPT
+        # replies makes redis-py's async cluster client drop connections.
+        async with self._loading:
+            if not self._loaded:
+                for text, _ in (self._admit, self._settle, self._renew):
+                    await self.client.script_load(text)
+                self._loaded = True
+
+    async def _run(self, script: tuple[str, str], keys: list[str] | tuple[str, ...], args: list[Any]) -> Any:
+        try:
+            async with asyncio.timeout(self.timeout):
+                if not self._loaded:
+                    await self._load_scripts()
+                try:
+                    return await self.client.execute_command("EVALSHA", script[1], len(keys), *keys, *args)
+                except NoScriptError:  # a restarted or new node: load again, once
+                    self._loaded = False
+                    await self._load_scripts()
+                    return await self.client.execute_command("EVALSHA", script[1], len(keys), *keys, *args)
+        except _ERRORS as e:
+            raise StoreDown(f"{type(e).__name__}: {e}") from e
+
+    def _packed(self, plan: Plan) -> _Packed:
+        p = self._pack.get(id(plan))
+        if p is None or p.plan is not plan:
+            if len(self._pack) > 50_000:
+                self._pack.clear()
+            p = self._pack[id(plan)] = _Packed(plan, self._admit[1], self._settle[1])
+        return p
+
+    # -- the hot path: admit and settle over RespConnection (switchyard/policies/resp.py) ---------------
+
+    def _addr(self, pk: _Packed) -> tuple[str, int] | None:
+        """The node that serves the plan's slot (the one node of a plain Redis)."""
+        if not self._cluster:
+            return self._endpoint
+        moved = self._moved.get(pk.slot)
+        if moved is not None:
+            return moved
+        nodes = self.client.nodes_manager.slots_cache.get(pk.slot)  # type: ignore[union-attr]
+        return (nodes[0].host, nodes[0].port) if nodes else None
+
+    def _write_now(self, pk: _Packed, packed: bytes, defer: bool = False) -> asyncio.Future[Any] | None:
+        """Send now (``defer``: queue for the loop's next turn, still ahead of any later command)
+        if the scripts are loaded and the node's connection is up; else None."""
+        if not self._loaded:
+            return None
+        c = self._conns.get(self._addr(pk))  # type: ignore[arg-type]
+        if c is None or c.lost:
+            return None
+        try:
+            return c.request(packed, defer=defer)
+        except ConnectionError:
+            return None
+
+    async def _write(self, pk: _Packed, packed: bytes) -> asyncio.Future[Any]:
+        if not self._loaded:
+            await self._load_scripts()
+        addr = self._addr(pk)
+        if addr is None:
+            raise ConnectionError(f"no cluster node known for slot {pk.slot}")
+        c = self._conns.get(addr)
+        if c is None or c.lost:
+            c = await self._connect(addr)
+        return c.request(packed)
+
+    async def _connect(self, addr: tuple[str, int]) -> RespConnection:
+        task = self._connecting.get(addr)
+        if task is None:
+            task = self._connecting[addr] = asyncio.ensure_future(self._open(addr))
+            task.add_done_callback(lambda t: (self._connecting.pop(addr, None),
+                                              t.cancelled() or t.exception()))
+        return await asyncio.shield(task)  # a caller's timeout must not cancel the shared connect
+
+    async def _open(self, addr: tuple[str, int]) -> RespConnection:
+        async with asyncio.timeout(self.timeout):
+            kw = self._conn_kw
+            c = await RespConnection.open(addr[0], addr[1], path=kw.get("path"), username=kw.get("username"),
+                                          password=kw.get("password"), db=kw.get("db") or 0)
+        old = self._conns.get(addr)
+        if old is not None:
+            old.close()
+        self._conns[addr] = c
+        return c
+
+    async def _fast(self, pk: _Packed, packed: bytes, script: tuple[str, str], keys: Any,
+                    args: Callable[[], list[Any]], fut: asyncio.Future[Any] | None = None) -> Any:
+        """One script call on the pipelined connection; redis-py when that cannot serve it."""
+        if self._endpoint is None:
+            return await self._run(script, keys, args())
+        try:
+            async with asyncio.timeout(self.timeout):
+                try:
+                    if fut is None:
+                        fut = await self._write(pk, packed)
+                    return await fut
+                except ReplyError as e:
+                    if e.code == "NOSCRIPT":  # a restarted or new node: load again, once
+                        self._loaded = False
+                        await self._load_scripts()
+                        return await (await self._write(pk, packed))
+                    if e.code == "MOVED" and self._cluster:  # "MOVED <slot> <host>:<port>": go there
+                        host, _, port = str(e).split(" ")[2].rpartition(":")
+                        self._moved[pk.slot] = (host, int(port))
+                        return await (await self._write(pk, packed))
+                    if e.code not in _REDIRECTS:
+                        raise
+        except TimeoutError as e:
+            # A node that does not answer in time is treated as gone: drop its connection so
+            # that calls queued behind it fail now, and the next call reconnects.
+            c = self._conns.get(self._addr(pk))  # type: ignore[arg-type]
+            if c is not None:
+                c.close()
+            raise StoreDown(f"TimeoutError: {e}") from e
+        except _ERRORS as e:
+            raise StoreDown(f"{type(e).__name__}: {e}") from e
+        return await self._run(script, keys, args())  # the slot moved: redis-py follows it
+
+    async def admit(self, plan: Plan, *, tokens: int, spend: int, lease_id: str | None,
+                    lease_ttl_ms: int, ticket: str) -> Admission:
+        pk = self._packed(plan)
+        mark = plan.mark_prefix + ticket
+        dyn = (tokens, spend, lease_id or "", lease_ttl_ms, self.skew_ms)
+        packed = pk.admit_head + bulk(mark) + resp(dyn) + pk.vector
+        r = await self._fast(pk, packed, self._admit, (*plan.keys, mark), lambda: [*dyn, *plan.vector],
+                             self._write_now(pk, packed))
+        if r[0] == 1:
+            return Admission(True, r[1], req=(r[2], r[3], r[4]) if r[2] >= 0 else None,
+                             tok=(r[5], r[6], r[7]) if r[5] >= 0 else None)
+        return Admission(False, r[1], scope=r[2] - 1, kind=_KINDS[r[3]], retry_ms=r[4], limit=r[5])
+
+    def settle_nowait(self, plan: Plan, *, admitted_ms: int, token_delta: int, spend_delta: int,
+                      lease_id: str | None, record: UsageRecord, rates: bool = True,
+                      refund_request: bool = False) -> tuple[bool, Awaitable[None] | None]:
+        """``settle`` in two halves: (sent, result). ``sent``: the command is already on the wire
+        (the connection was up), so this replica's later admissions queue behind it on the same
+        connection, and this store's own reads wait for it. Await ``result`` for the outcome
+        (``StoreDown``); when not ``sent`` it does the whole call."""
+        mode = (b"2" if refund_request else b"1") if rates else b"0"
+        return self._settle_call(plan, record.ticket_id, mode, token_delta, spend_delta, lease_id,
+                                 admitted_ms, record.ts_ms // DAY_MS, agg_increments(record),
+                                 list(record.as_fields().values()))
+
+    async def cancel(self, plan: Plan, *, ticket: str, tokens: int, spend: int, lease_id: str | None) -> None:
+        _, result = self._settle_call(plan, ticket, b"c", -tokens, -spend, lease_id, 0, 0, [], [])
+        if result is not None:
+            await result
+
+    def _settle_call(self, plan: Plan, ticket: str, mode: bytes, token_delta: int, spend_delta: int,
+                     lease_id: str | None, admitted_ms: int, day: int, aggs: list[tuple[str, int]],
+                     rec: list[str]) -> tuple[bool, Awaitable[None] | None]:
+        keys = [*plan.keys, plan.agg_key(day), plan.log, plan.mark_prefix + ticket]
+        pk = self._packed(plan)
+        parts = [b"*%d\r\n" % (3 + len(keys) + 8 + len(plan.vector) + 2 * len(aggs) + 2 * len(rec)),
+                 pk.settle_head, bulk(keys[-3]), pk.log, bulk(keys[-1]), bulk(token_delta),
+                 bulk(spend_delta), bulk(lease_id or ""), bulk(admitted_ms), bulk(mode),
+                 bulk(self.max_records), bulk(len(aggs)), bulk(self.skew_ms), pk.vector]
+        for field, inc in aggs:
+            parts += (pk.field(field), bulk(inc))
+        for (_, head), value in zip(_REC, rec, strict=False):
+            parts += (head, bulk(value))
+        packed = b"".join(parts)
+
+        def args() -> list[Any]:  # for redis-py, when the slot moved
+            a: list[Any] = [token_delta, spend_delta, lease_id or "", admitted_ms, mode,
+                            self.max_records, len(aggs), self.skew_ms, *plan.vector]
+            for field, inc in aggs:
+                a += (field, inc)
+            for (name, _), value in zip(_REC, rec, strict=False):
+                a += (name, value)
+            return a
+
+        fut = self._write_now(pk, packed, defer=True)
+        if fut is not None:
+            self._inflight.add(fut)
+            fut.add_done_callback(self._inflight.discard)
+        return fut is not None, self._fast(pk, packed, self._settle, keys, args, fut)
+
+    async def settle(self, plan: Plan, *, admitted_ms: int, token_delta: int, spend_delta: int,
+                     lease_id: str | None, record: UsageRecord, rates: bool = True,
+                     refund_request: bool = False) -> None:
+        _, result = self.settle_nowait(plan, admitted_ms=admitted_ms, token_delta=token_delta,
+                                       spend_delta=spend_delta, lease_id=lease_id, record=record,
+                                       rates=rates, refund_request=refund_request)
+        if result is not None:
+            await result
+
+    async def _settled(self) -> None:
+        """Read-your-writes for this replica: wait for settlements already sent."""
+        if self._inflight:
+            await asyncio.wait(list(self._inflight), timeout=self.timeout)
+
+    async def renew(self, leases: list[tuple[Plan, str]], ttl_ms: int) -> None:
+        by_team: dict[str, tuple[list[str], list[Any]]] = defaultdict(lambda: ([], [ttl_ms + self.skew_ms]))
+        for plan, lid in leases:
+            keys, args = by_team[plan.team]
+            for s in plan.scopes:
+                if s.vector[2] >= 0:
+                    keys.append(s.keys[1])
+                    args.append(lid)
+        for keys, args in by_team.values():
+            await self._run(self._renew, keys, args)
+
+    async def get_docs(self, names: list[str]) -> list[dict[str, Any] | None]:
+        try:
+            async with asyncio.timeout(self.timeout):
+                if isinstance(self.client, RedisCluster):
+                    raw = await self.client.mget_nonatomic(names)
+                else:
+                    raw = await self.client.mget(names)
+        except _ERRORS as e:
+            raise StoreDown(f"{type(e).__name__}: {e}") from e
+        return [json.loads(v) if v is not None else None for v in raw]
+
+    async def put_doc(self, name: str, doc: dict[str, Any], ttl_ms: int | None = None) -> None:
+        if ttl_ms is None:
+            await self._call("SET", name, json.dumps(doc))
+        else:
+            await self._call("SET", name, json.dumps(doc), "PX", ttl_ms)
+
+    async def add_member(self, set_name: str, member: str) -> None:
+        await self._call("SADD", set_name, member)
+
+    async def members(self, set_name: str) -> set[str]:
+        return {m.decode() for m in await self._call("SMEMBERS", set_name)}
+
+    async def aggregates(self, team: str, days: list[int]) -> dict[int, dict[str, int]]:
+        await self._settled()
+        prefix = f"{self.ns}:{tag(team)}:agg"
+        out: dict[int, dict[str, int]] = {}
+        for day in days:  # one slot per team; a loop of HGETALLs is fine for an admin query
+            raw = await self._call("HGETALL", f"{prefix}:{day}")
+            if raw:
+                out[day] = {k.decode(): int(v) for k, v in raw.items()}
+        return out
+
+    async def records(self, team: str, limit: int) -> list[UsageRecord]:
+        await self._settled()
+        log = f"{self.ns}:{tag(team)}:log"
+        raw = await self._call("XREVRANGE", log, "+", "-", "COUNT", limit)
+        return [UsageRecord.from_fields({k.decode(): v for k, v in fields.items()}) for _, fields in raw]
+
+    async def ping(self) -> None:
+        await self._call("PING")
+
+    async def aclose(self) -> None:
+        await self._settled()
+        for c in self._conns.values():
+            c.close()
+        self._conns.clear()
+        with contextlib.suppress(RedisError, OSError):
+            await self.client.aclose()

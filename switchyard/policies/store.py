@@ -1,0 +1,179 @@
+"""The store interface: the atomic admission/settlement primitives and small document storage.
+
+Two implementations: ``memory.MemoryStore`` (in-process, one replica) and ``redis_store.RedisStore``
+(every replica shares it; Redis or Redis Cluster). ``tests/policies/test_store_contract.py``
+runs the same suite against both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from switchyard.policies.plan import Plan
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis, RedisCluster
+
+DAY_MS = 86_400_000
+
+
+class StoreDown(Exception):
+    """The store did not answer in time or refused the connection."""
+
+
+@dataclass(slots=True)
+class Admission:
+    ok: bool
+    now_ms: int  # the store's clock at admission (Redis TIME)
+    scope: int = -1  # refused: index into plan.scopes
+    kind: str = ""  # refused: a plan.KINDS entry, or "too_large" (can never fit the tpm limit)
+    retry_ms: int = 0
+    limit: int = 0
+    req: tuple[int, int, int] | None = None  # tightest request limit: (limit, remaining, reset ms)
+    tok: tuple[int, int, int] | None = None  # tightest token limit: (limit, remaining, reset ms)
+
+
+@dataclass(slots=True)
+class UsageRecord:
+    """One request's usage, as settled. Never the key, never the prompt.
+
+    ``ticket_id`` is unique per admitted request (the idempotency key downstream, e.g. the
+    ledger); ``request_id`` is the caller's ``x-request-id`` or one the gateway made, so it may
+    repeat. ``model`` is the group that admitted it, ``requested_model`` what the caller named.
+    """
+
+    ts_ms: int
+    key_id: str
+    team: str
+    model: str
+    deployment: str
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    cost_nano: int
+    status: int
+    latency_ms: float
+    request_id: str = ""
+    ticket_id: str = ""
+    endpoint: str = ""
+    dialect: str = ""
+    requested_model: str = ""
+    attempts: int = 0
+    ttfb_ms: float = -1.0  # -1: no byte of an answer was sent
+    cut: bool = False  # a stream that ended before its last event (either side hung up)
+
+    def as_fields(self) -> dict[str, str]:
+        return {k: _str(getattr(self, k)) for k in self.__dataclass_fields__}
+
+    @classmethod
+    def from_fields(cls, f: dict[str, Any]) -> UsageRecord:
+        """From a stored record's fields (bytes or str); fields older records lack take defaults."""
+        out: dict[str, Any] = {}
+        for k, kind in _FIELD_TYPES.items():
+            if k not in f:
+                continue
+            v = f[k]
+            s = v.decode() if isinstance(v, bytes) else str(v)
+            out[k] = s == "1" if kind is bool else kind(s)
+        return cls(**out)
+
+
+def _str(v: Any) -> str:
+    return ("1" if v else "0") if isinstance(v, bool) else str(v)
+
+
+_FIELD_TYPES: dict[str, type] = {
+    **dict.fromkeys(("ts_ms", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_nano",
+                     "status", "attempts"), int),
+    **dict.fromkeys(("latency_ms", "ttfb_ms"), float),
+    "cut": bool,
+    **dict.fromkeys(("key_id", "team", "model", "deployment", "request_id", "ticket_id", "endpoint",
+                     "dialect", "requested_model"), str),
+}
+
+
+# Aggregate metrics kept per (team, day, key, model); hash field = "<key>\x1f<model>\x1f<metric>".
+METRICS = ("requests", "errors", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_nano")
+SEP = "\x1f"
+
+
+def agg_increments(r: UsageRecord) -> list[tuple[str, int]]:
+    base = f"{r.key_id}{SEP}{r.model}{SEP}"
+    vals = (1, 1 if r.status >= 400 else 0, r.prompt_tokens, r.completion_tokens, r.cached_tokens,
+            r.cost_nano)
+    return [(base + m, v) for m, v in zip(METRICS, vals, strict=True) if v]
+
+
+def month_of(ms: int) -> int:
+    """year * 12 + (month - 1) of a UTC epoch-ms instant (civil-from-days, as the Lua does)."""
+    z = ms // DAY_MS + 719468
+    era = z // 146097
+    doe = z - era * 146097
+    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    m = mp + 3 if mp < 10 else mp - 9
+    y = yoe + era * 400 + (1 if m <= 2 else 0)
+    return y * 12 + m - 1
+
+
+class Store(Protocol):
+    ns: str  # key namespace
+    # Where components that share state across replicas (the router's load counters) keep it:
+    # the store's Redis client, or None for an in-process store. ``timeout`` bounds each call.
+    client: Redis | RedisCluster | None
+    timeout: float
+
+    async def admit(self, plan: Plan, *, tokens: int, spend: int, lease_id: str | None,
+                    lease_ttl_ms: int, ticket: str) -> Admission:
+        """Check every limit of every scope of ``plan``; if all pass, take one request, ``tokens``
+        tokens, ``spend`` nano-USD and (when a scope limits concurrency) a lease, atomically.
+        ``ticket`` (unique per call) names the admission for ``cancel``."""
+        ...
+
+    async def cancel(self, plan: Plan, *, ticket: str, tokens: int, spend: int, lease_id: str | None) -> None:
+        """Undo admission ``ticket`` if it happened (its caller timed out waiting, so it may have
+        run late or may still arrive: then it is refused). Idempotent."""
+        ...
+
+    async def settle(self, plan: Plan, *, admitted_ms: int, token_delta: int, spend_delta: int,
+                     lease_id: str | None, record: UsageRecord, rates: bool = True,
+                     refund_request: bool = False) -> None:
+        """Move the reservation by the deltas (tpm only when ``rates``; quotas of the admission's
+        day/month), drop the lease, append the record and add it to the aggregates.
+        ``refund_request``: give the request back to the rpm limits (no model was called)."""
+        ...
+
+    def settle_nowait(self, plan: Plan, *, admitted_ms: int, token_delta: int, spend_delta: int,
+                      lease_id: str | None, record: UsageRecord, rates: bool = True,
+                      refund_request: bool = False) -> tuple[bool, Awaitable[None] | None]:
+        """``settle`` without waiting for the store: (sent, pending). ``sent``: the command is on
+        its way ahead of any later call from this replica; ``pending`` (None when already done)
+        is awaited for the outcome (``StoreDown``), and does the whole call when not ``sent``."""
+        ...
+
+    async def renew(self, leases: list[tuple[Plan, str]], ttl_ms: int) -> None:
+        """Push the expiry of live leases ``ttl_ms`` into the future."""
+        ...
+
+    async def get_docs(self, names: list[str]) -> list[dict[str, Any] | None]: ...
+
+    async def put_doc(self, name: str, doc: dict[str, Any], ttl_ms: int | None = None) -> None:
+        """Store ``doc``; with ``ttl_ms`` it vanishes that many ms later (console sessions)."""
+        ...
+
+    async def add_member(self, set_name: str, member: str) -> None: ...
+
+    async def members(self, set_name: str) -> set[str]: ...
+
+    async def aggregates(self, team: str, days: list[int]) -> dict[int, dict[str, int]]: ...
+
+    async def records(self, team: str, limit: int) -> list[UsageRecord]:
+        """The team's newest usage records, newest first."""
+        ...
+
+    async def ping(self) -> None: ...
+
+    async def aclose(self) -> None: ...

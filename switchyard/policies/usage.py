@@ -1,0 +1,86 @@
+"""Usage queries answered by the store: its daily aggregates (per team, day, key and model) and
+its per-team record streams. ``switchyard.policies.ledger.query`` answers the same queries from the ledger."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections import defaultdict
+from typing import Any, Protocol
+
+from switchyard.core.errors import InvalidRequest
+from switchyard.policies.plan import NANO
+from switchyard.policies.registry import Registry
+from switchyard.policies.store import METRICS, SEP, Store
+from switchyard.policies.usage_filter import UsageFilter
+
+_EPOCH = dt.date(1970, 1, 1)
+
+
+class UsageSource(Protocol):
+    source: str  # "store" or "ledger"
+
+    async def query(self, f: UsageFilter) -> dict[str, Any]:
+        """``{"from", "to", "group_by", "data": [...], "total": {...}}`` (docs/policies.md)."""
+        ...
+
+    async def records(self, f: UsageFilter) -> dict[str, Any]:
+        """``{"data": [record fields...], "next_cursor": str | None}``, newest first."""
+        ...
+
+
+def usage_row(metrics: dict[str, int]) -> dict[str, Any]:
+    out: dict[str, Any] = {m: metrics.get(m, 0) for m in METRICS if m != "cost_nano"}
+    out["total_tokens"] = out["prompt_tokens"] + out["completion_tokens"]
+    out["cost_usd"] = metrics.get("cost_nano", 0) / NANO
+    return out
+
+
+class UsageQuery:
+    source = "store"
+
+    def __init__(self, store: Store, registry: Registry) -> None:
+        self.store = store
+        self.registry = registry
+
+    @staticmethod
+    def _check(f: UsageFilter) -> None:
+        bad = f.ledger_only()
+        if bad:
+            raise InvalidRequest(f"{', '.join(bad)}: needs the usage ledger (usage.ledger)",
+                                 param=bad[0].split("=")[0])
+
+    async def query(self, f: UsageFilter) -> dict[str, Any]:
+        """Sums over the UTC days [start_day, end_day], filtered and grouped."""
+        self._check(f)
+        start, end = f.start_day, f.end_day
+        assert start is not None and end is not None
+        days = list(range((start - _EPOCH).days, (end - _EPOCH).days + 1))
+        teams = [f.team] if f.team else await self.registry.team_names()
+        groups: dict[tuple[str, ...], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        total: dict[str, int] = defaultdict(int)
+        for t in teams:
+            for day, fields in (await self.store.aggregates(t, days)).items():
+                for field, v in fields.items():
+                    k, m, metric = field.split(SEP)
+                    if (f.key and k != f.key) or (f.model and m != f.model):
+                        continue
+                    attrs = {"team": t, "key": k, "model": m,
+                             "day": (_EPOCH + dt.timedelta(days=day)).isoformat()}
+                    groups[tuple(attrs[g] for g in f.group_by)][metric] += int(v)
+                    total[metric] += int(v)
+        data = [dict(zip(f.group_by, g, strict=True)) | usage_row(metrics)
+                for g, metrics in sorted(groups.items())]
+        return {"from": start.isoformat(), "to": end.isoformat(), "group_by": list(f.group_by),
+                "data": data, "total": usage_row(total)}
+
+    async def records(self, f: UsageFilter) -> dict[str, Any]:
+        self._check(f)
+        bad = [p for p, v in (("key", f.key), ("model", f.model), ("from", f.start), ("to", f.end)) if v]
+        if bad:
+            raise InvalidRequest(f"{', '.join(bad)}: filtering records needs the usage ledger "
+                                 "(usage.ledger)", param=bad[0])
+        if not f.team:
+            raise InvalidRequest("team is required", param="team")
+        recs = await self.store.records(f.team, f.limit)
+        return {"data": [dataclasses.asdict(r) for r in recs], "next_cursor": None}

@@ -1,0 +1,107 @@
+"""Read an upstream's OpenAI-shaped answers (completions and chat, whole or streamed) into
+canonical chunks. llama.cpp, mistral.rs, vLLM, Fireworks and SGP all answer in this shape; SGP and
+chat put logprobs in the chat form, the others in the legacy form."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from switchyard.core.canonical import Chunk, TokenLogprob, TopLogprob, Usage
+
+
+class _Details(msgspec.Struct):
+    cached_tokens: int | None = None
+
+
+class _Usage(msgspec.Struct):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    prompt_tokens_details: _Details | None = None
+
+
+class _Message(msgspec.Struct):
+    content: str | None = None
+    role: str | None = None
+    tool_calls: list[Any] | None = None
+
+
+class _Choice(msgspec.Struct):
+    index: int = 0
+    text: str | None = None
+    delta: _Message | None = None
+    message: _Message | None = None
+    finish_reason: str | None = None
+    logprobs: Any = None
+
+
+class Answer(msgspec.Struct):
+    """The fields of an OpenAI-shaped answer (or stream event) the gateway reads; the rest of
+    the object is skipped by the decoder without being built. ``error``: an upstream that failed
+    after sending 200 (or mid-stream) says so here."""
+
+    choices: list[_Choice] | None = None
+    usage: _Usage | None = None
+    error: Any = None
+
+
+# strict=False: "index": "0" and the like from a lax upstream still read.
+decode_answer = msgspec.json.Decoder(Answer, strict=False).decode
+
+
+def usage_of(u: _Usage | None) -> Usage | None:
+    if u is None:
+        return None
+    d = u.prompt_tokens_details
+    return Usage(prompt_tokens=u.prompt_tokens or 0, completion_tokens=u.completion_tokens or 0,
+                 cached_tokens=(d.cached_tokens or 0) if d is not None else 0)
+
+
+def logprobs_of(lp: Any) -> list[TokenLogprob] | None:
+    if not isinstance(lp, dict):
+        return None
+    if isinstance(lp.get("content"), list):  # chat / SGP form
+        return [TokenLogprob(token=e.get("token", ""), logprob=_float(e.get("logprob")),
+                             top=[TopLogprob(t.get("token", ""), float(t.get("logprob") or 0.0))
+                                  for t in e.get("top_logprobs") or []],
+                             bytes=e.get("bytes"))
+                for e in lp["content"]]
+    tokens = lp.get("tokens")
+    if not isinstance(tokens, list):
+        return None
+    lps = lp.get("token_logprobs") or [None] * len(tokens)
+    tops = lp.get("top_logprobs") or [None] * len(tokens)
+    return [TokenLogprob(token=t, logprob=_float(v),
+                         top=[TopLogprob(k, float(x)) for k, x in (top or {}).items()])
+            for t, v, top in zip(tokens, lps, tops, strict=False)]
+
+
+def _float(v: Any) -> float | None:
+    """A token's logprob; null (echo's first prompt token, which nothing predicts) stays null."""
+    return None if v is None else float(v)
+
+
+def chunks_of(ans: Answer, *, chat: bool, delta: bool) -> list[Chunk]:
+    """The chunks in one answer (``delta``: a stream event)."""
+    out: list[Chunk] = []
+    for c in ans.choices or ():
+        lp = logprobs_of(c.logprobs) if c.logprobs is not None else None
+        tokens = len(lp) if lp is not None else None
+        if chat:
+            m = (c.delta if delta else c.message) or _EMPTY
+            out.append(Chunk(index=c.index, text=m.content or "", role=m.role, tool_calls=m.tool_calls,
+                             finish_reason=c.finish_reason, logprobs=lp, tokens=tokens))
+        else:
+            out.append(Chunk(index=c.index, text=c.text or "", finish_reason=c.finish_reason,  # type: ignore[arg-type]
+                             logprobs=lp, tokens=tokens))
+    usage = usage_of(ans.usage)
+    if usage is not None:
+        if out:
+            out[-1].usage = usage
+        else:
+            out.append(Chunk(usage=usage))
+    return out
+
+
+_EMPTY = _Message()

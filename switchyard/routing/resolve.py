@@ -1,0 +1,184 @@
+"""Model names -> routes.
+
+``vendor/model_name`` names a model group, ``vendor/model_name/deployment`` pins one of its
+deployments, aliases name groups too, ``vendor/*`` routes every model of a vendor to one group
+(passing the model name through to the upstream), a pattern alias of a ``vendor/*`` route of
+Fireworks upstreams (``accounts/fireworks/models/*``) takes Fireworks' own names to it as
+``vendor/<name>`` (for limits, usage and allow-lists), and ``default`` is the only model when
+exactly one is configured (mistral.rs).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from switchyard.core.backend import Backend
+from switchyard.core.config import Config, ConfigError, DeploymentConfig, ModelConfig, RouterConfig
+from switchyard.core.errors import NotFound
+from switchyard.routing.health import Health
+
+
+@dataclass(slots=True)
+class Caps:
+    """What a deployment's upstream can carry, so the router knows what to fan out."""
+
+    n: bool = True
+    chat_n: bool = True
+    best_of: bool = True
+    prompts: bool = True  # several prompts in one call
+
+
+def caps_of(dep: DeploymentConfig) -> Caps:
+    if dep.backend == "engine":
+        return Caps()
+    from switchyard.dialects.chat import chat_emits
+    from switchyard.dialects.registry import DIALECTS
+
+    d = DIALECTS[dep.dialect]
+    return Caps(n="n" in d.emits, chat_n="n" in chat_emits(d), best_of="best_of" in d.emits,
+                prompts=d.name != "sgp")  # SGP takes exactly one string prompt
+
+
+@dataclass(slots=True, eq=False)
+class Target:
+    """One deployment of a model group, with the backend that serves it and its health."""
+
+    model: ModelConfig
+    deployment: DeploymentConfig
+    backend: Backend
+    health: Health
+    caps: Caps = field(default_factory=Caps)
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        self.name = f"{self.model.name}/{self.deployment.name}"
+
+
+@dataclass(slots=True)
+class Route:
+    """Where a model name leads: the group (for limits and usage) and its candidate targets."""
+
+    group: str  # the group's configured name; a wildcard route resolves to the caller's name
+    model: ModelConfig
+    targets: list[Target]
+    upstream_model: str | None = None  # wildcard routes: the name the upstream is asked for
+    pinned: bool = False  # the caller named one deployment: no other deployment, no fallback
+
+    @property
+    def fail_open(self) -> bool:
+        return any(t.deployment.on_store_error == "open" for t in self.targets)
+
+
+class AttemptSpans(Protocol):
+    """Trace spans for a request's upstream attempts (``switchyard.http.tracing``)."""
+
+    def start(self, deployment: str) -> None:
+        """A span for an attempt on ``deployment`` that begins now; upstream calls made until the
+        next ``start`` carry its trace context."""
+        ...
+
+    def end(self, error: BaseException | None = None) -> None:
+        """End the current attempt's span (marked failed with ``error``)."""
+
+
+@dataclass(slots=True)
+class RunInfo:
+    """Filled in while a request runs: which deployment served it, after how many attempts."""
+
+    deployment: str | None = None
+    attempts: int = 0
+    tried: list[str] = field(default_factory=list)
+    fallback: str | None = None  # the group that served, when it is not the one asked for
+    prompt_tokens: int | None = None  # given by the pipeline (context-window check)
+    # time.monotonic() of the first attempt's start and of the answer's end (metrics, logs)
+    upstream_start: float | None = None
+    upstream_end: float | None = None
+    spans: AttemptSpans | None = None  # the trace's spans for attempts, when tracing is on
+
+    def headers(self) -> dict[str, str]:
+        if self.deployment is None:
+            return {}
+        out = {"x-switchyard-deployment": self.deployment, "x-switchyard-attempts": str(self.attempts)}
+        if self.fallback is not None:
+            out["x-switchyard-fallback"] = self.fallback
+        return out
+
+
+def build_backend(model: ModelConfig, dep: DeploymentConfig) -> Backend:
+    if dep.backend == "engine":
+        # The engine process imports torch; a proxy-only install finds out here, not at first use.
+        if importlib.util.find_spec("torch") is None:
+            raise ConfigError(f"models.{model.name}: deployment {dep.name} uses the built-in engine, "
+                              "which needs the 'engine' extra (pip install 'switchyard[engine]')")
+        from switchyard.engine import EngineBackend
+        from switchyard.engine.host import HostedEngine, hosted_sockets
+
+        # Under ``--workers N`` the supervisor runs the engine once and each worker attaches.
+        path = hosted_sockets().get(f"{model.name}/{dep.name}")
+        return HostedEngine(dep, path) if path else EngineBackend(dep)
+    from switchyard.providers import UpstreamBackend
+
+    return UpstreamBackend(dep, model.name)
+
+
+class Resolver:
+    def __init__(self, config: Config, rc: RouterConfig, backends: dict[str, Backend] | None = None) -> None:
+        """``backends`` maps ``group/deployment`` to a ready-made backend (tests); the rest are
+        built from the config."""
+        self.config = config
+        self.groups: dict[str, ModelConfig] = {}
+        self.wildcards: dict[str, ModelConfig] = {}
+        self.patterns: list[tuple[str, ModelConfig]] = []  # (alias prefix, its vendor/* route)
+        self.targets: dict[str, list[Target]] = {}
+        self._routes: dict[str, Route] = {}
+        given = backends or {}
+        for m in config.models:
+            self.targets[m.name] = [
+                Target(m, d, given.get(f"{m.name}/{d.name}") or build_backend(m, d),
+                       Health(rc.cooldown_failures, rc.cooldown_seconds), caps_of(d))
+                for d in m.deployments]
+            vendor, name = m.name.split("/", 1)
+            if name == "*":
+                self.wildcards[vendor] = m
+                self.patterns += [(prefix, m) for prefix in m.alias_patterns()]
+            else:
+                for alias in (m.name, *m.aliases):
+                    self.groups[alias] = m
+        # Fallback names are checked with the config (switchyard/core/config.py), before any of this.
+
+    def resolve(self, name: str) -> Route:
+        route = self._routes.get(name)
+        if route is not None:  # routes of configured names are built once: the hot path allocates nothing
+            return route
+        route = self._resolve(name)
+        if route.upstream_model is None:
+            self._routes[name] = route
+        return route
+
+    def _resolve(self, name: str) -> Route:
+        m = self.groups.get(name)
+        if m is not None:
+            return Route(m.name, m, self.targets[m.name])
+        # vendor/model_name/deployment pins one deployment of a group
+        group, _, dep = name.rpartition("/")
+        m = self.groups.get(group)
+        if m is not None and "/" in group:
+            pinned = [t for t in self.targets[m.name] if t.deployment.name == dep]
+            if pinned:
+                return Route(m.name, m, pinned, pinned=True)
+            raise NotFound(f"model {group} has no deployment {dep!r}", param="model")
+        if name == "default" and len(self.config.models) == 1:  # mistral.rs: the only model
+            only = self.config.models[0]
+            return Route(only.name, only, self.targets[only.name])
+        for prefix, pm in self.patterns:
+            if name.startswith(prefix) and len(name) > len(prefix):
+                # Named as the configured form; the upstream (Fireworks) is asked for its own.
+                vendor = pm.name.split("/", 1)[0]
+                return Route(f"{vendor}/{name[len(prefix):]}", pm, self.targets[pm.name], upstream_model=name)
+        vendor, _, rest = name.partition("/")
+        w = self.wildcards.get(vendor)
+        if w is not None and rest:
+            return Route(name, w, self.targets[w.name], upstream_model=rest)
+        raise NotFound(f"The model `{name}` does not exist", param="model")

@@ -1,0 +1,318 @@
+"""The router: pick a deployment, run the request on it, and keep the model name's promise when
+deployments are slow, failing or rate-limited.
+
+Per request: fit the context window (maybe switching to ``context_fallback``), then for the group
+and each of its ``fallbacks`` in turn, up to ``1 + retries`` attempts (healthy deployments first,
+fresh ones first; re-trying one already tried waits a jittered backoff), all inside the request's
+deadline. Only failures the error declares ``retryable`` are retried, and only before the first
+chunk: once a chunk went out, an error propagates as is. A failure counts against a deployment's
+health only when the error says it is the deployment's fault, and once per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import math
+import random
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import TYPE_CHECKING
+
+from switchyard.core.backend import Backend
+from switchyard.core.canonical import CanonicalRequest, Chunk
+from switchyard.core.config import Config
+from switchyard.core.errors import GatewayError, RateLimited, Unavailable
+from switchyard.http.logs import Throttled
+from switchyard.routing.fanout import fan_out, needs_fanout
+from switchyard.routing.health import OPEN, Health
+from switchyard.routing.resolve import Resolver, Route, RunInfo, Target
+from switchyard.routing.retry import backoff, deadline_exceeded, retry_after_header
+from switchyard.routing.strategies import PICKERS, by_usage
+from switchyard.routing.usage import Counters, LocalCounters, counters_for
+from switchyard.routing.window import fit_window
+
+if TYPE_CHECKING:
+    from switchyard.policies.store import Store
+
+Attempt = tuple[AsyncIterator[Chunk], Chunk | None]
+log = logging.getLogger("switchyard.router")
+# An upstream that keeps failing is logged once per deployment every 10 s, with a count.
+FAILURES = Throttled(log, 10.0)
+
+
+class Router:
+    def __init__(self, config: Config, backends: dict[str, Backend] | None = None, *,
+                 rng: random.Random | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        """``backends`` maps ``group/deployment`` to a ready-made backend (tests); the rest are
+        built from the config. ``rng`` and ``clock`` are injectable for tests."""
+        self.config = config
+        self.rc = config.router
+        self.resolver = Resolver(config, self.rc, backends)
+        self.rng = rng or random.Random()
+        self.clock = clock
+        self.counters: Counters = LocalCounters()
+
+    def use_store(self, store: Store) -> None:
+        """Count per-deployment usage (the ``usage`` strategy) where the policy store lives."""
+        self.counters = counters_for(store)
+
+    @property
+    def targets(self) -> list[Target]:
+        return [t for ts in self.resolver.targets.values() for t in ts]
+
+    def resolve(self, name: str) -> Route:
+        return self.resolver.resolve(name)
+
+    # -- running a request -------------------------------------------------------------------
+
+    async def stream(self, req: CanonicalRequest, route: Route, info: RunInfo) -> AsyncIterator[Chunk]:
+        """Run ``req`` on a deployment of ``route`` (or a fallback); yield its chunks."""
+        deadline = self.clock() + req.timeout if req.timeout else None
+        asked = route.group
+        try:
+            route, req = self._fit(req, route, info)
+            target, served, (gen, first) = await self._first(req, route, asked, info, deadline)
+        except BaseException:
+            if info.upstream_start is not None:
+                info.upstream_end = time.monotonic()
+            raise
+        h = target.health
+        count = served.model.strategy == "usage"
+        tokens = 0
+        try:
+            if first is not None:
+                yield first
+                async for ch in gen:
+                    if count and ch.usage is not None:
+                        tokens = ch.usage.completion_tokens
+                    yield ch
+        except GatewayError as e:
+            if e.deployment_fault:  # the deployment broke off mid-answer
+                self._blame(target, e, True)
+            if info.spans is not None:
+                info.spans.end(e)
+            raise
+        finally:
+            info.upstream_end = time.monotonic()
+            if info.spans is not None:
+                info.spans.end()
+            h.inflight -= 1
+            await gen.aclose()
+            if count and tokens:
+                await self.counters.add(target.name, 0, tokens)
+
+    async def _first(self, req: CanonicalRequest, route: Route, asked: str, info: RunInfo,
+                     deadline: float | None) -> tuple[Target, Route, Attempt]:
+        """Attempts until one yields its first chunk (or ends cleanly); raises when none can."""
+        rc = self.rc
+        last: GatewayError | None = None
+        saturated = False
+        blamed: set[Target] = set()  # deployments this request already counted a failure against
+        for r in self._chain(req, route, info):
+            tried: list[Target] = []
+            budget = 1 + rc.retries
+            while budget > 0:
+                now = self.clock()
+                if deadline is not None and now >= deadline:
+                    raise deadline_exceeded(req.timeout, info.attempts)
+                target, full = await self._pick(r, tried, now, info)
+                saturated |= full
+                if target is None:
+                    break
+                if target in tried:
+                    # Again on a deployment this request tried: after a backoff, or after its
+                    # Retry-After / cooldown when that is longer and fits the wait we allow.
+                    hold = target.health.breaker.retry_in(now)
+                    if hold > (deadline - now if deadline is not None else rc.backoff_max):
+                        break  # not worth waiting for: the fallbacks, or the last error
+                    pause = max(hold, backoff(rc, len(tried), self.rng))
+                    if deadline is not None and now + pause >= deadline:
+                        raise deadline_exceeded(req.timeout, info.attempts)
+                    await asyncio.sleep(pause)
+                budget -= 1
+                tried.append(target)
+                info.attempts += 1
+                info.tried.append(target.name)
+                info.deployment = target.name
+                info.fallback = r.group if r.group != asked else None
+                out = await self._try(target, req, r, info, deadline, blamed)
+                if not isinstance(out, GatewayError):
+                    return target, r, out
+                if not out.retryable:
+                    raise out
+                last = out
+        if last is not None:
+            raise retry_after_header(last)
+        raise self._none_available(route, saturated)
+
+    async def _try(self, target: Target, req: CanonicalRequest, route: Route, info: RunInfo,
+                   deadline: float | None, blamed: set[Target]) -> Attempt | GatewayError:
+        """One attempt, up to its first chunk. A failure is returned, not raised."""
+        h = target.health
+        start = self.clock()
+        h.breaker.acquire(start)
+        h.inflight += 1
+        if info.upstream_start is None:
+            info.upstream_start = time.monotonic()
+        if info.spans is not None:
+            info.spans.start(target.name)
+        gen: AsyncIterator[Chunk] | None = None
+        try:
+            if deadline is None:
+                gen = self._open(target, req, route)
+                first = await anext(gen)
+            else:
+                # A backend's own timeout ends with the request's: it sees the time left.
+                left = dataclasses.replace(req, timeout=deadline - start)
+                async with asyncio.timeout(deadline - start):
+                    gen = self._open(target, left, route)
+                    first = await anext(gen)
+        except StopAsyncIteration:
+            first = None
+        except GatewayError as e:
+            h.inflight -= 1
+            if info.spans is not None:
+                info.spans.end(e)
+            if gen is not None:
+                await gen.aclose()
+            if e.deployment_fault:
+                h.observe(self.clock() - start)  # a failure is slow news too (the latency strategy)
+                self._blame(target, e, target not in blamed)
+                blamed.add(target)
+            else:
+                h.breaker.release()  # the caller's fault says nothing about the deployment
+            return e
+        except TimeoutError as e:
+            # The caller's deadline ran out (a deployment's own timeout is an UpstreamError):
+            # the caller's choice, not the deployment's failure.
+            h.inflight -= 1
+            if info.spans is not None:
+                info.spans.end(e)
+            h.breaker.release()
+            if gen is not None:
+                await gen.aclose()
+            raise deadline_exceeded(req.timeout, info.attempts) from None
+        except BaseException as e:
+            h.inflight -= 1
+            if info.spans is not None:
+                info.spans.end(e)
+            h.breaker.release()
+            if gen is not None:
+                await gen.aclose()
+            raise
+        h.breaker.success()
+        h.observe(self.clock() - start)
+        return gen, first
+
+    def _blame(self, target: Target, e: GatewayError, count: bool) -> None:
+        """Count a failure against ``target``'s health; log it (at most once per deployment per
+        ``FAILURES``' interval) and the breaker opening."""
+        breaker = target.health.breaker
+        was_open = breaker.state == OPEN
+        breaker.failure(self.clock(), e.retry_after, count=count)
+        target.health.note_error(e.status, e.message)
+        FAILURES.warning(target.name, "deployment %s failed: %s", target.name, e.message)
+        if breaker.state == OPEN and not was_open:
+            log.warning("circuit breaker for %s opened for %.1f s (%d consecutive failures; last: %s)",
+                        target.name, breaker.retry_in(self.clock()), breaker.failures, e.message)
+
+    @staticmethod
+    def _open(target: Target, req: CanonicalRequest, route: Route) -> AsyncIterator[Chunk]:
+        backend = target.backend
+        um = route.upstream_model
+        call: Callable[[CanonicalRequest], AsyncIterator[Chunk]] = (
+            (lambda r: backend.generate(r, um)) if um else backend.generate)
+        if needs_fanout(req, target.caps):
+            return fan_out(call, req, target.caps)
+        return call(req)
+
+    # -- choosing ----------------------------------------------------------------------------
+
+    async def _pick(self, route: Route, tried: list[Target], now: float,
+                    info: RunInfo) -> tuple[Target | None, bool]:
+        """A deployment to try, and whether the usage strategy found every one at its limit.
+
+        Healthy deployments (breaker closed, or due for its probe) first: an open breaker sheds
+        load to those. When none is healthy, every ready deployment stays a candidate: the last
+        ones are never taken out of rotation (each request probes them)."""
+        cands = [t for t in route.targets if t.backend.ready and t.health.breaker.allows(now)]
+        if not cands:
+            cands = [t for t in route.targets if t.backend.ready]
+            if not cands:
+                return None, False
+        if tried and len(cands) > 1:
+            fresh = [t for t in cands if t not in tried]
+            cands = fresh or cands
+        strategy = route.model.strategy
+        if strategy != "usage":
+            return PICKERS[strategy](cands, self.rng), False
+        prompt = info.prompt_tokens or 0
+        counts = await self.counters.read([t.name for t in cands])
+        t = by_usage(cands, counts, self.rng, prompt)
+        if t is None:
+            return None, True
+        await self.counters.add(t.name, 1, prompt)
+        return t, False
+
+    # -- fallbacks ---------------------------------------------------------------------------
+
+    def _need(self, req: CanonicalRequest, route: Route, info: RunInfo) -> int:
+        if info.prompt_tokens is None:
+            from switchyard.policies.tokens import count_prompt_tokens
+
+            info.prompt_tokens = count_prompt_tokens(req, route.model)
+        return info.prompt_tokens + max(req.max_tokens or 0, 0)
+
+    def _fit(self, req: CanonicalRequest, route: Route, info: RunInfo) -> tuple[Route, CanonicalRequest]:
+        """The prompt does not fit the group's window: go straight to its ``context_fallback``;
+        with none left, fit it as the caller's overflow policy asks (or refuse). Where the window
+        is known the gateway honours the policy itself (``window.fit_window``)."""
+        seen = {route.group}
+        while route.model.context_window is not None:
+            window = route.model.context_window
+            nxt = route.model.context_fallback
+            if self._need(req, route, info) <= window or nxt is None or nxt in seen:
+                if all(t.deployment.backend == "engine" for t in route.targets):
+                    return route, req  # the engine fits exactly itself, with the model's tokenizer
+                return route, fit_window(req, route.group, route.model, window, info.prompt_tokens or 0)
+            route = self.resolve(nxt)
+            seen.add(route.group)
+        return route, req
+
+    def _chain(self, req: CanonicalRequest, route: Route, info: RunInfo) -> Iterator[Route]:
+        """The route itself, then its group's fallbacks that fit the prompt (not for pinned routes)."""
+        yield route
+        if route.pinned:
+            return
+        for name in route.model.fallbacks:
+            r = self.resolve(name)
+            window = r.model.context_window
+            if window is None or self._need(req, r, info) <= window:
+                yield r
+
+    def _none_available(self, route: Route, saturated: bool) -> GatewayError:
+        """No attempt was made: every deployment is at its own rate limit, or none is ready."""
+        if saturated:
+            secs = max(1, math.ceil(60 - time.time() % 60))
+            return RateLimited(f"every deployment of model {route.group} is at its own rate limit",
+                               headers={"retry-after": str(secs)})
+        return Unavailable(f"model {route.group} is loading", headers={"retry-after": "5"})
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        for t in self.targets:
+            await t.backend.start()
+
+    async def aclose(self) -> None:
+        for t in self.targets:
+            await t.backend.aclose()
+
+    @property
+    def ready(self) -> bool:
+        return all(t.backend.ready for t in self.targets)
+
+
+__all__ = ["Health", "Route", "Router", "RunInfo", "Target"]

@@ -1,0 +1,45 @@
+"""A request that does not fit its model's context window, fitted as the caller's overflow policy
+asks, where the window is configured: the gateway then honours the policy itself, for any upstream
+(Fireworks' ``context_length_exceeded_behavior: truncate`` lowers max_tokens, mistral.rs's
+``truncate_sequence: true`` cuts the prompt's start, ``error`` refuses). Tokens are counted as
+the gateway counts them for admission (``switchyard.policies.tokens``)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from switchyard.core.canonical import CanonicalRequest, Prompt
+from switchyard.core.config import ModelConfig
+from switchyard.core.errors import InvalidRequest
+from switchyard.dialects.defaults import sampling_defaults
+
+
+def fit_window(req: CanonicalRequest, group: str, model: ModelConfig, window: int,
+               prompt_tokens: int) -> CanonicalRequest:
+    """``req`` made to fit ``window`` of model ``group`` (``prompt_tokens``: its prompt as counted
+    for admission), its overflow policy honoured and so cleared; an InvalidRequest when it cannot."""
+    asked = req.max_tokens if req.max_tokens is not None and req.max_tokens > 0 else 0
+    if prompt_tokens + asked <= window:
+        return replace(req, overflow=None) if req.overflow is not None else req
+    # Unsaid, the caller's product decides (Fireworks truncates by default), as on the engine.
+    policy = req.overflow or sampling_defaults(req.dialect).get("overflow")
+    if policy == "truncate_max_tokens" and prompt_tokens < window:
+        return replace(req, max_tokens=window - prompt_tokens, overflow=None)
+    if policy == "truncate_prompt" and asked < window and req.prompt is not None:
+        return replace(req, prompt=[_keep_last(p, window - asked, req, model) for p in req.prompt],
+                       overflow=None)
+    raise InvalidRequest(
+        f"model {group} has a context window of {window} tokens; the request needs "
+        f"{prompt_tokens + asked} ({prompt_tokens} in the prompt, {asked} for the completion)",
+        param="max_tokens" if asked and prompt_tokens < window else "prompt")
+
+
+def _keep_last(prompt: Prompt, keep: int, req: CanonicalRequest, model: ModelConfig) -> Prompt:
+    from switchyard.policies.tokens import encoding_for, keep_last
+
+    if isinstance(prompt, str):
+        return keep_last(prompt, keep, encoding_for(req, model))
+    if all(isinstance(t, int) for t in prompt):
+        return prompt[-keep:]
+    raise InvalidRequest(f"model {model.name}: a prompt mixing token ids and text cannot be truncated "
+                         "by the gateway", param="prompt")

@@ -1,0 +1,45 @@
+"""A deployment's passthrough allow-lists and fixed headers are checked when the config loads:
+a mistake there is a ConfigError naming the field, never a leak at run time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from switchyard.core.config import ConfigError, parse_config
+
+
+def deployment(**dep: Any) -> dict[str, Any]:
+    return {"models": [{"name": "v/m", "deployments": [{"name": "d1", "base_url": "http://up/v1", **dep}]}]}
+
+
+@pytest.mark.parametrize(("dep", "says"), [
+    ({"allow_extra_headers": ["Authorization"]}, "never taken from callers"),
+    ({"allow_extra_headers": ["proxy-authorization"]}, "never taken from callers"),
+    ({"allow_extra_headers": ["host"]}, "never taken from callers"),
+    ({"allow_extra_headers": ["x bad"]}, "not a header name"),
+    ({"allow_extra_params": ["max_tokens"]}, "set by the gateway"),
+    ({"allow_extra_params": ["n_predict"]}, "set by the gateway"),
+    ({"allow_extra_params": ["stream"]}, "set by the gateway"),
+    ({"headers": {"x-a": "1\r\nhost: evil"}}, "headers.x-a"),
+    ({"headers": {"x a": "1"}}, "headers.x a"),
+])
+def test_unsafe_passthrough_config_is_refused(dep: dict[str, Any], says: str):
+    with pytest.raises(ConfigError) as e:
+        parse_config(deployment(**dep))
+    assert says in str(e.value) and "models.0.deployments.0" in str(e.value)
+
+
+def test_safe_passthrough_config_loads(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("SY_TEST_HEADER_SECRET", "s3cret")
+    cfg = parse_config(deployment(allow_extra_headers=["X-Trace", "*"], allow_extra_params=["priority"],
+                                  headers={"api-key": "env:SY_TEST_HEADER_SECRET", "x-org": "o"}))
+    d = cfg.models[0].deployments[0]
+    assert d.allow_extra_headers == ["x-trace", "*"] and d.allow_extra_params == ["priority"]
+    assert d.headers == {"api-key": "s3cret", "x-org": "o"}  # env:NAME read at load, like api_key
+
+
+def test_nothing_passes_through_by_default():
+    d = parse_config(deployment()).models[0].deployments[0]
+    assert d.allow_extra_headers == [] and d.allow_extra_params == []

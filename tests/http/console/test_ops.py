@@ -1,0 +1,69 @@
+"""The console's admin reads: deployments (from the router's state), overview, latency percentiles."""
+
+from __future__ import annotations
+
+from tests.fakes.upstream import Behaviour
+from tests.http.console.conftest import KEY, MASTER_AUTH, complete, console_config, gateway
+
+
+async def test_deployments_show_circuit_cooldown_and_recent_errors(upstream):
+    async with gateway(console_config(upstream.url)) as c:
+        r = await c.get("/admin/deployments", headers=MASTER_AUTH)
+        (d,) = r.json()["data"]
+        assert d["name"] == "openai/gpt-4o/d1" and d["healthy"] and d["circuit"] == "closed"
+        assert d["recent_errors"] == [] and d["latency_ms"] is None and r.json()["inflight"] == 0
+        assert (await complete(c, KEY)).status_code == 200
+        d = (await c.get("/admin/deployments", headers=MASTER_AUTH)).json()["data"][0]
+        assert d["latency_ms"] is not None and d["latency_ms"] >= 0
+        upstream.script += [Behaviour(status=500, error="boom one"), Behaviour(status=500, error="boom two")]
+        assert (await complete(c, KEY)).status_code >= 500
+        assert (await complete(c, KEY)).status_code >= 500
+        r = await c.get("/admin/deployments", headers=MASTER_AUTH)
+        d = r.json()["data"][0]
+        assert d["circuit"] == "open" and not d["healthy"] and d["consecutive_failures"] == 2
+        assert 25 < d["cooldown_s"] <= 30
+        assert len(d["recent_errors"]) == 2 and all(e["at"].endswith("Z") for e in d["recent_errors"])
+        assert all(e["status"] >= 500 for e in d["recent_errors"])
+        assert KEY not in r.text
+        assert (await c.get("/admin/deployments")).status_code == 401
+
+
+async def test_overview_and_latency_count_the_requests_made(upstream):
+    async with gateway(console_config(upstream.url)) as c:
+        for _ in range(5):
+            assert (await complete(c, KEY)).status_code == 200
+        upstream.script.append(Behaviour(status=400, error="bad"))
+        await complete(c, KEY)
+        await c.app.state.gateway.drain()  # type: ignore[attr-defined]  # every settlement written
+        for rng in ("1h", "24h", "30d"):
+            o = (await c.get(f"/admin/overview?range={rng}", headers=MASTER_AUTH)).json()
+            assert o["source"] == "store" and o["bucket"] == "day"
+            assert o["total"]["requests"] == 6 and o["total"]["errors"] == 1, rng
+            assert sum(s["requests"] for s in o["series"]) == 6
+            assert [m["model"] for m in o["by_model"]] == ["openai/gpt-4o"]
+            assert [(t["team"], t["requests"]) for t in o["by_team"]] == [("ml", 6)]
+            assert o["latency"]["samples"] == 6 and o["inflight"] == 0
+        assert len(o["series"]) in (30, 31)
+        lat = (await c.get("/admin/usage/latency?window=600", headers=MASTER_AUTH)).json()
+        assert lat["samples"] == 6 and lat["source"] == "store"
+        assert 0 < lat["p50_ms"] <= lat["p95_ms"]
+        assert lat["ttfb_p50_ms"] is not None and lat["ttfb_p50_ms"] <= lat["ttfb_p95_ms"]
+        none = (await c.get("/admin/usage/latency?team=ops", headers=MASTER_AUTH)).json()
+        assert none["samples"] == 0 and none["p50_ms"] is None
+        r = await c.get("/admin/overview?range=7y", headers=MASTER_AUTH)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "range"
+        r = await c.get("/admin/usage/latency?window=abc", headers=MASTER_AUTH)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "window"
+
+
+async def test_overview_from_the_ledger_buckets_by_hour(upstream, database_url):
+    async with gateway(console_config(upstream.url, ledger=database_url)) as c:
+        for _ in range(3):
+            assert (await complete(c, KEY)).status_code == 200
+        from tests.policies.ledger.helpers import wait_rows
+        await wait_rows(database_url, 3)
+        o = (await c.get("/admin/overview?range=24h", headers=MASTER_AUTH)).json()
+        assert o["source"] == "ledger" and o["bucket"] == "hour" and len(o["series"]) in (25, 26)
+        assert o["total"]["requests"] == 3 and o["series"][-1]["t"].endswith(":00:00Z")
+        lat = (await c.get("/admin/usage/latency", headers=MASTER_AUTH)).json()
+        assert lat["source"] == "ledger" and lat["samples"] == 3 and lat["p50_ms"] > 0

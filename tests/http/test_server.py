@@ -1,0 +1,196 @@
+"""Serving: slow clients cannot hold connections, several workers share one port and exact limits,
+and SIGTERM lets a stream in flight finish, settles it, and exits 0."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis.asyncio as aioredis
+import yaml
+
+from switchyard.http.cli import main, package_version
+from tests.conftest import free_port
+from tests.fakes.upstream import Behaviour
+from tests.gateway.conftest import KEY, base_config, serve, upstream_model
+from tests.gateway.helpers import sse_events
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = "v/m"
+
+
+@contextlib.asynccontextmanager
+async def guarded(**server: Any) -> AsyncIterator[int]:
+    """The gateway served as ``switchyard serve`` serves it (our protocol, our timeouts)."""
+    config = base_config([upstream_model(MODEL, "http://127.0.0.1:9/v1")], server=server)
+    async with serve(config) as client:
+        yield client.base_url.port
+
+
+async def closed_by_server(reader: asyncio.StreamReader, within: float) -> bytes:
+    """Everything the server sent until it closed the connection (fails if it stays open)."""
+    return await asyncio.wait_for(reader.read(), within)
+
+
+async def test_slow_headers_and_silent_connections_are_closed():
+    async with guarded(header_timeout=0.5) as port:
+        conns = [await asyncio.open_connection("127.0.0.1", port) for _ in range(40)]
+        for i, (_, w) in enumerate(conns):
+            if i % 2:  # half trickle a partial head, half never say anything
+                w.write(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\nx-slow: 1\r\n")
+        started = time.monotonic()
+        answers = [await closed_by_server(r, 5) for r, _ in conns]
+        assert time.monotonic() - started < 4
+        assert all(a.startswith(b"HTTP/1.1 408") for a in answers)
+        for _, w in conns:
+            w.close()
+        # The server still serves everyone else.
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            assert (await client.get("/health")).status_code == 200
+
+
+async def test_idle_keep_alive_connections_are_closed():
+    async with guarded(idle_timeout=1) as port:
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        w.write(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+        await w.drain()
+        head = await r.readuntil(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200")
+        rest = await closed_by_server(r, 5)  # the body, then the close after ~1 s of idling
+        assert b"ok" in rest
+        w.close()
+
+
+# --- the real command ------------------------------------------------------------------------
+
+def write_config(tmp_path: Path, upstream_url: str, redis_url: str, ns_team: str, **key_limits: int) -> Path:
+    cfg = {
+        "server": {"host": "127.0.0.1", "port": free_port(), "shutdown_grace": 20},
+        "store": {"url": redis_url},
+        "models": [upstream_model(MODEL, upstream_url)],
+        "teams": [{"name": ns_team}],
+        "keys": [{"id": "k1", "team": ns_team, "key": KEY, "limits": key_limits}],
+    }
+    p = tmp_path / "switchyard.yaml"
+    p.write_text(yaml.safe_dump(cfg))
+    return p
+
+
+async def start(path: Path, *args: str) -> tuple[asyncio.subprocess.Process, int]:
+    port = yaml.safe_load(path.read_text())["server"]["port"]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway", "serve", "--config", str(path), *args, cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    async with httpx.AsyncClient() as client:
+        while time.monotonic() < deadline:
+            if proc.returncode is not None:
+                out = await proc.stdout.read()  # type: ignore[union-attr]
+                pytest.fail(f"switchyard serve exited {proc.returncode}: {out.decode()[-2000:]}")
+            with contextlib.suppress(httpx.HTTPError):
+                if (await client.get(f"http://127.0.0.1:{port}/health")).status_code == 200:
+                    return proc, port
+            await asyncio.sleep(0.1)
+    proc.kill()
+    pytest.fail("switchyard serve did not come up within 60 s")
+
+
+@contextlib.asynccontextmanager
+async def running(path: Path, *args: str) -> AsyncIterator[tuple[asyncio.subprocess.Process, int]]:
+    """``switchyard serve`` started as ``start`` does, killed at the end if still running."""
+    proc, port = await start(path, *args)
+    try:
+        yield proc, port
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def records(redis_url: str, team: str) -> list[dict[bytes, bytes]]:
+    r = aioredis.from_url(redis_url)
+    try:
+        return [fields for _, fields in await r.xrange(f"sy:{{{team}}}:log")]
+    finally:
+        await r.aclose()
+
+
+async def test_sigterm_finishes_the_stream_in_flight_settles_it_and_exits_0(
+        upstream, redis_url, tmp_path):
+    team = f"graceful{os.getpid()}"
+    upstream.default = Behaviour(chunk_delay=0.1)  # 16 events over ~1.6 s
+    async with running(write_config(tmp_path, upstream.url, redis_url, team)) as (proc, port):
+        async with (httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30,
+                                      headers={"authorization": f"Bearer {KEY}"}) as client,
+                    client.stream("POST", "/v1/completions",
+                                  json={"model": MODEL, "prompt": "hi", "stream": True}) as r):
+            lines = r.aiter_lines()
+            first = await anext(lines)
+            assert first.startswith("data: ")
+            proc.send_signal(signal.SIGTERM)  # mid-stream
+            await asyncio.sleep(0.3)
+            with pytest.raises(httpx.ConnectError):  # no longer accepting
+                await httpx.AsyncClient().get(f"http://127.0.0.1:{port}/health")
+            rest = [line async for line in lines]
+        events = sse_events("\n".join([first, *rest]))
+        assert events[-1] == "[DONE]" and len(events) == 17  # every event, then [DONE]
+        assert await asyncio.wait_for(proc.wait(), 30) == 0
+    recs = await records(redis_url, team)
+    assert len(recs) == 1
+    assert recs[0][b"status"] == b"200" and recs[0][b"completion_tokens"] == b"16"
+
+
+def children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(x) for x in out.split()]
+
+
+async def test_two_workers_share_a_port_and_exact_limits(upstream, redis_url, tmp_path):
+    team = f"workers{os.getpid()}"
+    async with running(write_config(tmp_path, upstream.url, redis_url, team, rpm=20),
+                       "--workers", "2") as (proc, port):
+        workers = children(proc.pid)
+        assert len(workers) >= 2, workers
+        sem = asyncio.Semaphore(12)
+
+        async def one(client: httpx.AsyncClient) -> int:
+            async with sem:
+                r = await client.post("/v1/completions",
+                                      json={"model": MODEL, "prompt": "hi", "max_tokens": 1})
+                return r.status_code
+
+        limits = httpx.Limits(max_keepalive_connections=0)  # a new connection each: both workers serve
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30, limits=limits,
+                                     headers={"authorization": f"Bearer {KEY}"}) as client:
+            codes = await asyncio.gather(*(one(client) for _ in range(60)))
+        assert codes.count(200) == 20 and codes.count(429) == 40, sorted(codes)
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 30) == 0
+
+
+def test_several_workers_refuse_a_per_process_store(tmp_path, capsys):
+    p = tmp_path / "c.yaml"
+    p.write_text(yaml.safe_dump({"models": [upstream_model(MODEL, "http://127.0.0.1:9/v1")]}))
+    assert main(["serve", "--config", str(p), "--workers", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "memory://" in err and "redis" in err
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.strip() == f"switchyard {package_version()}"
+    assert package_version()[0].isdigit()
+
+

@@ -1,0 +1,123 @@
+"""Names to routes: groups, aliases, pinned deployments, wildcards, per-key defaults, ``default``."""
+
+from __future__ import annotations
+
+import pytest
+
+from switchyard.core.config import ConfigError
+from switchyard.core.errors import NotFound
+from switchyard.routing import Router
+from tests.gateway.conftest import serve
+from tests.routing.conftest import completion, config, dep, group
+
+URL = "http://127.0.0.1:9/v1"
+
+
+def test_groups_aliases_and_pins():
+    r = Router(config(group("m/x", dep("a", URL), dep("b", URL), aliases=["fast"])))
+    assert r.resolve("m/x").group == "m/x" and len(r.resolve("m/x").targets) == 2
+    assert r.resolve("fast").group == "m/x"
+    pinned = r.resolve("m/x/b")
+    assert pinned.pinned and [t.deployment.name for t in pinned.targets] == ["b"]
+    with pytest.raises(NotFound, match="no deployment 'c'"):
+        r.resolve("m/x/c")
+    with pytest.raises(NotFound):
+        r.resolve("m/y")
+    assert r.resolve("m/x") is r.resolve("m/x")  # built once
+
+
+def test_wildcard_passes_the_name_through():
+    r = Router(config(group("openai/*", dep("a", URL))))
+    route = r.resolve("openai/gpt-4o-mini")
+    assert route.group == "openai/gpt-4o-mini" and route.upstream_model == "gpt-4o-mini"
+    with pytest.raises(NotFound):
+        r.resolve("anthropic/claude")
+
+
+def test_default_is_the_only_model():
+    assert Router(config(group("m/x", dep("a", URL)))).resolve("default").group == "m/x"
+    with pytest.raises(NotFound):
+        Router(config(group("m/x", dep("a", URL)), group("m/y", dep("a", URL)))).resolve("default")
+
+
+def test_unknown_fallback_is_a_config_error():
+    with pytest.raises(ConfigError, match="m/nope"):
+        Router(config(group("m/x", dep("a", URL), fallbacks=["m/nope"])))
+    with pytest.raises(ConfigError, match="m/big"):
+        Router(config(group("m/x", dep("a", URL), context_fallback="m/big")))
+
+
+async def test_wildcard_and_key_default_through_the_gateway(upstreams):
+    a, b = upstreams[0], upstreams[1]
+    cfg = config(group("openai/*", dep("a", a.url)), group("m/x", dep("b", b.url)),
+                 keys=[{"id": "k1", "team": "t", "key": "sk-test-key", "default_model": "m/x"}])
+    async with serve(cfg) as client:
+        w = await client.post("/v1/completions", json=completion("openai/gpt-4o-mini"))
+        d = await client.post("/v1/completions", json=completion("default"))
+    assert w.status_code == 200 and a.requests[0].body["model"] == "gpt-4o-mini"
+    assert w.json()["model"] == "openai/gpt-4o-mini"
+    assert d.status_code == 200 and d.headers["x-switchyard-deployment"] == "m/x/b"
+
+
+async def test_pinned_deployment_gets_every_request(upstreams):
+    a, b = upstreams[0], upstreams[1]
+    async with serve(config(group("m/x", dep("a", a.url), dep("b", b.url)))) as client:
+        for _ in range(5):
+            r = await client.post("/v1/completions", json=completion("m/x/b"))
+            assert r.headers["x-switchyard-deployment"] == "m/x/b"
+    assert len(a.requests) == 0 and len(b.requests) == 5
+
+
+# --- Fireworks' own names as an alias pattern ------------------------------------------------------
+
+FW = "accounts/fireworks/models/*"
+
+
+def test_fireworks_alias_pattern_resolves_as_the_vendor_route():
+    r = Router(config(group("fireworks/*", dep("a", URL, dialect="fireworks"), aliases=[FW]),
+                      group("fireworks/kimi", dep("b", URL, dialect="fireworks"),
+                            aliases=["accounts/fireworks/models/kimi"])))
+    route = r.resolve("accounts/fireworks/models/llama-v3p1-8b")
+    assert route.group == "fireworks/llama-v3p1-8b"  # limits, usage and allow-lists see this name
+    assert route.upstream_model == "accounts/fireworks/models/llama-v3p1-8b"  # Fireworks' own name
+    assert r.resolve("accounts/fireworks/models/kimi").group == "fireworks/kimi"  # an exact alias wins
+    with pytest.raises(NotFound):
+        r.resolve("accounts/fireworks/models/")
+    with pytest.raises(NotFound):
+        r.resolve("accounts/other/models/x")
+
+
+@pytest.mark.parametrize(("model", "why"), [
+    (group("fireworks/*", dep("a", URL, dialect="openai"), aliases=[FW]), "fireworks-dialect"),
+    (group("fireworks/x", dep("a", URL, dialect="fireworks"), aliases=[FW]), "vendor/\\* route"),
+    (group("fireworks/*", dep("a", URL, dialect="fireworks"), aliases=["accounts/*/models/*"]), "no other"),
+    (group("fireworks/*", dep("a", URL, dialect="fireworks"), aliases=["accounts/fireworks*"]), "end in /"),
+])
+def test_alias_patterns_only_where_they_mean_something(model, why):
+    with pytest.raises(ConfigError, match=why):
+        config(model)
+
+
+async def test_allow_lists_check_the_resolved_name_so_aliases_never_escape(upstreams):
+    up = upstreams[0]
+    keys = [{"id": "fw", "team": "t", "key": "sk-fw", "models": ["fireworks/*"]},
+            {"id": "alias-only", "team": "t", "key": "sk-alias", "models": ["fast", "accounts/*"]},
+            {"id": "mx", "team": "t", "key": "sk-mx", "models": ["m/x"]}]
+    cfg = config(group("fireworks/*", dep("a", up.url, dialect="fireworks"), aliases=[FW]),
+                 group("m/x", dep("b", up.url), aliases=["fast"]), keys=keys)
+    fw_name = "accounts/fireworks/models/llama"
+    async with serve(cfg) as client:
+        def as_key(key: str, model: str):  # type: ignore[no-untyped-def]
+            return client.post("/inference/v1/completions", json=completion(model),
+                               headers={"authorization": f"Bearer {key}"})
+        fw = await as_key("sk-fw", fw_name)
+        mx_by_alias = await as_key("sk-mx", "fast")
+        escape_alias = await as_key("sk-alias", "fast")
+        escape_pattern = await as_key("sk-alias", fw_name)
+        other = await as_key("sk-mx", fw_name)
+    assert fw.status_code == 200, fw.text
+    assert fw.json()["model"] == fw_name and up.requests[0].body["model"] == fw_name
+    assert mx_by_alias.status_code == 200, mx_by_alias.text
+    for r in (escape_alias, escape_pattern, other):
+        assert r.status_code == 403, r.text
+    assert len(up.requests) == 2
