@@ -1,0 +1,3 @@
+"""The gateway fixtures (a fake upstream, a served gateway) for these tests."""
+
+from tests.gateway.conftest import gateway_for, upstream  # noqa: F401
