@@ -14,6 +14,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from switchyard.core.errors import install_hint
+
 DialectName = Literal["openai", "vllm", "llamacpp", "mistralrs", "fireworks", "sgp"]
 
 
@@ -336,7 +338,7 @@ def _url_of_extra(v: str | None, schemes: tuple[str, ...], bad_scheme: str, what
         for m in modules:
             importlib.import_module(m)
     except ImportError:
-        raise ValueError(f"{what} needs the {extra} extra: pip install 'switchyard[{extra}]'") from None
+        raise ValueError(f"{what} needs the {extra} extra: {install_hint(extra)}") from None
     return v
 
 

@@ -146,3 +146,11 @@ class UpstreamError(GatewayError):
 # server errors that mean "not now" rather than "never".
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 CREDENTIAL_REFUSED = frozenset({401, 403, 407})
+
+
+DISTRIBUTION = "switchyard-gateway"  # the PyPI name; "switchyard" there is somebody else's project
+
+
+def install_hint(extra: str) -> str:
+    """How to install an optional extra of this project (never the unrelated ``switchyard`` on PyPI)."""
+    return f"pip install '{DISTRIBUTION}[{extra}]' (from a checkout: pip install -e '.[{extra}]')"

@@ -16,7 +16,7 @@ from typing import Protocol
 
 from switchyard.core.backend import Backend
 from switchyard.core.config import Config, ConfigError, DeploymentConfig, ModelConfig, RouterConfig
-from switchyard.core.errors import NotFound
+from switchyard.core.errors import NotFound, install_hint
 from switchyard.routing.health import Health
 
 
@@ -111,7 +111,7 @@ def build_backend(model: ModelConfig, dep: DeploymentConfig) -> Backend:
         # The engine process imports torch; a proxy-only install finds out here, not at first use.
         if importlib.util.find_spec("torch") is None:
             raise ConfigError(f"models.{model.name}: deployment {dep.name} uses the built-in engine, "
-                              "which needs the 'engine' extra (pip install 'switchyard[engine]')")
+                              f"which needs the 'engine' extra ({install_hint('engine')})")
         from switchyard.engine import EngineBackend
         from switchyard.engine.host import HostedEngine, hosted_sockets
 

@@ -159,7 +159,7 @@ assert not [m for m in sys.modules if m.startswith("opentelemetry")]
 try:
     parse_config({**raw, "tracing": {"otlp_endpoint": "http://127.0.0.1:4318/v1/traces"}})
 except ConfigError as e:
-    assert "tracing.otlp_endpoint" in str(e) and "switchyard[otel]" in str(e), str(e)
+    assert "tracing.otlp_endpoint" in str(e) and "switchyard-gateway[otel]" in str(e), str(e)
 else:
     raise AssertionError("tracing without the otel extra was accepted")
 print("ok")

@@ -37,7 +37,7 @@ assert "asyncpg" not in sys.modules
 try:
     parse_config({**raw, "usage": {"ledger": "postgresql://127.0.0.1/x"}})
 except ConfigError as e:
-    assert "usage.ledger" in str(e) and "switchyard[ledger]" in str(e), str(e)
+    assert "usage.ledger" in str(e) and "switchyard-gateway[ledger]" in str(e), str(e)
     print("ok")
 '''
 
