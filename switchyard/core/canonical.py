@@ -130,9 +130,15 @@ class TokenLogprob:
 
 @dataclass(slots=True)
 class Usage:
+    """OpenAI's meaning: ``prompt_tokens`` counts every prompt token, cached ones included
+    (``cached_tokens`` read from a cache, ``cache_write_tokens`` written to one), and
+    ``completion_tokens`` counts reasoning tokens too (``reasoning_tokens`` of them)."""
+
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -142,6 +148,8 @@ class Usage:
         self.prompt_tokens += other.prompt_tokens
         self.completion_tokens += other.completion_tokens
         self.cached_tokens += other.cached_tokens
+        self.cache_write_tokens += other.cache_write_tokens
+        self.reasoning_tokens += other.reasoning_tokens
         return self
 
 
