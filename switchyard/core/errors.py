@@ -16,6 +16,9 @@ class GatewayError(Exception):
     retryable: bool = False
     deployment_fault: bool = False
     retry_after: float | None = None
+    # Which check refused, for usage records and the console ("" = derived from the class:
+    # ``switchyard.policies.refusals.reason_of``).
+    reason: str = ""
 
     def __init__(
         self,
