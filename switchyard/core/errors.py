@@ -77,6 +77,7 @@ class RateLimited(GatewayError):
     status = 429
     type = "rate_limit_error"
     limit = ""  # which limit refused ("rpm", "tpm", "concurrency", a quota ...), for /metrics
+    scope = ""  # whose: "key", "team" or "model" (the team's limits for one model)
 
 
 class Unavailable(GatewayError):

@@ -198,6 +198,7 @@ class Limiter:
         headers.update(ratelimit_headers(Admission(False, adm.now_ms, req=req, tok=tok)))
         e = RateLimited(f"{scope.label}: {what}{tail}", headers=headers)
         e.limit = adm.kind
+        e.scope = scope.label.split(" ")[0] if " model " not in scope.label else "model"
         return e
 
     async def settle(self, ticket: Ticket, outcome: Outcome) -> None:

@@ -4,6 +4,8 @@ A caller whose key is known gets a usage record (status, reason, no tokens) in i
 and aggregates, exactly as a settled request does (one store call, sent without waiting, like
 settle). A request with no valid key is only counted, per reason, never per presented key.
 ``reason_of`` names the check that refused: the same words in records, the ledger, the console.
+A limit's reason names its scope too: ``rate_limit:rpm@key``, ``quota:spend_day@team``,
+``rate_limit:tpm@model`` (the team's limits for one model).
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ def _param(e: GatewayError) -> str:
 
 # The first row whose class matches names the reason (subclasses before their bases).
 _REASONS: tuple[tuple[type[GatewayError], Callable[[GatewayError], str]], ...] = (
-    (RateLimited, lambda e: LIMIT_REASONS.get(getattr(e, "limit", ""), "rate_limit")),
+    (RateLimited, lambda e: LIMIT_REASONS.get(getattr(e, "limit", ""), "rate_limit")
+     + (f"@{e.scope}" if getattr(e, "scope", "") else "")),
     (Forbidden, lambda e: "model_not_allowed" if e.param == "model" else "forbidden"),
     (NotFound, lambda e: "model_not_found" if e.param == "model" else "not_found"),
     (PayloadTooLarge, lambda e: f"too_large:{_param(e)}"),

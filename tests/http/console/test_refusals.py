@@ -49,7 +49,7 @@ async def refuse_some(c) -> None:
 
 
 REFUSED = {("narrow", "model_not_allowed", 403), ("alice", "bad_request:temperature", 400),
-           ("bob", "rate_limit:rpm", 429), ("carol", "quota:spend_day", 429)}
+           ("bob", "rate_limit:rpm@team", 429), ("carol", "quota:spend_day@team", 429)}
 
 
 async def check_overview(c) -> None:
@@ -97,7 +97,7 @@ async def test_refusals_recorded_in_redis_without_the_presented_key(upstream, re
             await refuse_some(c)
             await check_overview(c)
             recs = (await c.get("/admin/usage/records?team=ops", headers=MASTER_AUTH)).json()["data"]
-            assert [(x["status"], x["reason"]) for x in recs] == [(429, "rate_limit:rpm"), (200, ""), (200, "")]
+            assert [(x["status"], x["reason"]) for x in recs] == [(429, "rate_limit:rpm@team"), (200, ""), (200, "")]
         # Nothing in the store names (or hashes) a key that was presented and refused.
         dump = b""
         async for k in r.scan_iter(count=1000):
@@ -123,10 +123,10 @@ async def test_refusals_in_the_ledger(upstream, database_url, rounds):
         assert got == REFUSED
         await check_overview(c)
         r = (await c.get("/admin/usage/records?status=429", headers=MASTER_AUTH)).json()
-        assert {(x["key_id"], x["reason"]) for x in r["data"]} == {("bob", "rate_limit:rpm"),
-                                                                   ("carol", "quota:spend_day")}
+        assert {(x["key_id"], x["reason"]) for x in r["data"]} == {("bob", "rate_limit:rpm@team"),
+                                                                   ("carol", "quota:spend_day@team")}
         agg = (await c.get("/admin/usage?status=429&group_by=key,reason", headers=MASTER_AUTH)).json()
         assert [(x["key"], x["reason"], x["refused"]) for x in agg["data"]] == [
-            ("bob", "rate_limit:rpm", 1), ("carol", "quota:spend_day", 1)]
+            ("bob", "rate_limit:rpm@team", 1), ("carol", "quota:spend_day@team", 1)]
         o = (await c.get("/admin/overview?range=24h", headers=MASTER_AUTH)).json()
         assert {(x["key"], x["reason"], x["refused"]) for x in o["refused"]} == {(k, w, 1) for k, w, _ in REFUSED}
