@@ -78,16 +78,28 @@ def now_ms() -> int:
 
 class Refusals:
     """Record refused requests off the request's path; failures are dropped (logged once per
-    outage): a refusal carries no tokens or spend to reconcile."""
+    outage): a refusal carries no tokens or spend to reconcile. After a failure the store is
+    left alone for ``down_for`` seconds, so a flood of refusals during an outage costs nothing."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, down_for: float = 1.0) -> None:
         self.store = store
+        self.down_for = down_for
+        self.dropped = 0  # refusals not recorded (the store was down)
         self._tasks: set[asyncio.Task[None]] = set()
         self._down = False
+        self._skip_until = 0.0
+
+    def _skipping(self) -> bool:
+        if time.monotonic() < self._skip_until:
+            self.dropped += 1
+            return True
+        return False
 
     def refused(self, p: Principal, *, model: str, status: int, reason: str, latency_ms: float,
                 request_id: str = "", endpoint: str = "", dialect: str = "",
                 requested_model: str = "") -> None:
+        if self._skipping():
+            return
         rec = UsageRecord(ts_ms=now_ms(), key_id=p.key_id, team=p.team, model=model, deployment="",
                           prompt_tokens=0, completion_tokens=0, cached_tokens=0, cost_nano=0,
                           status=status, latency_ms=round(latency_ms, 3), request_id=request_id,
@@ -102,6 +114,8 @@ class Refusals:
             self._track(pending)
 
     def unauthenticated(self, reason: str) -> None:
+        if self._skipping():
+            return
         self._track(self.store.count_unauthenticated(reason, now_ms()))
 
     def _track(self, pending: Awaitable[None]) -> None:
@@ -114,6 +128,8 @@ class Refusals:
             await pending
             self._down = False
         except StoreDown as e:
+            self.dropped += 1
+            self._skip_until = time.monotonic() + self.down_for
             if not self._down:
                 self._down = True
                 log.warning("refused requests are not recorded while the store is down: %s", e)

@@ -130,3 +130,16 @@ async def test_refusals_in_the_ledger(upstream, database_url, rounds):
             ("bob", "rate_limit:rpm@team", 1), ("carol", "quota:spend_day@team", 1)]
         o = (await c.get("/admin/overview?range=24h", headers=MASTER_AUTH)).json()
         assert {(x["key"], x["reason"], x["refused"]) for x in o["refused"]} == {(k, w, 1) for k, w, _ in REFUSED}
+
+
+async def test_a_store_out_of_reach_drops_refusal_records_without_delaying_answers(upstream):
+    from tests.conftest import free_port
+
+    async with gateway(config(upstream.url, store=f"redis://127.0.0.1:{free_port()}/0")) as c:
+        gw = c.app.state.gateway  # type: ignore[attr-defined]
+        r = await complete(c, WRONG)
+        assert r.status_code == 503 and r.headers["retry-after"] == "1"  # the key cannot be checked
+        await gw.policies.refusals.flush()
+        assert gw.policies.refusals.dropped == 1  # tried once, failed, dropped
+        assert (await complete(c, WRONG)).status_code == 503
+        assert not gw.policies.refusals._tasks and gw.policies.refusals.dropped == 2  # not even tried
