@@ -23,8 +23,9 @@ OBJECT = (dict,)
 BOOL_OR_INT = (bool, int)
 ANY: tuple[type, ...] = ()
 
-_TYPE_NAMES = {NUMBER: "a number", INT: "an integer", BOOL: "a boolean", STR: "a string",
-               LIST: "an array", OBJECT: "an object", BOOL_OR_INT: "a boolean or an integer"}
+_TYPE_NAMES: dict[tuple[type, ...], str] = {
+    NUMBER: "a number", INT: "an integer", BOOL: "a boolean", STR: "a string", LIST: "an array",
+    OBJECT: "an object", BOOL_OR_INT: "a boolean or an integer"}
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +66,7 @@ class EngineBackend:
         return self._proc.pid if self._proc is not None else None
 
     async def generate(self, req: CanonicalRequest,
-                       upstream_model: str | None = None) -> AsyncIterator[Chunk]:
+                       upstream_model: str | None = None) -> AsyncGenerator[Chunk, None]:
         """``upstream_model`` (a wildcard route's name) means nothing here: one model is loaded."""
         req, tool_plan = tools.prepare(req)
         rewrite = tools.ToolCallStream(tool_plan).rewrite if tool_plan is not None else None
