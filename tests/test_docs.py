@@ -9,7 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TOPS = ("switchyard", "tests", "bench", "docs", "deploy", ".ci")
 # `switchyard/http/app.py`, `tests/fakes/`, `switchyard/dialects/<dialect>.py` (a placeholder)
-PATH = re.compile(r"(?<![\w./-])((?:%s)/[\w./<>*-]*)" % "|".join(re.escape(t) for t in TOPS))
+PATH = re.compile(r"(?<![\w./-])((?:" + "|".join(map(re.escape, TOPS)) + r")/[\w./<>*-]*)")
 
 
 def named_paths(text: str) -> set[str]:
@@ -33,6 +33,7 @@ def test_every_path_the_docs_name_exists() -> None:
 
 def test_the_check_finds_paths() -> None:
     """The pattern itself: a path in backticks and one in a diagram are read; prose is not."""
-    text = "see `switchyard/http/app.py` and `tests/nope.py`\n```\nroute  switchyard/gateway/\n```\nswitchyard/x.py"
+    text = ("see `switchyard/http/app.py` and `tests/nope.py`\n"
+            "```\nroute  switchyard/gateway/\n```\nswitchyard/x.py")
     assert named_paths(text) == {"switchyard/http/app.py", "tests/nope.py", "switchyard/gateway/"}
     assert not exists("tests/nope.py") and exists("switchyard/dialects/<dialect>.py")
