@@ -3,7 +3,7 @@
 A dialect is a tuple of ``Param`` rows (name, canonical target, type, range, transform), plus a
 table of ``emit`` functions for the other direction (canonical field -> the dialect's body keys).
 Composite canonical values (mirostat, DRY, logprobs, the constraint) are gathered under dotted
-targets such as ``"mirostat.tau"`` and assembled once all rows are read (``assemble.py``).
+targets such as ``"mirostat.tau"`` and assembled once all rows are read (the assemblers in ``parse.py``).
 """
 
 from __future__ import annotations

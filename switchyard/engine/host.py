@@ -24,7 +24,7 @@ from switchyard.core.canonical import CanonicalRequest
 from switchyard.core.config import DeploymentConfig
 from switchyard.core.errors import GatewayError
 from switchyard.engine.backend import EngineBackend
-from switchyard.engine.channel import AsyncChannel
+from switchyard.engine.channel import AsyncChannel, error_message
 from switchyard.engine.process import Meter
 
 # {"<group>/<deployment>": "/path/to/socket"}, set by the supervisor for its workers.
@@ -112,7 +112,7 @@ class EngineHost:
                 await gen.aclose()  # a cancelled job frees the engine's sequence
             chan.send(("done", rid))
         except GatewayError as e:
-            chan.send(("error", rid, type(e).__name__, e.message, e.param))
+            chan.send(error_message(rid, e))
 
 
 class HostedEngine(EngineBackend):

@@ -182,7 +182,7 @@ class Gateway:
         timeout = req.timeout if req.timeout is not None else principal.timeout
         if timeout is not None:
             ctx.deadline = ctx.started + timeout
-            if req.timeout is None:  # the router's own deadline reads it (until it reads ctx)
+            if req.timeout is None:  # the router bounds each attempt by req.timeout
                 req = replace(req, timeout=timeout)
         prompt_tokens = await self._count(req, route)
         ctx.run.prompt_tokens = prompt_tokens

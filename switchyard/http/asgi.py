@@ -13,7 +13,13 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from switchyard.core.errors import GatewayError, InvalidRequest, MethodNotAllowed, PayloadTooLarge
+from switchyard.core.errors import (
+    GatewayError,
+    InvalidRequest,
+    MethodNotAllowed,
+    PayloadTooLarge,
+    RequestTimeout,
+)
 from switchyard.core.logs import REQUEST
 from switchyard.core.propagation import OUTGOING
 from switchyard.dialects.errors import error_bytes
@@ -31,11 +37,6 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 _SINGLE = (b"authorization", b"x-api-key")
 # CR, LF and NUL never reach the wire in a header value, whoever wrote it.
 _UNSAFE = str.maketrans({"\r": " ", "\n": " ", "\0": " "})
-
-
-class RequestTimeout(GatewayError):
-    status = 408
-    type = "invalid_request_error"
 
 
 class ClientGone(Exception):
