@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import MutableMapping
 from typing import Any
 
 from switchyard.core.errors import (
@@ -27,11 +27,7 @@ from switchyard.gateway.context import REQUEST_ID, RequestContext, request_id
 from switchyard.gateway.pipeline import JSON, Endpoint, Gateway
 from switchyard.http.access import AccessLog
 from switchyard.http.disconnect import DISCONNECT, Disconnect
-
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+from switchyard.http.types import ASGIApp, Receive, Scope, Send
 
 # Credentials must come once: with two, which one a proxy or a log saw is anybody's guess.
 _SINGLE = (b"authorization", b"x-api-key")
