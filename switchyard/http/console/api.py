@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from switchyard.routing.resolve import Target
     from switchyard.routing.router import Router as GatewayRouter
 
+
 def _public_url(url: str | None) -> str | None:
     """A base URL without what may carry a secret: user info, query, fragment."""
     if not url:
