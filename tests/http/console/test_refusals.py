@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime as dt
 
-import pytest
 import redis.asyncio as aioredis
 
 from tests.http.console.conftest import KEY, MASTER_AUTH, complete, console_config, gateway
@@ -67,7 +66,7 @@ async def check_overview(c) -> None:
         assert all(r["refused"] == 1 and r["last"].endswith("Z") for r in o["refused_now"])
     o = (await c.get("/admin/overview?range=1h", headers=MASTER_AUTH)).json()
     assert o["bucket"] == "minute" and len(o["series"]) in (61, 62)
-    assert o["series"][-1]["t"].endswith(":00Z") and o["series"][-1]["t"][14:16] != "00" or True
+    assert all(s["t"].endswith(":00Z") for s in o["series"])
     stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M")
     assert sum(s["requests"] for s in o["series"] if s["t"][:16] >= stamp[:15]) >= 1  # the last minutes
 
@@ -97,7 +96,8 @@ async def test_refusals_recorded_in_redis_without_the_presented_key(upstream, re
             await refuse_some(c)
             await check_overview(c)
             recs = (await c.get("/admin/usage/records?team=ops", headers=MASTER_AUTH)).json()["data"]
-            assert [(x["status"], x["reason"]) for x in recs] == [(429, "rate_limit:rpm@team"), (200, ""), (200, "")]
+            got = [(x["status"], x["reason"]) for x in recs]
+            assert got == [(429, "rate_limit:rpm@team"), (200, ""), (200, "")]
         # Nothing in the store names (or hashes) a key that was presented and refused.
         dump = b""
         async for k in r.scan_iter(count=1000):
@@ -112,8 +112,7 @@ async def test_refusals_recorded_in_redis_without_the_presented_key(upstream, re
         await r.aclose()
 
 
-@pytest.mark.parametrize("rounds", [1])
-async def test_refusals_in_the_ledger(upstream, database_url, rounds):
+async def test_refusals_in_the_ledger(upstream, database_url):
     from tests.policies.ledger.helpers import wait_rows
 
     async with gateway(config(upstream.url, ledger=database_url)) as c:
@@ -129,7 +128,8 @@ async def test_refusals_in_the_ledger(upstream, database_url, rounds):
         assert [(x["key"], x["reason"], x["refused"]) for x in agg["data"]] == [
             ("bob", "rate_limit:rpm@team", 1), ("carol", "quota:spend_day@team", 1)]
         o = (await c.get("/admin/overview?range=24h", headers=MASTER_AUTH)).json()
-        assert {(x["key"], x["reason"], x["refused"]) for x in o["refused"]} == {(k, w, 1) for k, w, _ in REFUSED}
+        got = {(x["key"], x["reason"], x["refused"]) for x in o["refused"]}
+        assert got == {(k, w, 1) for k, w, _ in REFUSED}
 
 
 async def test_a_store_out_of_reach_drops_refusal_records_without_delaying_answers(upstream):
