@@ -52,7 +52,7 @@ def _param(e: GatewayError) -> str:
 # The first row whose class matches names the reason (subclasses before their bases).
 _REASONS: tuple[tuple[type[GatewayError], Callable[[GatewayError], str]], ...] = (
     (RateLimited, lambda e: LIMIT_REASONS.get(getattr(e, "limit", ""), "rate_limit")
-     + (f"@{e.scope}" if getattr(e, "scope", "") else "")),
+     + (f"@{getattr(e, 'scope', '')}" if getattr(e, "scope", "") else "")),
     (Forbidden, lambda e: "model_not_allowed" if e.param == "model" else "forbidden"),
     (NotFound, lambda e: "model_not_found" if e.param == "model" else "not_found"),
     (PayloadTooLarge, lambda e: f"too_large:{_param(e)}"),

@@ -76,7 +76,7 @@ async def overview(policies: Policies, rng: str, now: dt.datetime) -> dict[str, 
             "series": [{"t": b} | rows.get(b, empty) for b in _buckets(start, now, bucket)],
             "total": series["total"], "by_model": _merge(by_model["data"], "model"),
             "by_team": _merge(by_team["data"], "team"),
-            "refused": await _refused_by(policies, q, bucket),
+            "refused": await _refused_by(policies, q, bucket, start),
             "refused_now": await refused_now(policies, now),
             "unauthenticated": await unauthenticated(policies, start, now, bucket)}
 
@@ -94,12 +94,14 @@ def _merge(rows: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
     return [out[k] for k in sorted(out)]
 
 
-async def _refused_by(policies: Policies, q: dict[str, str], bucket: str) -> list[dict[str, Any]]:
-    """Who was refused over the range: per team and key (and reason, with the ledger)."""
+async def _refused_by(policies: Policies, q: dict[str, str], bucket: str,
+                      start: dt.datetime) -> list[dict[str, Any]]:
+    """Who was refused over the range: per team and key (and reason, with the ledger, or for
+    the last hour from the store's newest records)."""
     if policies.ledger is not None:
         groups = ("minute," if bucket == "minute" else "") + "team,key,reason"
-    elif bucket == "minute":
-        return []  # the store's minute sums have no keys: see refused_now
+    elif bucket == "minute":  # the store's minute sums have no keys: its records do
+        return [{k: v for k, v in r.items() if k != "last"} for r in await _recent(policies, start)]
     else:
         groups = "team,key"
     rows = (await policies.usage.query(parse_filter(q | {"group_by": groups})))["data"]
@@ -124,21 +126,30 @@ async def refused_now(policies: Policies, now: dt.datetime) -> list[dict[str, An
         acc["refused"] += n
         acc["last"] = max(acc["last"], last)
 
-    if policies.ledger is not None:
-        q = {"from": _iso(_floor(since, "minute")), "to": _iso(_floor(now, "minute") + _STEP["minute"]),
-             "group_by": "minute,team,key,reason"}
-        for r in (await policies.usage.query(parse_filter(q)))["data"]:
-            if r["refused"]:
-                add(r["team"], r["key"], r["reason"], r["refused"], r["minute"])
-    else:
-        floor_ms = int(since.timestamp() * 1000)
-        for team in await policies.registry.team_names():
-            for rec in await policies.store.records(team, NOW_RECORDS):
-                if rec.ts_ms < floor_ms:
-                    break  # newest first
-                if refused(rec.status, rec.attempts):
-                    stamp = dt.datetime.fromtimestamp(rec.ts_ms / 1000, dt.UTC)
-                    add(team, rec.key_id, rec.reason, 1, _iso(stamp))
+    if policies.ledger is None:
+        return await _recent(policies, since)
+    q = {"from": _iso(_floor(since, "minute")), "to": _iso(_floor(now, "minute") + _STEP["minute"]),
+         "group_by": "minute,team,key,reason"}
+    for r in (await policies.usage.query(parse_filter(q)))["data"]:
+        if r["refused"]:
+            add(r["team"], r["key"], r["reason"], r["refused"], r["minute"])
+    return sorted(out.values(), key=lambda x: (-x["refused"], x["team"], x["key"], x["reason"]))
+
+
+async def _recent(policies: Policies, since: dt.datetime) -> list[dict[str, Any]]:
+    """Refusals since ``since`` from the store's newest records (``NOW_RECORDS`` per team)."""
+    out: dict[tuple[str, str, str], dict[str, Any]] = {}
+    floor_ms = int(since.timestamp() * 1000)
+    for team in await policies.registry.team_names():
+        for rec in await policies.store.records(team, NOW_RECORDS):
+            if rec.ts_ms < floor_ms:
+                break  # newest first
+            if refused(rec.status, rec.attempts):
+                last = _iso(dt.datetime.fromtimestamp(rec.ts_ms / 1000, dt.UTC))
+                acc = out.setdefault((team, rec.key_id, rec.reason), {
+                    "team": team, "key": rec.key_id, "reason": rec.reason, "refused": 0, "last": last})
+                acc["refused"] += 1
+                acc["last"] = max(acc["last"], last)
     return sorted(out.values(), key=lambda x: (-x["refused"], x["team"], x["key"], x["reason"]))
 
 

@@ -66,6 +66,8 @@ async def check_overview(c) -> None:
         assert all(r["refused"] == 1 and r["last"].endswith("Z") for r in o["refused_now"])
     o = (await c.get("/admin/overview?range=1h", headers=MASTER_AUTH)).json()
     assert o["bucket"] == "minute" and len(o["series"]) in (61, 62)
+    # over the last hour, who was refused and why (the store: from its newest records)
+    assert {(r["key"], r["reason"], r["refused"]) for r in o["refused"]} == {(k, w, 1) for k, w, _ in REFUSED}
     assert all(s["t"].endswith(":00Z") for s in o["series"])
     stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M")
     assert sum(s["requests"] for s in o["series"] if s["t"][:16] >= stamp[:15]) >= 1  # the last minutes
