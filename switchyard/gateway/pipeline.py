@@ -159,12 +159,13 @@ class Gateway:
             req = await self._prepare(ctx, ep, headers, raw)
         except GatewayError as e:
             await self.send_error(ctx, out, e)
-            self._refused(ctx, e)
+            self.refused(ctx, e)
             return
         await self._run(ctx, req, out)
 
-    def _refused(self, ctx: RequestContext, e: GatewayError) -> None:
-        """A request refused before admission: a record for a known key, a count otherwise."""
+    def refused(self, ctx: RequestContext, e: GatewayError) -> None:
+        """A request refused before admission (here, or by the HTTP layer before its key was
+        read): a record for a known key, a count per reason otherwise."""
         p = ctx.principal
         if p is None:
             self.policies.refusals.unauthenticated(reason_of(e))

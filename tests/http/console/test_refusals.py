@@ -28,7 +28,7 @@ def config(upstream_url: str, store: str = "memory://", ledger: str | None = Non
 
 async def refuse_some(c) -> None:
     """2 answered, and refused: 1 model not allowed, 1 bad parameter, 1 rpm, 1 spend quota;
-    unauthenticated: 1 missing key, 2 invalid, 1 expired."""
+    unauthenticated: 1 missing key, 2 invalid, 1 expired, 1 GET (refused before its key is read)."""
     assert (await complete(c, KEY)).status_code == 200
     assert (await complete(c, "sk-console-narrow")).status_code == 403
     r = await c.post("/v1/chat/completions", headers={"authorization": f"Bearer {KEY}"},
@@ -43,6 +43,9 @@ async def refuse_some(c) -> None:
     r = await c.patch("/admin/keys/old", headers=MASTER_AUTH, json={"expires_at": "2020-01-01T00:00:00Z"})
     assert r.status_code == 200, r.text
     assert (await complete(c, EXPIRED)).status_code == 401
+    # refused before any key was read (the HTTP layer): counted the same way
+    r = await c.get("/v1/chat/completions", headers={"authorization": f"Bearer {KEY}"})
+    assert r.status_code == 405
     await c.app.state.gateway.drain()  # type: ignore[attr-defined]
     await c.app.state.gateway.policies.refusals.flush()  # type: ignore[attr-defined]
 
@@ -59,7 +62,8 @@ async def check_overview(c) -> None:
         t = o["total"]
         assert (t["requests"], t["errors"], t["refused"]) == (7, 4, 4), rng
         assert sum(s["refused"] for s in o["series"]) == 4
-        assert o["unauthenticated"] == {"expired_key": 1, "invalid_key": 2, "missing_key": 1}, rng
+        assert o["unauthenticated"] == {"expired_key": 1, "invalid_key": 2, "method_not_allowed": 1,
+                                        "missing_key": 1}, rng
         assert o["timezone"] == "UTC"
         now = {(r["key"], r["reason"]) for r in o["refused_now"]}
         assert now == {(k, why) for k, why, _ in REFUSED}, rng
