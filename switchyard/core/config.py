@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from switchyard.core.errors import install_hint
+from switchyard.core.headers import denied_header, header_problem
 
 DialectName = Literal["openai", "vllm", "llamacpp", "mistralrs", "fireworks", "sgp"]
 
@@ -107,8 +108,6 @@ class DeploymentConfig(_Model):
     @field_validator("headers")
     @classmethod
     def _headers(cls, v: dict[str, str]) -> dict[str, str]:
-        from switchyard.dialects.passthrough import header_problem
-
         out = {}
         for name, value in v.items():
             value = resolve_secret(value, f" (headers.{name})") or ""
@@ -121,8 +120,6 @@ class DeploymentConfig(_Model):
     @field_validator("allow_extra_headers")
     @classmethod
     def _header_names(cls, v: list[str]) -> list[str]:
-        from switchyard.dialects.passthrough import denied_header, header_problem
-
         for name in v:
             if name != "*" and header_problem(name, "") is not None:
                 raise ValueError(f"{name!r} is not a header name")
@@ -130,17 +127,6 @@ class DeploymentConfig(_Model):
                 raise ValueError(f"{name!r} is never taken from callers (credentials, framing, "
                                  "hop-by-hop or the gateway's own headers)")
         return [n.lower() for n in v]
-
-    @field_validator("allow_extra_params")
-    @classmethod
-    def _param_names(cls, v: list[str]) -> list[str]:
-        from switchyard.dialects.passthrough import owned_fields
-
-        for name in v:
-            if name in owned_fields():
-                raise ValueError(f"{name!r} is set by the gateway from the request itself; it cannot "
-                                 "be passed through")
-        return v
 
     @model_validator(mode="after")
     def _backend_fields(self) -> DeploymentConfig:

@@ -14,13 +14,13 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from switchyard.core.errors import GatewayError, InvalidRequest, MethodNotAllowed, PayloadTooLarge
+from switchyard.core.logs import REQUEST
 from switchyard.core.propagation import OUTGOING
 from switchyard.dialects.errors import error_bytes
 from switchyard.gateway.context import REQUEST_ID, RequestContext, request_id
 from switchyard.gateway.pipeline import JSON, Endpoint, Gateway
 from switchyard.http.access import AccessLog
-from switchyard.http.logs import REQUEST
-from switchyard.http.server import DISCONNECT, Disconnect
+from switchyard.http.disconnect import DISCONNECT, Disconnect
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]

@@ -24,7 +24,7 @@ from switchyard.core.backend import Backend
 from switchyard.core.canonical import CanonicalRequest, Chunk
 from switchyard.core.config import Config
 from switchyard.core.errors import GatewayError, RateLimited, Unavailable
-from switchyard.http.logs import Throttled
+from switchyard.core.logs import Throttled
 from switchyard.routing.fanout import fan_out, needs_fanout
 from switchyard.routing.health import OPEN, Health
 from switchyard.routing.resolve import Resolver, Route, RunInfo, Target
