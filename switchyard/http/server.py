@@ -46,18 +46,23 @@ class ServeConfig(uvicorn.Config):
         # The completion endpoints answer a slow body with their own 408 (gateway.asgi); this
         # backstop closes a connection whose body stalls anywhere else a little later.
         self.body_timeout = server.body_timeout + 5.0
+        self.write_timeout = server.write_timeout
 
 
 class GuardedHttp(HttpToolsProtocol):
     """uvicorn's httptools protocol with a deadline for a request's headers (from the connection's
     first byte, or the previous response, to the end of the headers) and for its body. Without
-    them a client that sends a header line a minute holds a connection forever (slowloris).
+    them a client that sends a header line a minute holds a connection forever (slowloris). A
+    client that stops reading its answer for ``write_timeout`` seconds (a full send buffer that
+    does not drain) loses the connection: its request is cut as if it had hung up, so that what
+    it holds (a pool slot upstream, a concurrency slot) comes free.
     Each request's scope also carries a ``Disconnect`` hook (extension ``switchyard.disconnect``)."""
 
     def __init__(self, config: ServeConfig, *args: Any, **kw: Any) -> None:
         super().__init__(config, *args, **kw)  # type: ignore[arg-type]
         self._limits = config
         self._deadline: asyncio.TimerHandle | None = None
+        self._stall: asyncio.TimerHandle | None = None  # armed while writing is paused
         self._hooks: list[Disconnect] = []
 
     def _arm(self, seconds: float) -> None:
@@ -91,8 +96,26 @@ class GuardedHttp(HttpToolsProtocol):
         super().connection_made(transport)
         self._arm(self._limits.header_timeout)
 
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._stall is None:
+            self._stall = self.loop.call_later(self._limits.write_timeout, self._stalled)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
+
+    def _stalled(self) -> None:
+        self._stall = None
+        self.transport.abort()  # (close() would wait for the unread bytes to leave: forever)
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
         super().connection_lost(exc)
         for hook in self._hooks:
             hook.fire()

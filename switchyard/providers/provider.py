@@ -104,6 +104,8 @@ class UpstreamBackend:
         timeout = min(req.timeout, dep.timeout) if req.timeout is not None else dep.timeout
         try:
             resp = await self._exchange.send(req.kind, _encode(body), extra, timeout, dep.connect_timeout)
+        except httpx.PoolTimeout as e:
+            raise UpstreamError.busy(dep.name, str(e)) from None
         except httpx.TimeoutException:
             raise UpstreamError.timed_out(dep.name, callers_deadline=callers) from None
         except httpx.TransportError as e:

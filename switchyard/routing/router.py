@@ -116,7 +116,7 @@ class Router:
             while budget > 0:
                 now = self.clock()
                 if deadline is not None and now >= deadline:
-                    raise deadline_exceeded(req.timeout, info.attempts)
+                    raise deadline_exceeded(req.timeout, info.attempts, last)
                 target, full = await self._pick(r, tried, now, info)
                 saturated |= full
                 if target is None:
@@ -129,7 +129,7 @@ class Router:
                         break  # not worth waiting for: the fallbacks, or the last error
                     pause = max(hold, backoff(rc, len(tried), self.rng))
                     if deadline is not None and now + pause >= deadline:
-                        raise deadline_exceeded(req.timeout, info.attempts)
+                        raise deadline_exceeded(req.timeout, info.attempts, last)
                     await asyncio.sleep(pause)
                 budget -= 1
                 tried.append(target)
@@ -144,7 +144,7 @@ class Router:
                     raise out
                 last = out
         if last is not None:
-            raise retry_after_header(last)
+            raise retry_after_header(last, rc.retry_after_max)
         raise self._none_available(route, saturated)
 
     async def _try(self, target: Target, req: CanonicalRequest, route: Route, info: RunInfo,
@@ -193,7 +193,7 @@ class Router:
             h.breaker.release()
             if gen is not None:
                 await gen.aclose()
-            raise deadline_exceeded(req.timeout, info.attempts) from None
+            raise deadline_exceeded(req.timeout, info.attempts, target.name) from None
         except BaseException as e:
             h.inflight -= 1
             if info.spans is not None:
@@ -211,7 +211,8 @@ class Router:
         ``FAILURES``' interval) and the breaker opening."""
         breaker = target.health.breaker
         was_open = breaker.state == OPEN
-        breaker.failure(self.clock(), e.retry_after, count=count)
+        hold = min(e.retry_after, self.rc.retry_after_max) if e.retry_after is not None else None
+        breaker.failure(self.clock(), hold, count=count)
         target.health.note_error(e.status, e.message)
         FAILURES.warning(target.name, "deployment %s failed: %s", target.name, e.message)
         if breaker.state == OPEN and not was_open:
@@ -227,6 +228,15 @@ class Router:
         if needs_fanout(req, target.caps):
             return fan_out(call, req, target.caps)
         return call(req)
+
+    def reset(self, name: str) -> Target | None:
+        """Close the breaker of deployment ``name`` (``group/deployment``); None if there is none."""
+        for t in self.targets:
+            if t.name == name:
+                t.health.breaker.reset()
+                log.warning("circuit breaker for %s closed by an operator", name)
+                return t
+        return None
 
     # -- choosing ----------------------------------------------------------------------------
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 import datetime as dt
 from typing import TYPE_CHECKING, Any
 
-from litestar import Request, Router, get
+from litestar import Request, Router, get, post
 
-from switchyard.core.errors import InvalidRequest
-from switchyard.http.admin import ADMIN_ERRORS
+from switchyard.core.errors import InvalidRequest, NotFound
+from switchyard.http.admin import ADMIN_ERRORS, _body
 from switchyard.policies.latency import latency, parse_window
 from switchyard.policies.usage_filter import parse_filter
-from switchyard.routing.snapshot import snapshot
+from switchyard.routing.snapshot import snapshot, target_snapshot
 
 if TYPE_CHECKING:
     from switchyard.gateway.pipeline import Gateway
@@ -73,6 +73,19 @@ def console_api(gw: Gateway, router: GatewayRouter, policies: Policies, auth: Ad
         """Each deployment's health, circuit, cooldown, latency estimate and recent errors."""
         return {"data": snapshot(router.targets, router.clock()), "inflight": gw.inflight}
 
+    @post("/deployments/reset", status_code=200)
+    async def reset_deployment(request: Request[Any, Any, Any]) -> dict[str, Any]:
+        """Close a deployment's circuit breaker (cooldown and Retry-After hold included) at once;
+        body ``{"deployment": "group/deployment"}``. This replica only (breakers are per replica)."""
+        name = (await _body(request)).get("deployment")
+        if not isinstance(name, str) or not name:
+            raise InvalidRequest("deployment: give the deployment's name (group/deployment)",
+                                 param="deployment")
+        t = router.reset(name)
+        if t is None:
+            raise NotFound(f"deployment: no deployment {name[:200]!r}", param="deployment")
+        return target_snapshot(t, router.clock())
+
     @get("/usage/latency")
     async def usage_latency(request: Request[Any, Any, Any]) -> dict[str, Any]:
         q = request.query_params
@@ -91,4 +104,5 @@ def console_api(gw: Gateway, router: GatewayRouter, policies: Policies, auth: Ad
         return out | {"latency": lat, "inflight": gw.inflight}
 
     return Router(path="/admin", guards=[auth.guard],
-                  route_handlers=[deployments, usage_latency, get_overview], exception_handlers=ADMIN_ERRORS)
+                  route_handlers=[deployments, reset_deployment, usage_latency, get_overview],
+                  exception_handlers=ADMIN_ERRORS)
