@@ -15,9 +15,9 @@ from typing import Any
 
 from switchyard.core.errors import GatewayError, InvalidRequest, MethodNotAllowed, PayloadTooLarge
 from switchyard.core.logs import REQUEST
-from switchyard.core.propagation import OUTGOING
+from switchyard.core.propagation import REQUEST_ID
 from switchyard.dialects.errors import error_bytes
-from switchyard.gateway.context import REQUEST_ID, RequestContext, request_id
+from switchyard.gateway.context import RequestContext, request_ids
 from switchyard.gateway.pipeline import JSON, Endpoint, Gateway
 from switchyard.http.access import AccessLog
 from switchyard.http.disconnect import DISCONNECT, Disconnect
@@ -40,6 +40,12 @@ class RequestTimeout(GatewayError):
 
 class ClientGone(Exception):
     """The client disconnected while its request body was being read."""
+
+
+def ids_of(scope: Scope) -> tuple[str, str]:
+    """The request's id for the caller and the gateway's own (``context.request_ids``)."""
+    raw = next((v for k, v in scope["headers"] if k == b"x-request-id"), None)
+    return request_ids(raw.decode("latin-1") if raw else None)
 
 
 def headers_of(scope: Scope) -> dict[str, str]:
@@ -165,10 +171,10 @@ def endpoint_app(gw: Gateway, ep: Endpoint, path: str) -> ASGIApp:
     default_shape = ep.renderer or (ep.dialect.name if ep.dialect else "openai")
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        raw_id = next((v for k, v in scope["headers"] if k == b"x-request-id"), None)
-        ctx = RequestContext(request_id(raw_id.decode("latin-1") if raw_id else None), path)
-        REQUEST.set(ctx.id)  # every line logged while serving it names it
-        OUTGOING.set({REQUEST_ID: ctx.id})  # and every upstream call made for it
+        rid, own = ids_of(scope)
+        ctx = RequestContext(rid, path)
+        ctx.run.upstream_id = own  # what upstream calls carry (Router._try)
+        REQUEST.set(rid)  # every line logged while serving it names it
         if gw.tracing is not None:
             gw.tracing.begin(ctx, scope["headers"])
         ctx.shape = default_shape
@@ -218,8 +224,7 @@ class Switchyard:
         handler = self.hot.get(scope["path"])
         if handler is not None:
             return await handler(scope, receive, send)
-        raw_id = next((v for k, v in scope["headers"] if k == b"x-request-id"), None)
-        rid = request_id(raw_id.decode("latin-1") if raw_id else None).encode()
+        rid = ids_of(scope)[0].encode()
         status = 0
 
         async def send_with_id(msg: MutableMapping[str, Any]) -> None:

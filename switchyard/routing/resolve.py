@@ -96,6 +96,11 @@ class RunInfo:
     upstream_start: float | None = None
     upstream_end: float | None = None
     spans: AttemptSpans | None = None  # the trace's spans for attempts, when tracing is on
+    upstream_id: str = ""  # the gateway's request id, which upstream calls carry (never the caller's)
+
+    def attempt_id(self) -> str:
+        """The x-request-id of the current attempt: unique per attempt (retries get ``-2``, ...)."""
+        return self.upstream_id if self.attempts <= 1 else f"{self.upstream_id}-{self.attempts}"
 
     def headers(self) -> dict[str, str]:
         if self.deployment is None:

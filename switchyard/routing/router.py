@@ -25,6 +25,7 @@ from switchyard.core.canonical import CanonicalRequest, Chunk
 from switchyard.core.config import Config
 from switchyard.core.errors import GatewayError, RateLimited, Unavailable
 from switchyard.core.logs import Throttled
+from switchyard.core.propagation import OUTGOING, REQUEST_ID
 from switchyard.routing.fanout import fan_out, needs_fanout
 from switchyard.routing.health import OPEN, Health
 from switchyard.routing.resolve import Resolver, Route, RunInfo, Target
@@ -158,6 +159,8 @@ class Router:
             info.upstream_start = time.monotonic()
         if info.spans is not None:
             info.spans.start(target.name)
+        if info.upstream_id:
+            OUTGOING.set({**(OUTGOING.get() or {}), REQUEST_ID: info.attempt_id()})
         gen: AsyncIterator[Chunk] | None = None
         try:
             if deadline is None:
