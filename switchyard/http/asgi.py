@@ -246,9 +246,51 @@ class Switchyard:
         try:  # the admin API and /v1/models follow the completion endpoints' rule
             headers_of(scope)
         except InvalidRequest as e:
-            status, body = error_bytes("chat", e)
-            await send_with_id({"type": "http.response.start", "status": status,
-                                "headers": [(b"content-type", b"application/json"),
-                                            (b"content-length", str(len(body)).encode())]})
-            return await send_with_id({"type": "http.response.body", "body": body})
-        await self.litestar(scope, receive, send_with_id)
+            return await _answer(send_with_id, e)
+        timed = TimedBody(receive, send_with_id, self.gateway.config.server.body_timeout)
+        await self.litestar(scope, timed.receive, timed.send)
+
+
+async def _answer(send: Send, e: GatewayError, headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+    status, body = error_bytes("chat", e)
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()), *headers]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class TimedBody:
+    """Litestar's routes (the admin API) get the completion endpoints' rule for a slow body: a
+    408 in the OpenAI error shape once ``timeout`` seconds pass before its end, the connection
+    closed. Litestar then hears a disconnect; whatever it answers to that is dropped."""
+
+    __slots__ = ("_deadline", "_receive", "_send", "answered", "timeout")
+
+    def __init__(self, receive: Receive, send: Send, timeout: float) -> None:
+        self._receive = receive
+        self._send = send
+        self.timeout = timeout
+        self._deadline: float | None = asyncio.get_running_loop().time() + timeout
+        self.answered = False
+
+    async def receive(self) -> MutableMapping[str, Any]:
+        if self.answered:
+            return {"type": "http.disconnect"}
+        if self._deadline is None:  # the body is in: no clock on whatever else is awaited
+            return await self._receive()
+        try:
+            async with asyncio.timeout_at(self._deadline):
+                msg = await self._receive()
+        except TimeoutError:
+            self.answered = True
+            await _answer(self._send, RequestTimeout(
+                f"the request body did not arrive within {self.timeout:g} s", param="body"),
+                ((b"connection", b"close"),))
+            return {"type": "http.disconnect"}
+        if msg["type"] != "http.request" or not msg.get("more_body"):
+            self._deadline = None
+        return msg
+
+    async def send(self, msg: MutableMapping[str, Any]) -> None:
+        if not self.answered:
+            await self._send(msg)

@@ -174,36 +174,24 @@ class Router:
                     first = await anext(gen)
         except StopAsyncIteration:
             first = None
-        except GatewayError as e:
+        except BaseException as e:  # one ending for every failed attempt
             h.inflight -= 1
             if info.spans is not None:
                 info.spans.end(e)
             if gen is not None:
                 await gen.aclose()
-            if e.deployment_fault:
+            if isinstance(e, GatewayError) and e.deployment_fault:
                 h.observe(self.clock() - start)  # a failure is slow news too (the latency strategy)
                 self._blame(target, e, target not in blamed)
                 blamed.add(target)
             else:
-                h.breaker.release()  # the caller's fault says nothing about the deployment
-            return e
-        except TimeoutError as e:
-            # The caller's deadline ran out (a deployment's own timeout is an UpstreamError):
-            # the caller's choice, not the deployment's failure.
-            h.inflight -= 1
-            if info.spans is not None:
-                info.spans.end(e)
-            h.breaker.release()
-            if gen is not None:
-                await gen.aclose()
-            raise deadline_exceeded(req.timeout, info.attempts, target.name) from None
-        except BaseException as e:
-            h.inflight -= 1
-            if info.spans is not None:
-                info.spans.end(e)
-            h.breaker.release()
-            if gen is not None:
-                await gen.aclose()
+                # No verdict on the deployment: the caller's fault, the caller's deadline (a
+                # deployment's own timeout is an UpstreamError), or the caller left.
+                h.breaker.release()
+            if isinstance(e, GatewayError):
+                return e
+            if isinstance(e, TimeoutError):
+                raise deadline_exceeded(req.timeout, info.attempts, target.name) from None
             raise
         h.breaker.success()
         h.observe(self.clock() - start)
