@@ -74,10 +74,12 @@ async def endless_upstream() -> AsyncIterator[tuple[int, list[str]]]:
         server.close()
 
 
-async def stalled_stream(port: int) -> socket.socket:
-    """A client that asks for a stream and never reads a byte of it (a tiny receive buffer)."""
+async def stalled_stream(port: int, small: bool = True) -> socket.socket:
+    """A client that asks for a stream and reads none of it (with ``small``, a tiny receive
+    buffer: the gateway's send buffer fills sooner)."""
     sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    if small:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.setblocking(False)
     await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
     body = json.dumps({"model": "m/x", "prompt": "go", "max_tokens": 100_000, "stream": True}).encode()
@@ -149,3 +151,21 @@ async def test_a_wait_for_a_connection_ends_with_the_requests_deadline():
     message = r.json()["error"]["message"]
     assert "deadline of 1 s" in message and "m/x/only" in message and took < 10, message
     assert "whole" not in seen  # it never reached the upstream
+
+
+async def test_a_slow_reader_is_not_cut():
+    """The write timeout is for a client that takes nothing: one that reads, slowly, keeps its
+    stream (a period of write_timeout in which it took a byte counts as progress)."""
+    async with endless_upstream() as (up, seen), AsyncExitStack() as stack:
+        router = setup(up, server={"write_timeout": 0.5, "shutdown_grace": 0.5}, **tenants())
+        async with serve(router.config, router=router) as client:
+            sock = await stalled_stream(client.base_url.port, small=False)
+            stack.callback(sock.close)
+            loop = asyncio.get_running_loop()
+            got = 0
+            for _ in range(60):  # ~3 s at ~1 MB/s, far slower than the upstream writes
+                got += len(await asyncio.wait_for(loop.sock_recv(sock, 65536), 5))
+                await asyncio.sleep(0.05)
+            inflight = router.resolve("m/x").targets[0].health.inflight  # still in flight: not cut
+    assert got > 1_000_000 and seen == ["stream"]
+    assert inflight == 1
