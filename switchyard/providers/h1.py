@@ -57,7 +57,7 @@ class _Conn(asyncio.Protocol):
 
     # -- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]  # asyncio gives a stream protocol a Transport
 
     def data_received(self, data: bytes) -> None:
         if not self.busy or self.complete:
@@ -317,7 +317,7 @@ class H1Transport(httpx.AsyncBaseTransport):
                 conn._reset()
                 conn.busy = True
                 conn.slot = slots
-                conn.transport.write(wire)  # type: ignore[union-attr]
+                conn.transport.write(wire)  # type: ignore[union-attr]  # a busy connection is connected
                 if deadline is not None:
                     conn.watchdog = asyncio.get_running_loop().call_at(deadline, conn.expire)
                 try:
