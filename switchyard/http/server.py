@@ -58,8 +58,8 @@ class GuardedHttp(HttpToolsProtocol):
     first byte, or the previous response, to the end of the headers) and for its body. Without
     them a client that sends a header line a minute holds a connection forever (slowloris). A
     client that takes no byte of its answer for ``write_timeout`` seconds (a full send buffer
-    that does not drain at all) loses the connection: its request is cut as if it had hung up, so that what
-    it holds (a pool slot upstream, a concurrency slot) comes free.
+    that does not drain at all) loses the connection: its request is cut as if it had hung up,
+    so that what it holds (a pool slot upstream, a concurrency slot) comes free.
     Each request's scope also carries a ``Disconnect`` hook (extension ``switchyard.disconnect``)."""
 
     def __init__(self, config: ServeConfig, *args: Any, **kw: Any) -> None:
