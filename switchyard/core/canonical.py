@@ -100,6 +100,9 @@ class CanonicalRequest:
     # Fields the caller's dialect table does not know. Forwarded only to an upstream that speaks
     # the caller's own dialect (vendor extensions); otherwise dropped and named in a warning header.
     extra: dict[str, Any] = field(default_factory=dict)
+    # The caller's own name for a field read from several (mirostat_lr for ``mirostat``,
+    # guided_regex for ``constraint``, n_predict for ``max_tokens``): errors name what was sent.
+    named: dict[str, str] | None = None
 
     def said(self) -> dict[str, Any]:
         """The sampling/output fields the caller set (not None), for renderers and logs."""
@@ -110,7 +113,7 @@ class CanonicalRequest:
         return self.n or 1
 
 
-_ENVELOPE = frozenset({"kind", "model", "dialect", "prompt", "messages", "stream", "extra"})
+_ENVELOPE = frozenset({"kind", "model", "dialect", "prompt", "messages", "stream", "extra", "named"})
 _SAMPLING_FIELDS = tuple(f.name for f in fields(CanonicalRequest) if f.name not in _ENVELOPE)
 
 

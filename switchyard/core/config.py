@@ -323,6 +323,8 @@ class ServerConfig(_Model):
     # Slow clients may not hold connections forever (nginx's defaults).
     header_timeout: float = Field(60.0, gt=0, description="seconds for a request's headers to arrive")
     body_timeout: float = Field(60.0, gt=0, description="seconds for a request's body to arrive")
+    write_timeout: float = Field(30.0, gt=0, description="seconds a client may leave its answer "
+                                 "unread (a full send buffer) before the connection is cut")
     idle_timeout: float = Field(75.0, gt=0, description="seconds a keep-alive connection may idle")
     shutdown_grace: float = Field(30.0, ge=0,
                                   description="seconds in-flight requests may finish after SIGTERM")
@@ -366,6 +368,8 @@ class RouterConfig(_Model):
     backoff_max: float = Field(2.0, ge=0)
     cooldown_failures: int = Field(3, ge=1, description="consecutive failures that cool a deployment")
     cooldown_seconds: float = Field(30.0, ge=0)
+    retry_after_max: float = Field(300.0, ge=0, description="seconds; the longest an upstream's "
+                                   "Retry-After holds a deployment (and is passed on to callers)")
 
 
 class MetricsConfig(_Model):

@@ -154,6 +154,13 @@ class UpstreamError(GatewayError):
                    deployment_fault=not callers_deadline)
 
     @classmethod
+    def busy(cls, deployment: str, why: str) -> UpstreamError:
+        """No connection to the deployment came free in time (other requests hold them all):
+        load, not the deployment's failure. Retried (elsewhere, while the deadline lasts)."""
+        return cls(f"upstream {deployment} is busy: {why}", status=503, retryable=True,
+                   deployment_fault=False)
+
+    @classmethod
     def broken(cls, deployment: str, what: str) -> UpstreamError:
         """The upstream answered, but not with a usable success (a broken stream, a malformed or
         error-carrying body): not retried (it may have done, and billed, the work)."""

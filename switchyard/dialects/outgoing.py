@@ -49,6 +49,8 @@ _OVERFLOW_ERRS = frozenset({"openai", "vllm"})
 
 def caller_param(req: CanonicalRequest, field: str) -> str:
     """The name the caller used for a canonical field (for error messages)."""
+    if req.named is not None and field in req.named:
+        return req.named[field]
     dialect = DIALECTS.get(req.dialect)
     if dialect is None:
         return field

@@ -25,6 +25,7 @@ import msgspec
 from switchyard.core.canonical import CanonicalRequest, Chunk, RequestKind, Usage
 from switchyard.core.config import Config
 from switchyard.core.errors import Forbidden, GatewayError, InvalidRequest, Unauthorized
+from switchyard.core.propagation import REQUEST_ID
 from switchyard.dialects.defaults import sampling_defaults
 from switchyard.dialects.errors import error_bytes, error_json
 from switchyard.dialects.parse import parse_request
@@ -32,7 +33,7 @@ from switchyard.dialects.passthrough import vendor_fields
 from switchyard.dialects.registry import DIALECT_HEADER, sniff_completion_dialect
 from switchyard.dialects.render import RENDERERS, Renderer
 from switchyard.dialects.spec import Dialect
-from switchyard.gateway.context import REQUEST_ID, RequestContext
+from switchyard.gateway.context import RequestContext
 from switchyard.gateway.requests import decode_body, model_name, warning_header
 from switchyard.gateway.streaming import Tally, gather
 from switchyard.policies.base import Outcome, Principal

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import gc
 import json
 import logging
 import os
 import signal
 import socket
+import struct
 import sys
 import tempfile
+import termios
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +37,7 @@ from switchyard.http.version import package_version
 
 log = logging.getLogger("switchyard")
 CONFIG_ENV = "SWITCHYARD_CONFIG"  # the config file a worker process loads
+_OUTQ: int | None = getattr(termios, "TIOCOUTQ", None) if sys.platform == "linux" else None  # SIOCOUTQ
 _TIMEOUT_REPLY = b"HTTP/1.1 408 Request Timeout\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
 
 
@@ -46,18 +50,24 @@ class ServeConfig(uvicorn.Config):
         # The completion endpoints answer a slow body with their own 408 (gateway.asgi); this
         # backstop closes a connection whose body stalls anywhere else a little later.
         self.body_timeout = server.body_timeout + 5.0
+        self.write_timeout = server.write_timeout
 
 
 class GuardedHttp(HttpToolsProtocol):
     """uvicorn's httptools protocol with a deadline for a request's headers (from the connection's
     first byte, or the previous response, to the end of the headers) and for its body. Without
-    them a client that sends a header line a minute holds a connection forever (slowloris).
+    them a client that sends a header line a minute holds a connection forever (slowloris). A
+    client that takes no byte of its answer for ``write_timeout`` seconds (a full send buffer
+    that does not drain at all) loses the connection: its request is cut as if it had hung up,
+    so that what it holds (a pool slot upstream, a concurrency slot) comes free.
     Each request's scope also carries a ``Disconnect`` hook (extension ``switchyard.disconnect``)."""
 
     def __init__(self, config: ServeConfig, *args: Any, **kw: Any) -> None:
         super().__init__(config, *args, **kw)
         self._limits = config
         self._deadline: asyncio.TimerHandle | None = None
+        self._stall: asyncio.TimerHandle | None = None  # armed while writing is paused
+        self._unsent = 0  # bytes buffered when it was armed
         self._hooks: list[Disconnect] = []
 
     def _arm(self, seconds: float) -> None:
@@ -91,8 +101,43 @@ class GuardedHttp(HttpToolsProtocol):
         super().connection_made(transport)
         self._arm(self._limits.header_timeout)
 
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._stall is None:
+            self._unsent = self._pending()
+            self._stall = self.loop.call_later(self._limits.write_timeout, self._stalled)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
+
+    def _pending(self) -> int:
+        """Bytes of the answer the client has not taken: ours, and (on Linux) the kernel's send
+        queue, so that a client reading slowly shows progress before the socket turns writable
+        again (which waits for a good part of the kernel's send buffer to drain)."""
+        n = self.transport.get_write_buffer_size()
+        sock = self.transport.get_extra_info("socket")
+        if _OUTQ is not None and sock is not None:
+            with contextlib.suppress(OSError, ValueError):
+                n += struct.unpack("i", fcntl.ioctl(sock.fileno(), _OUTQ, b"\0\0\0\0"))[0]
+        return n
+
+    def _stalled(self) -> None:
+        self._stall = None
+        left = self._pending()
+        if left < self._unsent:  # a slow reader, not a stalled one: another period
+            self._unsent = left
+            self._stall = self.loop.call_later(self._limits.write_timeout, self._stalled)
+            return
+        self.transport.abort()  # (close() would wait for the unread bytes to leave: forever)
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
         super().connection_lost(exc)
         for hook in self._hooks:
             hook.fire()

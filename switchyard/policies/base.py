@@ -36,12 +36,10 @@ class Principal:
 
 
 def _allowed(model: str, allowed: frozenset[str]) -> bool:
-    if model in allowed:
-        return True
-    # "vendor/*" in an allowlist admits the vendor's every model; a pinned deployment
-    # "vendor/model/deployment" is admitted by its model group "vendor/model".
-    parts = model.split("/")
-    return f"{parts[0]}/*" in allowed or "/".join(parts[:2]) in allowed
+    # Exactly what the list names, or "vendor/*" (the vendor's every model). No prefix rule: a
+    # pinned deployment is checked under its group's name (``Route.group``), and under a
+    # ``vendor/*`` route "vendor/allowed/other" is another upstream model, not "vendor/allowed".
+    return model in allowed or f"{model.partition('/')[0]}/*" in allowed
 
 
 @dataclass(slots=True)

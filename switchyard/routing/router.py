@@ -25,6 +25,7 @@ from switchyard.core.canonical import CanonicalRequest, Chunk
 from switchyard.core.config import Config
 from switchyard.core.errors import GatewayError, RateLimited, Unavailable
 from switchyard.core.logs import Throttled
+from switchyard.core.propagation import OUTGOING, REQUEST_ID
 from switchyard.routing.fanout import fan_out, needs_fanout
 from switchyard.routing.health import OPEN, Health
 from switchyard.routing.resolve import Resolver, Route, RunInfo, Target
@@ -116,7 +117,7 @@ class Router:
             while budget > 0:
                 now = self.clock()
                 if deadline is not None and now >= deadline:
-                    raise deadline_exceeded(req.timeout, info.attempts)
+                    raise deadline_exceeded(req.timeout, info.attempts, last)
                 target, full = await self._pick(r, tried, now, info)
                 saturated |= full
                 if target is None:
@@ -129,7 +130,7 @@ class Router:
                         break  # not worth waiting for: the fallbacks, or the last error
                     pause = max(hold, backoff(rc, len(tried), self.rng))
                     if deadline is not None and now + pause >= deadline:
-                        raise deadline_exceeded(req.timeout, info.attempts)
+                        raise deadline_exceeded(req.timeout, info.attempts, last)
                     await asyncio.sleep(pause)
                 budget -= 1
                 tried.append(target)
@@ -144,7 +145,7 @@ class Router:
                     raise out
                 last = out
         if last is not None:
-            raise retry_after_header(last)
+            raise retry_after_header(last, rc.retry_after_max)
         raise self._none_available(route, saturated)
 
     async def _try(self, target: Target, req: CanonicalRequest, route: Route, info: RunInfo,
@@ -158,6 +159,8 @@ class Router:
             info.upstream_start = time.monotonic()
         if info.spans is not None:
             info.spans.start(target.name)
+        if info.upstream_id:
+            OUTGOING.set({**(OUTGOING.get() or {}), REQUEST_ID: info.attempt_id()})
         gen: AsyncGenerator[Chunk, None] | None = None
         try:
             if deadline is None:
@@ -171,37 +174,25 @@ class Router:
                     first = await anext(gen)
         except StopAsyncIteration:
             first = None
-        except GatewayError as e:
+        except BaseException as e:  # one ending for every failed attempt
             h.inflight -= 1
             if info.spans is not None:
                 info.spans.end(e)
             if gen is not None:
                 await gen.aclose()
-            if e.deployment_fault:
+            if isinstance(e, GatewayError) and e.deployment_fault:
                 # A failure is slow news too (the latency strategy), but no answer (the console).
                 h.observe(self.clock() - start, answered=False)
                 self._blame(target, e, target not in blamed)
                 blamed.add(target)
             else:
-                h.breaker.release()  # the caller's fault says nothing about the deployment
-            return e
-        except TimeoutError as e:
-            # The caller's deadline ran out (a deployment's own timeout is an UpstreamError):
-            # the caller's choice, not the deployment's failure.
-            h.inflight -= 1
-            if info.spans is not None:
-                info.spans.end(e)
-            h.breaker.release()
-            if gen is not None:
-                await gen.aclose()
-            raise deadline_exceeded(req.timeout, info.attempts) from None
-        except BaseException as e:
-            h.inflight -= 1
-            if info.spans is not None:
-                info.spans.end(e)
-            h.breaker.release()
-            if gen is not None:
-                await gen.aclose()
+                # No verdict on the deployment: the caller's fault, the caller's deadline (a
+                # deployment's own timeout is an UpstreamError), or the caller left.
+                h.breaker.release()
+            if isinstance(e, GatewayError):
+                return e
+            if isinstance(e, TimeoutError):
+                raise deadline_exceeded(req.timeout, info.attempts, target.name) from None
             raise
         assert gen is not None  # opened before its first chunk was asked for
         h.breaker.success()
@@ -213,7 +204,8 @@ class Router:
         ``FAILURES``' interval) and the breaker opening."""
         breaker = target.health.breaker
         was_open = breaker.state == OPEN
-        breaker.failure(self.clock(), e.retry_after, count=count)
+        hold = min(e.retry_after, self.rc.retry_after_max) if e.retry_after is not None else None
+        breaker.failure(self.clock(), hold, count=count)
         target.health.note_error(e.status, e.message)
         FAILURES.warning(target.name, "deployment %s failed: %s", target.name, e.message)
         if breaker.state == OPEN and not was_open:
@@ -229,6 +221,15 @@ class Router:
         if needs_fanout(req, target.caps):
             return fan_out(call, req, target.caps)
         return call(req)
+
+    def reset(self, name: str) -> Target | None:
+        """Close the breaker of deployment ``name`` (``group/deployment``); None if there is none."""
+        for t in self.targets:
+            if t.name == name:
+                t.health.breaker.reset()
+                log.warning("circuit breaker for %s closed by an operator", name)
+                return t
+        return None
 
     # -- choosing ----------------------------------------------------------------------------
 

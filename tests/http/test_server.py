@@ -194,3 +194,21 @@ def test_version(capsys):
     assert package_version()[0].isdigit()
 
 
+
+
+async def test_a_slow_body_on_an_admin_route_gets_a_408():
+    """As on the completion endpoints: a 408 in the error shape at ``body_timeout``, then the
+    close (not a silent close 5 s later)."""
+    async with guarded(body_timeout=0.5) as port:
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        w.write(b"POST /admin/keys HTTP/1.1\r\nhost: x\r\nauthorization: Bearer sk-master\r\n"
+                b"content-type: application/json\r\ncontent-length: 100\r\n\r\n{\"team\": ")
+        await w.drain()
+        started = time.monotonic()
+        answer = await closed_by_server(r, 5)
+        took = time.monotonic() - started
+        w.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408") and b"x-request-id" in head.lower(), answer
+    assert b'"param":"body"' in body.replace(b" ", b"") and b"0.5 s" in body
+    assert took < 3

@@ -121,3 +121,27 @@ async def test_allow_lists_check_the_resolved_name_so_aliases_never_escape(upstr
     for r in (escape_alias, escape_pattern, other):
         assert r.status_code == 403, r.text
     assert len(up.requests) == 2
+
+
+async def test_a_wildcard_remainder_never_escapes_an_allow_list(upstreams):
+    """A key allowed only ``wild/allowed`` reaches exactly the upstream model ``allowed``: not
+    ``allowed/../other`` (a path-like remainder is a 400 for anyone), not ``allowed/other``
+    (another upstream model, though its first two segments read like a pinned deployment)."""
+    up = upstreams[0]
+    keys = [{"id": "narrow", "team": "t", "key": "sk-narrow", "models": ["wild/allowed"]},
+            {"id": "wide", "team": "t", "key": "sk-wide", "models": ["wild/*"]}]
+    cfg = config(group("wild/*", dep("a", up.url)), keys=keys)
+    async with serve(cfg) as client:
+        def as_key(key: str, model: str):  # type: ignore[no-untyped-def]
+            return client.post("/v1/completions", json=completion(model),
+                               headers={"authorization": f"Bearer {key}"})
+        ok = await as_key("sk-narrow", "wild/allowed")
+        traversal = [await as_key(k, m) for k in ("sk-narrow", "sk-wide")
+                     for m in ("wild/allowed/../other", "wild/./x", "wild/a//b", "wild/a/..")]
+        longer = await as_key("sk-narrow", "wild/allowed/other")
+    assert ok.status_code == 200, ok.text
+    for r in traversal:
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["param"] == "model"
+    assert longer.status_code == 403, longer.text
+    assert [r.body["model"] for r in up.requests] == ["allowed"]
