@@ -72,3 +72,5 @@ def _azure(dep: DeploymentConfig) -> Wire:
 
 
 register("azure", _azure)
+
+from switchyard.providers import anthropic as _anthropic  # noqa: E402,F401  (registers its row)
