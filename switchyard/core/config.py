@@ -79,8 +79,13 @@ class Limits(_Model):
 
 
 class Price(_Model):
+    """USD per million tokens. Cached prompt tokens are priced apart where the vendor does
+    (Anthropic: reads 0.1x, 5-minute writes 1.25x of the prompt price); unset, they cost as prompt."""
+
     prompt_per_1m: float = Field(0.0, ge=0)
     completion_per_1m: float = Field(0.0, ge=0)
+    cache_read_per_1m: float | None = Field(None, ge=0, description="prompt tokens read from a cache")
+    cache_write_per_1m: float | None = Field(None, ge=0, description="prompt tokens written to a cache")
 
 
 class EngineConfig(_Model):
