@@ -63,6 +63,7 @@ class UsageRecord:
     attempts: int = 0
     ttfb_ms: float = -1.0  # -1: no byte of an answer was sent
     cut: bool = False  # a stream that ended before its last event (either side hung up)
+    cache_write_tokens: int = 0  # prompt tokens written to the upstream's prompt cache (in prompt_tokens)
 
     def as_fields(self) -> dict[str, str]:
         return {k: _str(getattr(self, k)) for k in self.__dataclass_fields__}
@@ -86,7 +87,7 @@ def _str(v: Any) -> str:
 
 _FIELD_TYPES: dict[str, type] = {
     **dict.fromkeys(("ts_ms", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_nano",
-                     "status", "attempts"), int),
+                     "status", "attempts", "cache_write_tokens"), int),
     **dict.fromkeys(("latency_ms", "ttfb_ms"), float),
     "cut": bool,
     **dict.fromkeys(("key_id", "team", "model", "deployment", "request_id", "ticket_id", "endpoint",

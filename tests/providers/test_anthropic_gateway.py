@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 
 from switchyard.core.canonical import CanonicalRequest
+from switchyard.policies.pricing import Pricing
 from switchyard.providers.anthropic import CODEC
 from tests.fakes.anthropic import Claude, FakeAnthropic
 from tests.gateway.conftest import base_config
-from tests.gateway.helpers import sse_objects
+from tests.gateway.helpers import recording_policies, sse_objects
 
 MODEL = "anthropic/claude"
 HI = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
@@ -201,3 +202,37 @@ def test_native_lane_keeps_the_callers_body_but_the_gateways_fields() -> None:
     assert out["thinking"] == body["thinking"] and "smuggled" not in out
     assert list(out)[:3] == ["model", "max_tokens", "system"]  # the caller's order
     assert CODEC.native(body, req, "m", ["smuggled"])["smuggled"] == 1
+
+
+async def test_sampling_refused_at_an_api_version_without_it(gateway_for) -> None:
+    async with FakeAnthropic() as up2:
+        cfg = base_config([{"name": MODEL, "deployments": [
+            {"name": "d0", "provider": "anthropic", "base_url": up2.url, "api_key": up2.key,
+             "api_version": "2026-10-21"}]}])
+        async with gateway_for(cfg) as client:
+            r = await _chat(client, top_p=0.9)
+            r2 = await _chat(client)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "top_p"
+    assert "2026-10-21" in r.json()["error"]["message"]
+    assert r2.status_code == 200 and up2.requests[-1].headers["anthropic-version"] == "2026-10-21"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_cache_usage_is_settled_once_in_openai_meaning(gateway_for, stream: bool) -> None:
+    async with FakeAnthropic() as up:
+        cfg = claude(up, price={"prompt_per_1m": 3, "completion_per_1m": 15, "cache_read_per_1m": 0.3,
+                                "cache_write_per_1m": 3.75})
+        policies, settled = recording_policies(cfg)
+        async with gateway_for(cfg, policies=policies) as client:
+            up.script.append(Claude(text="a b c", cache_read=4000, cache_write=2000))
+            r = await _chat(client, stream=stream)
+            await client.app.state.gateway.drain()  # type: ignore[attr-defined]
+    assert r.status_code == 200
+    assert len(settled) == 1
+    u = settled[0].usage
+    sent = up.requests[-1].body
+    input_tokens = len(json.dumps(sent["messages"]).split()) + len(str(sent.get("system", "")).split())
+    assert (u.prompt_tokens, u.cached_tokens, u.cache_write_tokens, u.completion_tokens) == (
+        input_tokens + 6000, 4000, 2000, 3)
+    cost = Pricing(cfg).cost(MODEL, u)
+    assert cost == round((input_tokens * 3 + 4000 * 0.3 + 2000 * 3.75 + 3 * 15) * 1000)

@@ -33,4 +33,5 @@ RETRYABLE_ERRORS = frozenset({"overloaded_error", "rate_limit_error", "api_error
 SAMPLING = ("temperature", "top_p", "top_k")
 
 API_VERSION = "2023-06-01"  # the version whose sampling fields (temperature, top_p, top_k) exist
+SAMPLING_REMOVED = "2026-10-21"  # from this version on they are a 400 at any value
 DEFAULT_MAX_TOKENS = 4096  # max_tokens is required; sent when the caller gave none

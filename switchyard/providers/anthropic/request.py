@@ -16,7 +16,13 @@ from switchyard.core.config import DeploymentConfig
 from switchyard.core.errors import InvalidRequest
 from switchyard.dialects.defaults import sampling_defaults
 from switchyard.dialects.outgoing import Emulation, caller_param
-from switchyard.providers.anthropic.maps import DEFAULT_MAX_TOKENS, SAMPLING, TOOL_CHOICE
+from switchyard.providers.anthropic.maps import (
+    API_VERSION,
+    DEFAULT_MAX_TOKENS,
+    SAMPLING,
+    SAMPLING_REMOVED,
+    TOOL_CHOICE,
+)
 
 # Canonical fields handled below or by the driver; any other field the caller set is refused.
 _HANDLED = frozenset({"max_tokens", "stop", "include_stop_str_in_output", "echo", "tools", "tool_choice",
@@ -49,9 +55,12 @@ def render(req: CanonicalRequest, model: str, dep: DeploymentConfig) -> tuple[di
     body["messages"] = messages
     mt = req.max_tokens
     body["max_tokens"] = DEFAULT_MAX_TOKENS if mt is None or mt == UNLIMITED else mt
+    version = dep.api_version or API_VERSION
     for field in SAMPLING:
         v = getattr(req, field)
         if v is not None:
+            if version >= SAMPLING_REMOVED:
+                raise refuse(req, field, f" at anthropic-version {version}, which has no sampling fields")
             body[field] = v
     if req.stop:
         want = req.include_stop_str_in_output
