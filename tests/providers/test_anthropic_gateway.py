@@ -13,7 +13,7 @@ from switchyard.core.canonical import CanonicalRequest
 from switchyard.policies.pricing import Pricing
 from switchyard.providers.anthropic import CODEC
 from tests.fakes.anthropic import Claude, FakeAnthropic
-from tests.gateway.conftest import base_config
+from tests.gateway.conftest import KEY, base_config
 from tests.gateway.helpers import recording_policies, sse_objects
 
 MODEL = "anthropic/claude"
@@ -236,3 +236,29 @@ async def test_cache_usage_is_settled_once_in_openai_meaning(gateway_for, stream
         input_tokens + 6000, 4000, 2000, 3)
     cost = Pricing(cfg).cost(MODEL, u)
     assert cost == round((input_tokens * 3 + 4000 * 0.3 + 2000 * 3.75 + 3 * 15) * 1000)
+
+
+# Every completion dialect's body reaches a chat-only provider as one user message.
+COMPLETION_CALLERS = {
+    "openai": ("/v1/completions", {}, {"prompt": "Say hi", "max_tokens": 7}),
+    "llamacpp": ("/v1/completions", {}, {"prompt": "Say hi", "n_predict": 7}),
+    "mistralrs": ("/v1/completions", {"x-switchyard-dialect": "mistralrs"},
+                  {"prompt": "Say hi", "max_tokens": 7}),
+    "fireworks": ("/inference/v1/completions", {}, {"prompt": "Say hi", "max_tokens": 7}),
+    "sgp": ("/v4/beta/completions", {"x-api-key": KEY}, {"prompt": "Say hi", "max_new_tokens": 7}),
+    "llamacpp_native": ("/completion", {}, {"prompt": "Say hi", "n_predict": 7}),
+}
+
+
+@pytest.mark.parametrize("caller", sorted(COMPLETION_CALLERS))
+async def test_every_completion_dialect_reaches_claude(gateway_for, caller: str) -> None:
+    path, headers, body = COMPLETION_CALLERS[caller]
+    async with FakeAnthropic() as up, gateway_for(claude(up)) as client:
+        r = await client.post(path, headers=headers, json={**body, "model": MODEL})
+        bad = await client.post(path, headers=headers, json={**body, "model": MODEL, "logit_bias": {"1": 2}})
+    assert r.status_code == 200, r.text
+    assert "Hello from Claude" in r.text
+    assert up.requests[0].body["messages"] == [{"role": "user", "content": "Say hi"}]
+    assert up.requests[0].body["max_tokens"] == 7
+    assert bad.status_code in (400, 422) and "logit_bias" in bad.text
+    assert len(up.requests) == 1

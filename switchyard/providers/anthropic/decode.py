@@ -64,9 +64,11 @@ def whole(raw: bytes) -> list[Chunk]:
         raise WireError("sent a malformed answer") from None
     if not isinstance(obj, dict):
         raise WireError("sent a malformed answer")
-    if obj.get("type") == "error":
+    if obj.get("type") == "error":  # nothing of it reached the caller: an overload may go elsewhere
         kind, said = error_of(obj)
-        raise WireError(f"answered 200 with an error ({kind})", said)
+        retry = kind in RETRYABLE_ERRORS
+        raise WireError(f"answered 200 with an error ({kind})", said, retryable=retry,
+                        status=503 if retry else 502)
     content = obj.get("content")
     if not isinstance(content, list):
         raise WireError("sent an answer without content")
