@@ -7,7 +7,7 @@ adds cookies, redirects and auth hooks we do not use, at a cost of tens of micro
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import httpx
@@ -74,7 +74,8 @@ class UpstreamBackend:
             await self._exchange.aclose()
             self._exchange = None
 
-    def generate(self, req: CanonicalRequest, upstream_model: str | None = None) -> AsyncIterator[Chunk]:
+    def generate(self, req: CanonicalRequest,
+                 upstream_model: str | None = None) -> AsyncGenerator[Chunk, None]:
         # Everything, refusals included, happens inside the iterator: the router's bookkeeping
         # for an attempt starts when it asks for the first chunk.
         return self._run(req, upstream_model or self.upstream_model)
@@ -102,7 +103,7 @@ class UpstreamBackend:
             t = self._targets[key] = self.wire.target(req.kind, req.stream, upstream_model)
         return t
 
-    async def _run(self, req: CanonicalRequest, upstream_model: str) -> AsyncIterator[Chunk]:
+    async def _run(self, req: CanonicalRequest, upstream_model: str) -> AsyncGenerator[Chunk, None]:
         body, emulation = self._render(req, upstream_model)
         target = self._target(req, upstream_model)
         if self._exchange is None:
@@ -145,7 +146,7 @@ class UpstreamBackend:
         return wire_failure(self.deployment.name, e.what, e.said, self._scrub, retryable=e.retryable,
                             status=e.status)
 
-    async def _whole(self, req: CanonicalRequest, resp: Answered) -> AsyncGenerator[list[Chunk]]:
+    async def _whole(self, req: CanonicalRequest, resp: Answered) -> AsyncGenerator[list[Chunk], None]:
         raw = await resp.read()
         try:
             chunks = self.codec.whole(raw, req)
@@ -153,7 +154,7 @@ class UpstreamBackend:
             raise self._failure(e) from None
         yield chunks
 
-    async def _stream(self, req: CanonicalRequest, resp: Answered) -> AsyncGenerator[list[Chunk]]:
+    async def _stream(self, req: CanonicalRequest, resp: Answered) -> AsyncGenerator[list[Chunk], None]:
         """The chunks of each arrival of events. A stream must be one (its content type), its
         events must read, an error event is a failure (after what came before it), and a stream
         that ends without its end (the codec's ``ending``) is no success."""
