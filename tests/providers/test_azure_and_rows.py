@@ -134,3 +134,27 @@ def test_spend_prices_cache_reads_and_writes_apart() -> None:
         ((3000 + 1200 + 7500 + 1500) * 1000)
     plain = Price(prompt_per_1m=3.0, completion_per_1m=15.0)  # no cache prices: cached costs as prompt
     assert nano_usd(plain, 7000, 100, 4000, 2000) == nano_usd(plain, 7000, 100)
+
+
+async def test_cohere_no_stream_options_n_fanned_out_completions_as_chat(upstream, gateway_for) -> None:
+    cfg = base_config([{"name": "cohere/command", "deployments": [
+        {"name": "c", "provider": "cohere", "base_url": upstream.url, "api_key": "ck",
+         "model": "command-a"}]}])
+    async with gateway_for(cfg) as client:
+        r = await client.post("/v1/chat/completions", json={"model": "cohere/command", "messages": HI,
+                                                             "stream": True, "max_tokens": 3})
+        r2 = await client.post("/v1/chat/completions", json={"model": "cohere/command", "messages": HI,
+                                                              "n": 2, "max_tokens": 3})
+        r3 = await client.post("/v1/completions", json={"model": "cohere/command", "prompt": "Say x",
+                                                        "max_tokens": 3})
+        r4 = await client.post("/v1/completions", json={"model": "cohere/command", "prompt": "x",
+                                                        "echo": True, "suffix": "y"})
+    assert r.status_code == 200 and "stream_options" not in upstream.requests[0].body
+    assert upstream.requests[0].path == "/v1/chat/completions"
+    assert r2.status_code == 200 and len(r2.json()["choices"]) == 2
+    assert all("n" not in s.body for s in upstream.requests[1:3])
+    # a chat-only API: the completion body's prompt goes as one user message
+    assert r3.status_code == 200 and r3.json()["choices"][0]["text"] == "w0 w1 w2"
+    assert upstream.requests[3].body["messages"] == [{"role": "user", "content": "Say x"}]
+    assert upstream.requests[3].path == "/v1/chat/completions"
+    assert r4.status_code == 400 and r4.json()["error"]["param"] in ("suffix", "echo")
