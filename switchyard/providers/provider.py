@@ -55,7 +55,7 @@ class UpstreamBackend:
         self._own_headers = self.auth.owned | frozenset(k.lower() for k in self._headers)
         self._targets: dict[tuple[str, bool, str], str] = {}
         self._scrub = Scrubber(deployment.api_key, deployment.aws_secret_access_key,
-                               deployment.aws_session_token, *self.auth.fixed.values())
+                               deployment.aws_session_token)
 
     ready = True
 
