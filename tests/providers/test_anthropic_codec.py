@@ -187,3 +187,18 @@ def test_a_stream_without_its_finish_is_no_success() -> None:
     with pytest.raises(WireError) as e:
         _feed([START, {"type": "error", "error": {"type": "invalid_request_error", "message": "no"}}])
     assert not e.value.retryable  # only overload-like errors go elsewhere
+
+
+def test_one_body_in_the_bedrock_and_vertex_envelopes() -> None:
+    from switchyard.providers.anthropic import AnthropicCodec
+
+    req = chat([{"role": "user", "content": "x"}], stream=True)
+    bedrock = AnthropicCodec(model_field=False, stream_field=False,
+                             envelope={"anthropic_version": "bedrock-2023-05-31"})
+    body, _ = bedrock.render(req, "anthropic.claude-3-5-sonnet-20240620-v1:0", DEP)
+    assert "model" not in body and "stream" not in body and body["anthropic_version"] == "bedrock-2023-05-31"
+    vertex = AnthropicCodec(model_field=False, envelope={"anthropic_version": "vertex-2023-10-16"})
+    body, _ = vertex.render(req, "claude-x", DEP)
+    assert "model" not in body and body["stream"] is True and body["messages"]
+    native = vertex.native({"model": "c", "max_tokens": 5, "messages": []}, req, "claude-x")
+    assert "model" not in native and native["anthropic_version"] == "vertex-2023-10-16"

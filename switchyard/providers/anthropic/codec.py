@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from switchyard.core.canonical import CanonicalRequest, Chunk
@@ -18,10 +20,29 @@ MESSAGES_FIELDS = frozenset({
     "container", "context_management", "mcp_servers", "inference_geo", "speed", "cache_control"})
 
 
+@dataclass(frozen=True, slots=True)
 class AnthropicCodec:
+    """One codec, three envelopes (docs/providers.md): the Anthropic API sends the body as is;
+    Bedrock InvokeModel drops ``model`` and ``stream`` (the path says both) and Vertex rawPredict
+    drops ``model``, each adding its ``anthropic_version`` (``envelope``)."""
+
+    model_field: bool = True
+    stream_field: bool = True
+    envelope: Mapping[str, Any] = field(default_factory=dict)
+
     def render(self, req: CanonicalRequest, model: str,
                dep: DeploymentConfig) -> tuple[dict[str, Any], Emulation]:
-        return request.render(req, model, dep)
+        body, emulation = request.render(req, model, dep)
+        return self._wrap(body), emulation
+
+    def _wrap(self, body: dict[str, Any]) -> dict[str, Any]:
+        if not self.model_field:
+            body.pop("model", None)
+        if not self.stream_field:
+            body.pop("stream", None)
+        if self.envelope:
+            body.update(self.envelope)
+        return body
 
     def whole(self, raw: bytes, req: CanonicalRequest) -> list[Chunk]:
         return decode.whole(raw)
@@ -51,4 +72,4 @@ class AnthropicCodec:
             out["stream"] = True
         else:
             out.pop("stream", None)
-        return out
+        return self._wrap(out)
