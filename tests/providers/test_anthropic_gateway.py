@@ -262,3 +262,11 @@ async def test_every_completion_dialect_reaches_claude(gateway_for, caller: str)
     assert up.requests[0].body["max_tokens"] == 7
     assert bad.status_code in (400, 422) and "logit_bias" in bad.text
     assert len(up.requests) == 1
+
+
+async def test_n_is_fanned_out_one_call_per_choice(gateway_for) -> None:
+    async with FakeAnthropic() as up, gateway_for(claude(up)) as client:
+        r = await _chat(client, n=2)
+    assert r.status_code == 200, r.text
+    assert [c["index"] for c in r.json()["choices"]] == [0, 1]
+    assert len(up.requests) == 2 and all("n" not in s.body for s in up.requests)
