@@ -18,6 +18,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -42,6 +43,14 @@ PUBLIC_ENDPOINTS: dict[str, str] = {
     "mistral": "https://api.mistral.ai/v1",
     "cohere": "https://api.cohere.ai/compatibility/v1",
 }
+def _wire_dialect(provider: str) -> str:
+    """The body dialect of a provider: its own name for the OpenAI family, openai for the other
+    OpenAI-compatible APIs, else the provider's name."""
+    if provider in OPENAI_FAMILY:
+        return provider
+    return "openai" if provider in ("azure", "mistral", "cohere") else provider
+
+
 # Fields a provider cannot do without (check-config names the missing one).
 REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {"bedrock": ("region",), "vertex": ("project",)}
 # Provider-specific fields, and the providers that read them (elsewhere they are a mistake).
@@ -96,8 +105,13 @@ class Limits(_Model):
 
 
 class Price(_Model):
+    """USD per million tokens. Cached prompt tokens are priced apart where the vendor does
+    (Anthropic: reads 0.1x, 5-minute writes 1.25x of the prompt price); unset, they cost as prompt."""
+
     prompt_per_1m: float = Field(0.0, ge=0)
     completion_per_1m: float = Field(0.0, ge=0)
+    cache_read_per_1m: float | None = Field(None, ge=0, description="prompt tokens read from a cache")
+    cache_write_per_1m: float | None = Field(None, ge=0, description="prompt tokens written to a cache")
 
 
 class EngineConfig(_Model):
@@ -164,23 +178,30 @@ class DeploymentConfig(_Model):
     @classmethod
     def _provider(cls, data: Any) -> Any:
         """``dialect:`` alone names the provider (older configs); ``provider:`` alone sets the
-        dialect; both must agree."""
+        dialect; both must agree (checked on the dialect field)."""
         if not isinstance(data, dict):
             return data
         provider, dialect = data.get("provider"), data.get("dialect")
-        if dialect is not None and dialect not in OPENAI_FAMILY:
-            raise ValueError(f"dialect: {dialect!r} is not one of {', '.join(OPENAI_FAMILY)} (other "
-                             "APIs are named with provider:)")
-        if provider is None:
-            provider = dialect or "openai"
-        elif dialect is not None and dialect != provider:
-            raise ValueError(f"dialect: {dialect!r} disagrees with provider: {provider!r} (dialect is "
-                             "the older name of provider; give one)")
-        out = {**data, "provider": provider}
-        if isinstance(provider, str):
-            out["dialect"] = provider if provider in OPENAI_FAMILY else \
-                "openai" if provider in ("azure", "mistral", "cohere") else provider
-        return out
+        if provider is None:  # an unknown dialect is refused on its own field
+            return {**data, "provider": dialect if dialect in OPENAI_FAMILY else "openai"}
+        if dialect is None and isinstance(provider, str):
+            return {**data, "dialect": _wire_dialect(provider)}
+        return data
+
+    @field_validator("dialect")
+    @classmethod
+    def _dialect(cls, v: str, info: ValidationInfo) -> str:
+        provider = info.data.get("provider")
+        if provider is None:  # the provider itself was refused
+            return v
+        want = _wire_dialect(provider)
+        if v not in OPENAI_FAMILY and v != want:
+            raise ValueError(f"{v!r} is not one of {', '.join(OPENAI_FAMILY)} (other APIs are named "
+                             "with provider:)")
+        if v != want:
+            raise ValueError(f"{v!r} disagrees with provider {provider!r} (dialect is the older name of "
+                             "provider; give one)")
+        return v
 
     @field_validator("base_url")
     @classmethod

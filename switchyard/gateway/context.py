@@ -102,7 +102,8 @@ class RequestContext:
         usage, route = self.usage, self.route
         if usage is None or route is None:
             return 0.0
-        return nano_usd(route.model.price, usage.prompt_tokens, usage.completion_tokens) / 1e9
+        return nano_usd(route.model.price, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
+                        usage.cache_write_tokens) / 1e9
 
     @property
     def group(self) -> str | None:

@@ -66,6 +66,7 @@ class UsageRecord:
     # Why it was refused or failed ('' = answered): which check or limit, e.g. model_not_allowed,
     # rate_limit:rpm, quota:spend_day, bad_request:<param> (``switchyard.policies.refusals``).
     reason: str = ""
+    cache_write_tokens: int = 0  # prompt tokens written to the upstream's prompt cache (in prompt_tokens)
 
     def as_fields(self) -> dict[str, str]:
         return {k: _str(getattr(self, k)) for k in self.__dataclass_fields__}
@@ -89,7 +90,7 @@ def _str(v: Any) -> str:
 
 _FIELD_TYPES: dict[str, type] = {
     **dict.fromkeys(("ts_ms", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_nano",
-                     "status", "attempts"), int),
+                     "status", "attempts", "cache_write_tokens"), int),
     **dict.fromkeys(("latency_ms", "ttfb_ms"), float),
     "cut": bool,
     **dict.fromkeys(("key_id", "team", "model", "deployment", "request_id", "ticket_id", "endpoint",

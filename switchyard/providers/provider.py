@@ -7,6 +7,7 @@ adds cookies, redirects and auth hooks we do not use, at a cost of tens of micro
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -54,7 +55,7 @@ class UpstreamBackend:
         self._own_headers = self.auth.owned | frozenset(k.lower() for k in self._headers)
         self._targets: dict[tuple[str, bool, str], str] = {}
         self._scrub = Scrubber(deployment.api_key, deployment.aws_secret_access_key,
-                               deployment.aws_session_token, *self.auth.fixed.values())
+                               deployment.aws_session_token)
 
     ready = True
 
@@ -94,16 +95,17 @@ class UpstreamBackend:
         key = (req.kind, req.stream, upstream_model)
         t = self._targets.get(key)
         if t is None:
-            if (req.kind, req.stream) not in self.wire.paths:
-                what = "chat" if req.kind == "completion" else "completions"
-                raise InvalidRequest(f"model {req.model} serves {what} only: its upstream ({self.wire.name}) "
-                                     f"has no {req.kind} endpoint", param="model")
+            if (req.kind, req.stream) not in self.wire.paths:  # (completions are sent as chat)
+                raise InvalidRequest(f"model {req.model} serves completions only: its upstream "
+                                     f"({self.wire.name}) has no chat endpoint", param="model")
             if len(self._targets) >= 1024:  # wildcard routes vary the model: keep it bounded
                 self._targets.clear()
             t = self._targets[key] = self.wire.target(req.kind, req.stream, upstream_model)
         return t
 
     async def _run(self, req: CanonicalRequest, upstream_model: str) -> AsyncGenerator[Chunk, None]:
+        if req.kind == "completion" and ("completion", req.stream) not in self.wire.paths:
+            req = _as_chat(req)
         body, emulation = self._render(req, upstream_model)
         target = self._target(req, upstream_model)
         if self._exchange is None:
@@ -188,6 +190,17 @@ class UpstreamBackend:
         why = decoder.ending()
         if why is not None:
             raise UpstreamError.broken(name, why)
+
+
+def _as_chat(req: CanonicalRequest) -> CanonicalRequest:
+    """A completion body (any completion dialect) for a chat-only API: its prompt as one user
+    message. Several prompts were fanned out by the router (the row's ``Caps.prompts``)."""
+    prompts = req.prompt or []
+    if len(prompts) != 1 or not isinstance(prompts[0], str):
+        raise InvalidRequest(f"model {req.model} takes one text prompt per call (its upstream is a chat API)",
+                             param="prompt")
+    return dataclasses.replace(req, kind="chat", prompt=None,
+                               messages=[{"role": "user", "content": prompts[0]}])
 
 
 async def _read_some(resp: Answered, limit: int) -> bytes:
