@@ -81,7 +81,7 @@ class _Packed:
 
 def _script(name: str) -> tuple[str, str]:
     """A script's text, with the shared calendar functions first, and its SHA1 for EVALSHA."""
-    scripts = resources.files("policies").joinpath("scripts")
+    scripts = resources.files("switchyard.policies").joinpath("scripts")
     text = scripts.joinpath("calendar.lua").read_text() + scripts.joinpath(f"{name}.lua").read_text()
     return text, hashlib.sha1(text.encode()).hexdigest()
 
