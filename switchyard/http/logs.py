@@ -93,7 +93,21 @@ def configure_logging(level: str = "info", fmt: str = "json") -> None:
     # httpx logs every request at INFO: a measurable cost per request on the hot path.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     # Our 'started' line replaces uvicorn's; its errors still show.
-    logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
+    uv = logging.getLogger("uvicorn.error")
+    uv.setLevel(logging.WARNING)
+    if not any(isinstance(f, _GraceEnded) for f in uv.filters):
+        uv.addFilter(_GraceEnded())
+
+
+class _GraceEnded(logging.Filter):
+    """uvicorn reports the end of ``shutdown_grace`` as an error; it is the configured behaviour
+    (the requests it cuts are answered and settled as cut), so a warning, in our words."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.ERROR and str(record.msg).startswith("Cancel %s running task"):
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.msg = "server.shutdown_grace ran out: cutting %s request(s) still in flight"
+        return True
 
 
 class Throttled:
