@@ -174,6 +174,12 @@ def serve(config: Config, config_path: str, host: str, port: int, workers: int =
     # handler that would end the process as "killed by SIGTERM" instead of a clean exit 0.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)
+    try:  # bound before anything is loaded or "started" is said: a taken port fails at once
+        sock = _bind(host, port)
+    except OSError as e:
+        log.error("cannot listen on %s:%d: %s", host, port, e.strerror or e)
+        return 1
+    port = sock.getsockname()[1]  # the one the system chose for port 0
     if workers == 1:
         from switchyard.http.app import create_app
 
@@ -188,13 +194,10 @@ def serve(config: Config, config_path: str, host: str, port: int, workers: int =
             return 2
         _tune_gc()
         _started(config, host, port, workers)
-        uvicorn.Server(serve_config(app, config, host, port)).run()
+        uvicorn.Server(serve_config(app, config, host, port)).run(sockets=[sock])
         log.info("switchyard stopped")
         return 0
     os.environ[CONFIG_ENV] = os.path.abspath(config_path)
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
     sock.set_inheritable(True)
     cfg = serve_config("switchyard.http.server:worker_app", config, host, port, factory=True, workers=workers)
     from uvicorn.supervisors import Multiprocess
@@ -208,6 +211,17 @@ def serve(config: Config, config_path: str, host: str, port: int, workers: int =
         Multiprocess(cfg, sockets=[sock]).run()
     log.info("switchyard stopped")
     return 0
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def _started(config: Config, host: str, port: int, workers: int) -> None:
