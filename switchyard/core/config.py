@@ -7,9 +7,11 @@ Secrets may be written as ``env:NAME`` and are read from the environment at load
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -103,6 +105,11 @@ class DeploymentConfig(_Model):
     @classmethod
     def _secret(cls, v: str | None) -> str | None:
         return resolve_secret(v)
+
+    @field_validator("base_url")
+    @classmethod
+    def _base_url(cls, v: str | None) -> str | None:
+        return None if v is None else check_base_url(v)
 
     @field_validator("headers")
     @classmethod
@@ -374,18 +381,104 @@ class Config(_Model):
             for ref in (*m.fallbacks, *([m.context_fallback] if m.context_fallback else [])):
                 if ref not in names:
                     raise ValueError(f"models.{i}: fallback {ref!r} is not a configured model or alias")
+        for where, listed in [*((f"teams.{i}.models", t.models) for i, t in enumerate(self.teams)),
+                              *((f"teams.{i}.model_limits", list(t.model_limits))
+                                for i, t in enumerate(self.teams)),
+                              *((f"keys.{i}.models", k.models) for i, k in enumerate(self.keys))]:
+            for name in listed or ():
+                why = self._not_a_model(name)
+                if why:
+                    raise ValueError(f"{where}: {name!r} {why}")
+        for i, m in enumerate(self.models):
+            for j, d in enumerate(m.deployments):
+                if d.backend == "engine" and importlib.util.find_spec("torch") is None:
+                    raise ValueError(f"models.{i}.deployments.{j}: the built-in engine needs the engine "
+                                     f"extra: {install_hint('engine')}")
         return self
+
+    def _not_a_model(self, name: str) -> str | None:
+        """Why an allow-list entry can never match (None: it can). Allow-lists see the configured
+        name a request resolved to: a model's name, a name under a ``vendor/*`` route, or
+        ``vendor/*`` for all of a vendor's models; never an alias."""
+        vendor = name.split("/")[0]
+        if any(name == m.name for m in self.models):
+            return None
+        if any(m.name == f"{vendor}/*" for m in self.models) and len(name) > len(vendor) + 1:
+            return None
+        if name == f"{vendor}/*" and any(m.name.split("/")[0] == vendor for m in self.models):
+            return None
+        owner = next((m.name for m in self.models if name in m.aliases), None)
+        if owner is not None:
+            return f"is an alias: allow-lists name the model itself ({owner!r})"
+        return ("is not a configured model (allow-lists take a model's name, vendor/*, or a name "
+                "under a configured vendor/* route)")
 
 
 def load_config(path: str | Path) -> Config:
     path = Path(path)
     try:
-        raw: Any = yaml.safe_load(path.read_text())
+        text = path.read_text()
+        raw: Any = yaml.safe_load(text)
+        repeat = _repeated_key(yaml.compose(text, Loader=yaml.SafeLoader), [], set())
     except OSError as e:
         raise ConfigError(f"{path}: cannot read: {e.strerror}") from e
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from e
+    if repeat is not None:
+        # PyYAML keeps the last of a repeated key silently: half a deployment's settings would
+        # vanish without a word.
+        raise ConfigError(f"{path}: {repeat}")
     return parse_config(raw or {}, source=str(path))
+
+
+def _repeated_key(node: yaml.Node | None, at: list[str], seen: set[int]) -> str | None:
+    """The first key repeated in one mapping, as ``field.path: key repeats (lines a and b)``."""
+    if node is None or id(node) in seen:  # an alias points at a node already walked
+        return None
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        lines: dict[str, int] = {}
+        for k, v in node.value:
+            key = str(k.value) if isinstance(k, yaml.ScalarNode) else f"(a {k.tag} key)"
+            line = k.start_mark.line + 1
+            if key in lines and key != "<<":
+                where = ".".join([*at, key])
+                return f"{where}: key repeats (lines {lines[key]} and {line}); only one may be given"
+            lines[key] = line
+            found = _repeated_key(v, [*at, key], seen)
+            if found:
+                return found
+    elif isinstance(node, yaml.SequenceNode):
+        for i, v in enumerate(node.value):
+            found = _repeated_key(v, [*at, str(i)], seen)
+            if found:
+                return found
+    return None
+
+
+def check_base_url(url: str) -> str:
+    """An upstream's base URL: http(s), a host, no spaces; a query string (Azure's
+    ``?api-version=``) is kept and sent after the endpoint's path (``join_url``)."""
+    if any(c.isspace() for c in url):
+        raise ValueError(f"{url!r} contains whitespace")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises on a port that is not a number)
+    except ValueError as e:
+        raise ValueError(f"{url!r} is not a URL: {e}") from None
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"{url!r} must start with http:// or https://")
+    if not parts.hostname:
+        raise ValueError(f"{url!r} names no host")
+    if parts.fragment:
+        raise ValueError(f"{url!r} has a #fragment, which is never sent")
+    return url
+
+
+def join_url(base: str, path: str) -> str:
+    """``base`` + ``path``, the path going before ``base``'s query string (not after it)."""
+    head, sep, query = base.partition("?")
+    return head.rstrip("/") + path + sep + query
 
 
 def parse_config(raw: Any, source: str = "<config>") -> Config:

@@ -14,7 +14,7 @@ import httpx
 import msgspec
 
 from switchyard.core.canonical import CanonicalRequest, Chunk
-from switchyard.core.config import DeploymentConfig
+from switchyard.core.config import DeploymentConfig, join_url
 from switchyard.core.errors import InvalidRequest, UpstreamError
 from switchyard.core.propagation import OUTGOING
 from switchyard.dialects import passthrough
@@ -44,9 +44,9 @@ class UpstreamBackend:
         self.upstream_model = deployment.model or model_name.split("/", 1)[-1]
         self._given_transport = transport
         self._exchange: Exchange | None = None
-        base = (deployment.base_url or "").rstrip("/")
         paths = _PATHS.get(deployment.dialect, _DEFAULT_PATHS)
-        self._urls = {kind: httpx.URL(base + path) for kind, path in paths.items()}
+        base = deployment.base_url or ""
+        self._urls = {kind: httpx.URL(join_url(base, path)) for kind, path in paths.items()}
         self._headers = {"content-type": "application/json", **deployment.headers}
         if deployment.api_key:
             if deployment.dialect == "sgp":

@@ -36,6 +36,7 @@ class Seen:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    query: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -82,7 +83,7 @@ class FakeUpstream:
 
     async def _answer(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
-        self.requests.append(Seen(request.path, dict(request.headers), body))
+        self.requests.append(Seen(request.path, dict(request.headers), body, dict(request.query)))
         b = self.script.pop(0) if self.script else self.default
         if b.stall:
             await asyncio.sleep(b.stall)
