@@ -19,12 +19,13 @@ import signal
 import socket
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.supervisors import Multiprocess
 
 from switchyard.core.config import Config, ConfigError, ServerConfig, load_config
 from switchyard.http.logs import configure_logging, settings
@@ -72,7 +73,7 @@ class GuardedHttp(HttpToolsProtocol):
     Each request's scope also carries a ``Disconnect`` hook (extension ``switchyard.disconnect``)."""
 
     def __init__(self, config: ServeConfig, *args: Any, **kw: Any) -> None:
-        super().__init__(config, *args, **kw)  # type: ignore[arg-type]
+        super().__init__(config, *args, **kw)
         self._limits = config
         self._deadline: asyncio.TimerHandle | None = None
         self._hooks: list[Disconnect] = []
@@ -122,7 +123,7 @@ class GuardedHttp(HttpToolsProtocol):
         # Requests that stopped listening need no hook any more; pipelined ones keep theirs.
         self._hooks = [h for h in self._hooks if not h.done]
         self._hooks.append(hook)
-        self.scope["extensions"] = {DISCONNECT: hook}
+        self.scope["extensions"] = {DISCONNECT: hook}  # type: ignore[dict-item]  # typed as dicts only
 
     def on_headers_complete(self) -> None:
         self._arm(self._limits.body_timeout)
@@ -154,16 +155,40 @@ def _tune_gc() -> None:
 def worker_app() -> Any:
     """The app of one worker process (uvicorn calls this in each; the config path comes in the
     environment)."""
-    from switchyard.http.app import create_app
+    from switchyard.http.reload import Reloadable
 
-    config = load_config(os.environ[CONFIG_ENV])
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until the app's lifespan listens for it
+    path = os.environ[CONFIG_ENV]
+    config = load_config(path)
     configure_logging(*settings(None, None, config.logging.level, config.logging.format))
-    app = create_app(config)
+    app = Reloadable(path, config)
     _tune_gc()
     return app
 
 
-def serve(config: Config, config_path: str, host: str, port: int, workers: int = 1) -> int:
+class Supervisor(Multiprocess):
+    """uvicorn's worker supervisor, except that SIGHUP reloads the config in every worker
+    (checked here first: a bad file reaches none of them) instead of restarting them all."""
+
+    def __init__(self, config_path: str, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.config_path = config_path
+
+    def handle_hup(self) -> None:
+        try:
+            load_config(self.config_path)
+        except ConfigError as e:
+            log.error("reload refused, the running config is unchanged: %s", e)
+            return
+        pids = [p.pid for p in self.processes if p.pid is not None]
+        log.info("reloading the config in %d workers", len(pids))
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGHUP)
+
+
+def serve(config: Config, config_path: str, host: str, port: int, workers: int = 1,
+          pid_file: str | None = None) -> int:
     """Run until SIGTERM/SIGINT; the exit status (2: this config cannot be served so)."""
     configure_logging(*settings(None, None, config.logging.level, config.logging.format))
     if workers > 1 and config.store.url.startswith("memory://"):
@@ -174,21 +199,28 @@ def serve(config: Config, config_path: str, host: str, port: int, workers: int =
     # handler that would end the process as "killed by SIGTERM" instead of a clean exit 0.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until the app (or the supervisor) listens for it
     try:  # bound before anything is loaded or "started" is said: a taken port fails at once
         sock = _bind(host, port)
     except OSError as e:
         log.error("cannot listen on %s:%d: %s", host, port, e.strerror or e)
         return 1
     port = sock.getsockname()[1]  # the one the system chose for port 0
+    with _pid_file(pid_file):
+        return _serve(config, config_path, host, port, workers, sock)
+
+
+def _serve(config: Config, config_path: str, host: str, port: int, workers: int,
+           sock: socket.socket) -> int:
     if workers == 1:
-        from switchyard.http.app import create_app
+        from switchyard.http.reload import Reloadable
 
         given = metrics_dir()
         if given is not None:  # a folder set for several processes: no earlier run's figures in it
             prepare_dir(given)
 
         try:
-            app = create_app(config)
+            app = Reloadable(config_path, config)
         except ConfigError as e:
             log.error("cannot serve this config: %s", e)
             return 2
@@ -200,17 +232,28 @@ def serve(config: Config, config_path: str, host: str, port: int, workers: int =
     os.environ[CONFIG_ENV] = os.path.abspath(config_path)
     sock.set_inheritable(True)
     cfg = serve_config("switchyard.http.server:worker_app", config, host, port, factory=True, workers=workers)
-    from uvicorn.supervisors import Multiprocess
-
     with tempfile.TemporaryDirectory(prefix="switchyard-") as run_dir, _engines(config, run_dir):
         # Every worker's /metrics adds up all workers' figures, kept in files in one folder.
         metrics = metrics_dir() or Path(run_dir) / "metrics"
         prepare_dir(metrics)
         os.environ[METRICS_DIR] = str(metrics)
         _started(config, host, port, workers)
-        Multiprocess(cfg, sockets=[sock]).run()
+        Supervisor(os.environ[CONFIG_ENV], cfg, sockets=[sock]).run()
     log.info("switchyard stopped")
     return 0
+
+
+@contextlib.contextmanager
+def _pid_file(path: str | None) -> Iterator[None]:
+    """This process's id in ``path`` while it serves (``switchyard reload --pid-file`` reads it)."""
+    if path is None:
+        yield
+        return
+    Path(path).write_text(f"{os.getpid()}\n")
+    try:
+        yield
+    finally:
+        Path(path).unlink(missing_ok=True)
 
 
 def _bind(host: str, port: int) -> socket.socket:

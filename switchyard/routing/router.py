@@ -55,6 +55,7 @@ class Router:
         self.clock = clock
         self.counters: Counters = LocalCounters()
         self._announcer: asyncio.Task[None] | None = None
+        self._handed: set[int] = set()  # ids of backends a reload passed on (see ``hand_on``)
 
     def use_store(self, store: Store) -> None:
         """Count per-deployment usage (the ``usage`` strategy) where the policy store lives."""
@@ -331,11 +332,28 @@ class Router:
             if waiting:
                 await asyncio.sleep(0.05)
 
+    def hand_on(self, config: Config) -> dict[str, Backend]:
+        """The backends (pools, loaded engines) of deployments that ``config`` keeps exactly as
+        they are, keyed ``group/deployment`` for the next Router; this one no longer closes them."""
+        models = {m.name: m for m in config.models}
+        kept: dict[str, Backend] = {}
+        for t in self.targets:
+            m = models.get(t.model.name)
+            if m is not None and t.deployment in m.deployments:
+                kept[f"{m.name}/{t.deployment.name}"] = t.backend
+        self._handed.update(id(b) for b in kept.values())
+        return kept
+
+    def take_back(self, backends: dict[str, Backend]) -> None:
+        """Undo ``hand_on`` (the next config could not be started)."""
+        self._handed.difference_update(id(b) for b in backends.values())
+
     async def aclose(self) -> None:
         if self._announcer is not None:
             self._announcer.cancel()
         for t in self.targets:
-            await t.backend.aclose()
+            if id(t.backend) not in self._handed:
+                await t.backend.aclose()
 
     @property
     def ready(self) -> bool:
