@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import secrets
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -349,6 +350,37 @@ def _url_of_extra(v: str | None, schemes: tuple[str, ...], bad_scheme: str, what
     return v
 
 
+AUTO_KEY = "auto"  # master_key: a random key made on first start, kept in master_key_file()
+
+
+def master_key_file() -> Path:
+    """Where ``master_key: auto`` keeps its key: $SWITCHYARD_HOME, else ~/.cache/switchyard."""
+    home = os.environ.get("SWITCHYARD_HOME") or os.path.expanduser("~/.cache/switchyard")
+    return Path(home) / "master_key"
+
+
+def generated_master_key() -> str:
+    """The key in ``master_key_file()``, made (random, mode 0600) when there is none yet. Several
+    processes starting at once agree: the file appears whole (a hard link) or not at all."""
+    path = master_key_file()
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".master_key.{os.getpid()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write("sk-admin-" + secrets.token_urlsafe(32) + "\n")
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another process made it first: theirs is the key
+        finally:
+            tmp.unlink()
+    key = path.read_text().strip()
+    if len(key) < 16:
+        raise ValueError(f"{path} holds no usable key (delete it to have a new one made)")
+    return key
+
+
 class Config(_Model):
     server: ServerConfig = Field(default_factory=ServerConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
@@ -365,6 +397,8 @@ class Config(_Model):
     @field_validator("master_key")
     @classmethod
     def _secret(cls, v: str | None) -> str | None:
+        if v == AUTO_KEY:
+            return generated_master_key()
         return resolve_secret(v)
 
     @model_validator(mode="after")

@@ -27,7 +27,7 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.supervisors import Multiprocess
 
-from switchyard.core.config import Config, ConfigError, ServerConfig, load_config
+from switchyard.core.config import Config, ConfigError, ServerConfig, load_config, master_key_file
 from switchyard.http.logs import configure_logging, settings
 from switchyard.http.scrape import METRICS_DIR, metrics_dir, prepare_dir
 
@@ -270,8 +270,14 @@ def _bind(host: str, port: int) -> socket.socket:
 def _started(config: Config, host: str, port: int, workers: int) -> None:
     from switchyard.http.cli import package_version
 
+    console: dict[str, str] = {}
+    if config.master_key is not None:  # the console: one step away (sign in with the master key)
+        console["console"] = f"http://{host}:{port}/ui"
+        key_file = master_key_file()
+        if key_file.is_file() and key_file.read_text().strip() == config.master_key:
+            console["master_key_file"] = str(key_file)  # master_key: auto (the key itself never)
     log.info("switchyard started", extra={"fields": {
-        "version": package_version(), "address": f"http://{host}:{port}", "workers": workers,
+        "version": package_version(), "address": f"http://{host}:{port}", "workers": workers, **console,
         "models": [m.name for m in config.models], "store": redacted(config.store.url),
         "metrics": config.metrics.enabled, "tracing": config.tracing.otlp_endpoint is not None}})
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 
@@ -60,3 +61,34 @@ async def test_openai_family_tokenizers_load_before_ready(upstream, monkeypatch:
     async with serve(config) as client:
         assert (await client.get("/ready")).status_code == 200
         assert set(tokens._encodings) == {"o200k_base", "cl100k_base"}
+
+
+async def test_master_key_auto_is_made_once_kept_private_and_opens_the_console(
+        upstream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``master_key: auto`` (what config.example.yaml and so ``make serve`` use): a random key made
+    on first start in a 0600 file, the same on the next start; the log names the console and the
+    file, never the key."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("SWITCHYARD_HOME", str(home))
+    p = tmp_path / "c.yaml"
+    p.write_text(yaml.safe_dump({"server": {"port": free_port()}, "master_key": "auto",
+                                 "models": [upstream_model("v/m", upstream.url)]}))
+    keys, outs = [], []
+    for _ in range(2):
+        async with running(p) as (proc, port):
+            key = (home / "master_key").read_text().strip()
+            keys.append(key)
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+                assert (await client.get("/admin/keys", headers={"authorization": f"Bearer {key}"})
+                        ).status_code == 200
+                assert (await client.get("/admin/keys", headers={"authorization": "Bearer auto"})
+                        ).status_code == 401
+                assert (await client.get("/ui")).status_code == 200
+            proc.terminate()
+            await proc.wait()
+            outs.append((await proc.stdout.read()).decode())  # type: ignore[union-attr]
+    assert keys[0] == keys[1] and len(keys[0]) > 40
+    assert (home / "master_key").stat().st_mode & 0o777 == 0o600
+    started = next(json.loads(line) for line in outs[0].splitlines() if "switchyard started" in line)
+    assert started["console"].endswith("/ui") and started["master_key_file"] == str(home / "master_key")
+    assert not any(keys[0] in out for out in outs)
