@@ -23,7 +23,8 @@ def package_version() -> str:
         return "0+unknown"
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (deploy/ manifests are checked against it by the tests)."""
     parser = argparse.ArgumentParser(prog="switchyard", description="Switchyard LLM gateway")
     parser.add_argument("--version", action="version", version=f"switchyard {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -46,7 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--pid", type=int, help="the server's process id")
     reload.add_argument("--config", help="check this file first; refuse (exit 2) without signalling "
                         "when it is bad")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
 
     if args.command == "reload":
         return _reload(args)
