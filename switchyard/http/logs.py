@@ -80,8 +80,21 @@ def settings(level: str | None, fmt: str | None, default_level: str = "info",
     return level, fmt
 
 
+class _Stderr(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a line is written (as the access log does), not
+    the stream of the moment it was made: a capture that has ended (pytest's) gets no more lines."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _: Any) -> None:
+        pass
+
+
 def configure_logging(level: str = "info", fmt: str = "json") -> None:
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _Stderr()
     handler.setFormatter(JsonFormatter() if fmt == "json" else ConsoleFormatter())
     root = logging.getLogger()
     for h in list(root.handlers):
