@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from switchyard.core.config import Config, ConfigError, load_config
+from switchyard.dialects.passthrough import check_config
 from switchyard.http.app import create_app
 from switchyard.http.asgi import Switchyard
 from switchyard.policies.factory import build_policies
@@ -28,6 +29,13 @@ from switchyard.routing import Router
 
 log = logging.getLogger("switchyard.reload")
 Message = dict[str, Any]
+
+
+def load_checked(path: str | Path) -> Config:
+    """The config file as ``check-config`` validates it (ConfigError naming file, field, reason)."""
+    config = load_config(path)
+    check_config(config)
+    return config
 
 
 class Lifespan:
@@ -118,7 +126,7 @@ class Reloadable:
         cannot be used, the running app unchanged."""
         async with self._lock:
             try:
-                config = load_config(self.path)
+                config = load_checked(self.path)
             except ConfigError as e:
                 log.error("reload refused, the running config is unchanged: %s", e)
                 return False

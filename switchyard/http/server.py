@@ -19,7 +19,7 @@ import signal
 import socket
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +27,15 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.supervisors import Multiprocess
 
-from switchyard.core.config import Config, ConfigError, ServerConfig, load_config, master_key_file
+from switchyard.core.config import Config, ConfigError, ServerConfig, master_key_file
+from switchyard.http.disconnect import DISCONNECT, Disconnect
 from switchyard.http.logs import configure_logging, settings
+from switchyard.http.reload import Reloadable, load_checked
 from switchyard.http.scrape import METRICS_DIR, metrics_dir, prepare_dir
+from switchyard.http.version import package_version
 
 log = logging.getLogger("switchyard")
 CONFIG_ENV = "SWITCHYARD_CONFIG"  # the config file a worker process loads
-# The scope extension through which a request hears that its client hung up (gateway.asgi).
-DISCONNECT = "switchyard.disconnect"
 _TIMEOUT_REPLY = b"HTTP/1.1 408 Request Timeout\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
 
 
@@ -47,23 +48,6 @@ class ServeConfig(uvicorn.Config):
         # The completion endpoints answer a slow body with their own 408 (gateway.asgi); this
         # backstop closes a connection whose body stalls anywhere else a little later.
         self.body_timeout = server.body_timeout + 5.0
-
-
-class Disconnect:
-    """Calls its callback when the connection is lost: how a request learns that its client left
-    without a task of its own blocked in ``receive()`` (which costs tens of microseconds a
-    request)."""
-
-    __slots__ = ("callback", "done")
-
-    def __init__(self) -> None:
-        self.callback: Callable[[], None] | None = None
-        self.done = False  # the request no longer listens
-
-    def fire(self) -> None:
-        cb, self.callback = self.callback, None
-        if cb is not None and not self.done:
-            cb()
 
 
 class GuardedHttp(HttpToolsProtocol):
@@ -105,7 +89,7 @@ class GuardedHttp(HttpToolsProtocol):
                              b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
         self.transport.close()
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn types it as asyncio.Transport
         super().connection_made(transport)
         self._arm(self._limits.header_timeout)
 
@@ -123,7 +107,7 @@ class GuardedHttp(HttpToolsProtocol):
         # Requests that stopped listening need no hook any more; pipelined ones keep theirs.
         self._hooks = [h for h in self._hooks if not h.done]
         self._hooks.append(hook)
-        self.scope["extensions"] = {DISCONNECT: hook}  # type: ignore[dict-item]  # typed as dicts only
+        self.scope["extensions"] = {DISCONNECT: hook}  # type: ignore[dict-item]  # our own extension: an object
 
     def on_headers_complete(self) -> None:
         self._arm(self._limits.body_timeout)
@@ -155,11 +139,9 @@ def _tune_gc() -> None:
 def worker_app() -> Any:
     """The app of one worker process (uvicorn calls this in each; the config path comes in the
     environment)."""
-    from switchyard.http.reload import Reloadable
-
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until the app's lifespan listens for it
     path = os.environ[CONFIG_ENV]
-    config = load_config(path)
+    config = load_checked(path)
     configure_logging(*settings(None, None, config.logging.level, config.logging.format))
     app = Reloadable(path, config)
     _tune_gc()
@@ -176,7 +158,7 @@ class Supervisor(Multiprocess):
 
     def handle_hup(self) -> None:
         try:
-            load_config(self.config_path)
+            load_checked(self.config_path)
         except ConfigError as e:
             log.error("reload refused, the running config is unchanged: %s", e)
             return
@@ -213,8 +195,6 @@ def serve(config: Config, config_path: str, host: str, port: int, workers: int =
 def _serve(config: Config, config_path: str, host: str, port: int, workers: int,
            sock: socket.socket) -> int:
     if workers == 1:
-        from switchyard.http.reload import Reloadable
-
         given = metrics_dir()
         if given is not None:  # a folder set for several processes: no earlier run's figures in it
             prepare_dir(given)
@@ -268,8 +248,6 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 def _started(config: Config, host: str, port: int, workers: int) -> None:
-    from switchyard.http.cli import package_version
-
     console: dict[str, str] = {}
     if config.master_key is not None:  # the console: one step away (sign in with the master key)
         console["console"] = f"http://{host}:{port}/ui"

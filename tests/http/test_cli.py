@@ -225,3 +225,15 @@ def test_the_example_configs_commented_upstream_is_a_valid_config(monkeypatch: p
 
     assert _repeated_key(yaml.compose(text, Loader=yaml.SafeLoader), [], set()) is None
     assert parse_config(yaml.safe_load(text)).models[0].deployments[0].allow_extra_params == []
+
+
+def test_an_owned_field_on_an_allow_list_fails_the_check(tmp_path: Path, env: None,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """The dialect tables know which fields the gateway owns; check-config asks them too."""
+    allow = "        allow_extra_params: [priority, max_new_tokens]\n"
+    key = "        api_key: env:SY_TEST_UPSTREAM\n"
+    text = GOOD.replace(key, key + allow)
+    assert main(["check-config", str(write(tmp_path, text))]) == 2
+    err = capsys.readouterr().err
+    assert "models.vendor/m.deployments.d1.allow_extra_params" in err and "'max_new_tokens'" in err
+    assert main(["check-config", str(write(tmp_path, text.replace(", max_new_tokens", "")))]) == 0
