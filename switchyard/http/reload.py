@@ -127,6 +127,7 @@ class Reloadable:
         async with self._lock:
             try:
                 config = load_checked(self.path)
+                hosted_engines_unchanged(self.config, config)
             except ConfigError as e:
                 log.error("reload refused, the running config is unchanged: %s", e)
                 return False
@@ -170,6 +171,29 @@ class Reloadable:
             await life.stop()
         except Exception:
             log.exception("closing the previous config's app failed")
+
+
+def hosted_engines_unchanged(old: Config, new: Config) -> None:
+    """Under ``--workers`` a built-in engine runs in the supervisor, loaded from the config it
+    started with: a worker cannot change it (ConfigError saying so; a restart can)."""
+    from switchyard.engine.host import hosted_sockets  # no torch: the socket table only
+
+    why = engine_change(old, new) if hosted_sockets() else None
+    if why is not None:
+        raise ConfigError(why)
+
+
+def engine_change(old: Config, new: Config) -> str | None:
+    """Why ``new`` cannot be swapped in where engines are hosted by the supervisor, if it cannot."""
+    def engines(c: Config) -> dict[str, Any]:
+        return {f"{m.name}/{d.name}": d for m in c.models for d in m.deployments if d.backend == "engine"}
+
+    before, after = engines(old), engines(new)
+    for name in sorted(before.keys() | after.keys()):
+        if before.get(name) != after.get(name):
+            return (f"engine deployment {name} changed: under --workers the engine runs in the "
+                    "supervisor with the config it started with; restart to apply it")
+    return None
 
 
 def changed_sections(a: Config, b: Config) -> list[str]:

@@ -30,7 +30,7 @@ from uvicorn.supervisors import Multiprocess
 from switchyard.core.config import Config, ConfigError, ServerConfig, master_key_file
 from switchyard.http.disconnect import DISCONNECT, Disconnect
 from switchyard.http.logs import configure_logging, settings
-from switchyard.http.reload import Reloadable, load_checked
+from switchyard.http.reload import Reloadable, engine_change, load_checked
 from switchyard.http.scrape import METRICS_DIR, metrics_dir, prepare_dir
 from switchyard.http.version import package_version
 
@@ -152,15 +152,18 @@ class Supervisor(Multiprocess):
     """uvicorn's worker supervisor, except that SIGHUP reloads the config in every worker
     (checked here first: a bad file reaches none of them) instead of restarting them all."""
 
-    def __init__(self, config_path: str, *args: Any, **kw: Any) -> None:
+    def __init__(self, config_path: str, started: Config, *args: Any, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self.config_path = config_path
+        self.started = started  # the engines hosted here were loaded from it
 
     def handle_hup(self) -> None:
         try:
-            load_checked(self.config_path)
+            why = engine_change(self.started, load_checked(self.config_path))
         except ConfigError as e:
-            log.error("reload refused, the running config is unchanged: %s", e)
+            why = str(e)
+        if why is not None:
+            log.error("reload refused, the running config is unchanged: %s", why)
             return
         pids = [p.pid for p in self.processes if p.pid is not None]
         log.info("reloading the config in %d workers", len(pids))
@@ -218,7 +221,7 @@ def _serve(config: Config, config_path: str, host: str, port: int, workers: int,
         prepare_dir(metrics)
         os.environ[METRICS_DIR] = str(metrics)
         _started(config, host, port, workers)
-        Supervisor(os.environ[CONFIG_ENV], cfg, sockets=[sock]).run()
+        Supervisor(os.environ[CONFIG_ENV], config, cfg, sockets=[sock]).run()
     log.info("switchyard stopped")
     return 0
 

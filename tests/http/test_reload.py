@@ -135,3 +135,19 @@ async def test_every_worker_reloads_and_a_bad_file_reaches_none(upstream, redis_
         assert codes == [200] * 8
         proc.terminate()
         assert await proc.wait() == 0
+
+
+def test_a_reload_may_not_change_an_engine_the_supervisor_hosts() -> None:
+    """Under --workers the engine was loaded by the supervisor from its first config: the
+    supervisor (and each worker) refuses a file that changes it, and says to restart."""
+    from switchyard.core.config import parse_config
+    from switchyard.http.reload import engine_change
+
+    def cfg(**engine: Any) -> Any:
+        return parse_config({"models": [
+            {"name": "local/m", "deployments": [{"name": "e", "backend": "engine", "engine": engine}]},
+            upstream_model("v/m", "http://127.0.0.1:9/v1")]})
+
+    assert engine_change(cfg(max_batch=4), cfg(max_batch=4)) is None
+    assert "local/m/e changed" in (engine_change(cfg(max_batch=4), cfg(max_batch=8)) or "")
+    assert "restart" in (engine_change(cfg(max_batch=4), cfg(max_batch=8)) or "")
