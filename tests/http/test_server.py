@@ -209,8 +209,13 @@ async def test_two_workers_share_a_port_and_exact_limits(upstream, redis_url, tm
         limits = httpx.Limits(max_keepalive_connections=0)  # a new connection each: both workers serve
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30, limits=limits,
                                      headers={"authorization": f"Bearer {KEY}"}) as client:
+            started = time.monotonic()
             codes = await asyncio.gather(*(one(client) for _ in range(60)))
-        assert codes.count(200) == 20 and codes.count(429) == 40, sorted(codes)
+            elapsed = time.monotonic() - started
+        # GCRA: the minute's 20 at once, then one more every 3 s: exact whatever the burst took
+        # (a loaded machine stretches it; an idle one admits exactly 20).
+        admitted = codes.count(200)
+        assert 20 <= admitted <= 20 + int(elapsed / 3) and codes.count(429) == 60 - admitted, sorted(codes)
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.wait(), 30) == 0
 
