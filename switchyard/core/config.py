@@ -7,9 +7,12 @@ Secrets may be written as ``env:NAME`` and are read from the environment at load
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
+import secrets
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -205,10 +208,8 @@ class DeploymentConfig(_Model):
 
     @field_validator("base_url")
     @classmethod
-    def _url(cls, v: str | None) -> str | None:
-        if v is not None and not v.startswith(("http://", "https://")):
-            raise ValueError("must start with https:// (or http:// for a local endpoint)")
-        return v
+    def _base_url(cls, v: str | None) -> str | None:
+        return None if v is None else check_base_url(v)
 
     @field_validator("headers")
     @classmethod
@@ -443,6 +444,37 @@ def _url_of_extra(v: str | None, schemes: tuple[str, ...], bad_scheme: str, what
     return v
 
 
+AUTO_KEY = "auto"  # master_key: a random key made on first start, kept in master_key_file()
+
+
+def master_key_file() -> Path:
+    """Where ``master_key: auto`` keeps its key: $SWITCHYARD_HOME, else ~/.cache/switchyard."""
+    home = os.environ.get("SWITCHYARD_HOME") or os.path.expanduser("~/.cache/switchyard")
+    return Path(home) / "master_key"
+
+
+def generated_master_key() -> str:
+    """The key in ``master_key_file()``, made (random, mode 0600) when there is none yet. Several
+    processes starting at once agree: the file appears whole (a hard link) or not at all."""
+    path = master_key_file()
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".master_key.{os.getpid()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write("sk-admin-" + secrets.token_urlsafe(32) + "\n")
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another process made it first: theirs is the key
+        finally:
+            tmp.unlink()
+    key = path.read_text().strip()
+    if len(key) < 16:
+        raise ValueError(f"{path} holds no usable key (delete it to have a new one made)")
+    return key
+
+
 class Config(_Model):
     server: ServerConfig = Field(default_factory=ServerConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
@@ -451,11 +483,16 @@ class Config(_Model):
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     tracing: TracingConfig = Field(default_factory=TracingConfig)
-    master_key: Secret = Field(None, description="guards /admin; usually env:NAME")
+    master_key: Secret = Field(None, description="guards /admin; usually env:NAME; auto: generated "
+                               "on first start (master_key_file())")
     models: list[ModelConfig] = Field(default_factory=list)
     teams: list[TeamConfig] = Field(default_factory=list)
     keys: list[KeyConfig] = Field(default_factory=list)
 
+    @field_validator("master_key")
+    @classmethod
+    def _auto_key(cls, v: str | None) -> str | None:
+        return generated_master_key() if v == AUTO_KEY else v  # env:NAME was read by Secret
 
     @model_validator(mode="after")
     def _references(self) -> Config:
@@ -471,18 +508,105 @@ class Config(_Model):
             for ref in (*m.fallbacks, *([m.context_fallback] if m.context_fallback else [])):
                 if ref not in names:
                     raise ValueError(f"models.{i}: fallback {ref!r} is not a configured model or alias")
+        for where, listed in [*((f"teams.{i}.models", t.models) for i, t in enumerate(self.teams)),
+                              *((f"teams.{i}.model_limits", list(t.model_limits))
+                                for i, t in enumerate(self.teams)),
+                              *((f"keys.{i}.models", k.models) for i, k in enumerate(self.keys))]:
+            for name in listed or ():
+                why = self._not_a_model(name)
+                if why:
+                    raise ValueError(f"{where}: {name!r} {why}")
+        for i, m in enumerate(self.models):
+            for j, d in enumerate(m.deployments):
+                if d.backend == "engine" and importlib.util.find_spec("torch") is None:
+                    raise ValueError(f"models.{i}.deployments.{j}: the built-in engine needs the engine "
+                                     f"extra: {install_hint('engine')}")
         return self
+
+    def _not_a_model(self, name: str) -> str | None:
+        """Why an allow-list entry can never match (None: it can). Allow-lists see the configured
+        name a request resolved to: a model's name, a name under a ``vendor/*`` route, or
+        ``vendor/*`` for all of a vendor's models; never an alias."""
+        vendor = name.split("/")[0]
+        if any(name == m.name for m in self.models):
+            return None
+        if any(m.name == f"{vendor}/*" for m in self.models) and len(name) > len(vendor) + 1:
+            return None
+        if name == f"{vendor}/*" and any(m.name.split("/")[0] == vendor for m in self.models):
+            return None
+        owner = next((m.name for m in self.models if name in m.aliases), None)
+        if owner is not None:
+            return f"is an alias: allow-lists name the model itself ({owner!r})"
+        return ("is not a configured model (allow-lists take a model's name, vendor/*, or a name "
+                "under a configured vendor/* route)")
 
 
 def load_config(path: str | Path) -> Config:
     path = Path(path)
     try:
-        raw: Any = yaml.safe_load(path.read_text())
+        text = path.read_text()
+        raw: Any = yaml.safe_load(text)
+        repeat = _repeated_key(yaml.compose(text, Loader=yaml.SafeLoader), [], set())
     except OSError as e:
         raise ConfigError(f"{path}: cannot read: {e.strerror}") from e
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from e
+    if repeat is not None:
+        # PyYAML keeps the last of a repeated key silently: half a deployment's settings would
+        # vanish without a word.
+        raise ConfigError(f"{path}: {repeat}")
     return parse_config(raw or {}, source=str(path))
+
+
+def _repeated_key(node: yaml.Node | None, at: list[str], seen: set[int]) -> str | None:
+    """The first key repeated in one mapping, as ``field.path: key repeats (lines a and b)``."""
+    if node is None or id(node) in seen:  # an alias points at a node already walked
+        return None
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        lines: dict[str, int] = {}
+        for k, v in node.value:
+            key = str(k.value) if isinstance(k, yaml.ScalarNode) else f"(a {k.tag} key)"
+            line = k.start_mark.line + 1
+            if key in lines and key != "<<":
+                where = ".".join([*at, key])
+                return f"{where}: key repeats (lines {lines[key]} and {line}); only one may be given"
+            lines[key] = line
+            found = _repeated_key(v, [*at, key], seen)
+            if found:
+                return found
+    elif isinstance(node, yaml.SequenceNode):
+        for i, v in enumerate(node.value):
+            found = _repeated_key(v, [*at, str(i)], seen)
+            if found:
+                return found
+    return None
+
+
+def check_base_url(url: str) -> str:
+    """An upstream's base URL: http(s), a host, no spaces; a query string (Azure's
+    ``?api-version=``) is kept and sent after the endpoint's path (``split_query``)."""
+    if any(c.isspace() for c in url):
+        raise ValueError(f"{url!r} contains whitespace")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises on a port that is not a number)
+    except ValueError as e:
+        raise ValueError(f"{url!r} is not a URL: {e}") from None
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"{url!r} must start with http:// or https://")
+    if not parts.hostname:
+        raise ValueError(f"{url!r} names no host")
+    if parts.fragment:
+        raise ValueError(f"{url!r} has a #fragment, which is never sent")
+    return url
+
+
+def split_query(base: str) -> tuple[str, str]:
+    """A base URL's part before its query string, and the query (``""``: none): the endpoint's
+    path goes between them, not after the query."""
+    head, _, query = base.partition("?")
+    return head.rstrip("/"), query
 
 
 def parse_config(raw: Any, source: str = "<config>") -> Config:

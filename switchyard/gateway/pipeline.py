@@ -24,7 +24,7 @@ import msgspec
 
 from switchyard.core.canonical import CanonicalRequest, Chunk, RequestKind, Usage
 from switchyard.core.config import Config
-from switchyard.core.errors import Forbidden, GatewayError, InvalidRequest, Unauthorized
+from switchyard.core.errors import Forbidden, GatewayError, InvalidRequest, Unauthorized, Unavailable
 from switchyard.core.propagation import REQUEST_ID
 from switchyard.dialects.defaults import sampling_defaults
 from switchyard.dialects.errors import error_bytes, error_json
@@ -81,6 +81,11 @@ class Responder(Protocol):
     @property
     def gone(self) -> bool:
         """The client disconnected before the answer was complete."""
+        ...
+
+    @property
+    def finished(self) -> bool:
+        """The answer's last byte was handed to the server."""
         ...
 
     async def whole(self, status: int, headers: dict[str, str], body: bytes,
@@ -280,17 +285,18 @@ class Gateway:
         task = asyncio.current_task()
         assert task is not None
         out.watch(task)
+        renderer = RENDERERS[ctx.shape](req)
         try:
-            renderer = RENDERERS[ctx.shape](req)
             if req.stream:
                 await self._stream(ctx, renderer, chunks, headers, out)
             else:
                 await self._whole(ctx, renderer, chunks, headers, out)
         except asyncio.CancelledError:
-            if not out.gone:
-                raise  # the server is stopping: settle below, then let it stop
             task.uncancel()
-            ctx.status, ctx.cut = 499, out.started
+            if out.gone:
+                ctx.status, ctx.cut = 499, out.started
+            else:  # the server's shutdown_grace ran out: cut, say why, settle as cut, end cleanly
+                await self.cut_by_shutdown(ctx, out, renderer if req.stream else None)
         except Exception as e:  # a bug: answer 500 when nothing was sent yet, and settle all the same
             log.exception("request %s failed", ctx.id)
             ctx.error_type = type(e).__name__
@@ -360,6 +366,20 @@ class Gateway:
             return
         held.append(renderer.closing(tally.usage(), last))
         await out.end(b"".join(held))
+
+    async def cut_by_shutdown(self, ctx: RequestContext, out: Responder,
+                              renderer: Renderer | None = None) -> None:
+        """A request the stopping server cancelled (``server.shutdown_grace`` ran out): answered 503
+        if nothing was sent yet, else its stream ends with an error event; recorded as 503, cut."""
+        e = Unavailable(f"the gateway is shutting down (server.shutdown_grace "
+                        f"{self.config.server.shutdown_grace:g} s ran out)")
+        cut = out.started
+        with contextlib.suppress(Exception):  # the connection may be gone already
+            if not cut:
+                await self.send_error(ctx, out, e)
+            elif renderer is not None and not out.finished:
+                await out.end(renderer.error_event(error_json(ctx.shape, e, ctx.dialect_named)[1]))
+        ctx.status, ctx.error_type, ctx.error, ctx.cut = e.status, "shutdown", e, cut
 
     async def send_error(self, ctx: RequestContext, out: Responder, e: GatewayError,
                          headers: dict[str, str] | None = None) -> None:

@@ -3,6 +3,8 @@ decision lives in ``switchyard.gateway.pipeline.Gateway``."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from typing import Any
 
 import msgspec
@@ -46,6 +48,7 @@ SGP_V5_CHAT = Endpoint("chat", CHAT, renderer="sgp_v5_chat")
 LLAMACPP_COMPLETION = Endpoint("completion", LLAMACPP_NATIVE, renderer="llamacpp_native",
                                model_optional=True)
 CHAT_COMPLETIONS = Endpoint("chat", CHAT)
+SETTLE_AFTER_CUT = 5.0  # seconds that requests cut at shutdown may take to settle
 
 
 # The completion endpoints: path -> (endpoint, OpenAPI summary, the dialects its body may speak).
@@ -159,6 +162,10 @@ def create_app(config: Config, *, router: Router | None = None,
                              [n for m in config.models for n in (m.name, *m.aliases)])
 
     async def shutdown() -> None:
+        # Requests that shutdown_grace cut are still settling (a 503 or error event to send, usage
+        # to record): the store and the pools stay open for them, a few seconds at most.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(gw.drain(), SETTLE_AFTER_CUT)
         await router.aclose()
         await policies.aclose()
         if exporter is not None:

@@ -193,6 +193,11 @@ def endpoint_app(gw: Gateway, ep: Endpoint, path: str) -> ASGIApp:
                 ctx.status = 499
                 return
             await gw.serve(ctx, ep, headers, raw, out)
+        except asyncio.CancelledError:  # the stopping server cancelled it before it was admitted
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            await gw.cut_by_shutdown(ctx, out)
         finally:
             out.unwatch()
             gw.finished(ctx)

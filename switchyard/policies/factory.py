@@ -46,6 +46,7 @@ class Policies:
     usage: UsageSource
     refusals: Refusals
     ledger: Ledger | None = None
+    owns_store: bool = True  # False once a reload handed the store on to the next Policies
 
     async def start(self) -> None:
         """Background work that needs the event loop (the ledger's feed)."""
@@ -57,13 +58,15 @@ class Policies:
         await self.refusals.flush()
         if self.ledger is not None:
             await self.ledger.aclose()
-        await self.store.aclose()
+        if self.owns_store:
+            await self.store.aclose()
 
 
 def build_policies(config: Config, *, ns: str = "sy", key_cache_ttl: float = 1.0,
-                   lease_ttl_ms: int = 60_000) -> Policies:
-    """Nothing connects here: the Redis client connects lazily on first use."""
-    store = open_store(config.store.url, timeout=config.store.timeout, ns=ns)
+                   lease_ttl_ms: int = 60_000, store: Store | None = None) -> Policies:
+    """Nothing connects here: the Redis client connects lazily on first use. ``store``: one
+    already open for this config's ``store`` section (a reload keeps its counters and pool)."""
+    store = store or open_store(config.store.url, timeout=config.store.timeout, ns=ns)
     keys = KeyRing.from_config(config, store=store, ttl=key_cache_ttl)
     registry = Registry(config, store, keys)
     policy = Limiter(store, Pricing(config), lease_ttl_ms=lease_ttl_ms)

@@ -149,7 +149,7 @@ class RedisStore:
             async with asyncio.timeout(self.timeout):
                 return await self.client.execute_command(*args)
         except _ERRORS as e:
-            raise StoreDown(f"{type(e).__name__}: {e}") from e
+            raise _down(e, self.timeout) from e
 
     async def _load_scripts(self) -> None:
         # SCRIPT LOAD up front (on every primary of a cluster): a burst of concurrent NOSCRIPT
@@ -172,7 +172,7 @@ class RedisStore:
                     await self._load_scripts()
                     return await self.client.execute_command("EVALSHA", script[1], len(keys), *keys, *args)
         except _ERRORS as e:
-            raise StoreDown(f"{type(e).__name__}: {e}") from e
+            raise _down(e, self.timeout) from e
 
     def _packed(self, plan: Plan) -> _Packed:
         p = self._pack.get(id(plan))
@@ -267,9 +267,9 @@ class RedisStore:
             c = self._conns.get(self._addr(pk))  # type: ignore[arg-type]  # known once the scripts are loaded
             if c is not None:
                 c.close()
-            raise StoreDown(f"TimeoutError: {e}") from e
+            raise _down(e, self.timeout) from e
         except _ERRORS as e:
-            raise StoreDown(f"{type(e).__name__}: {e}") from e
+            raise _down(e, self.timeout) from e
         return await self._run(script, keys, args())  # the slot moved: redis-py follows it
 
     async def admit(self, plan: Plan, *, tokens: int, spend: int, lease_id: str | None,
@@ -434,7 +434,7 @@ class RedisStore:
                 else:
                     raw = await self.client.mget(names)
         except _ERRORS as e:
-            raise StoreDown(f"{type(e).__name__}: {e}") from e
+            raise _down(e, self.timeout) from e
         return [json.loads(v) if v is not None else None for v in raw]
 
     async def put_doc(self, name: str, doc: dict[str, Any], ttl_ms: int | None = None) -> None:
@@ -475,3 +475,10 @@ class RedisStore:
         self._conns.clear()
         with contextlib.suppress(RedisError, OSError):
             await self.client.aclose()
+
+
+def _down(e: BaseException, timeout: float) -> StoreDown:
+    """The store failure as ``Type: text``; a timeout says nothing itself, so its bound is named."""
+    text = str(e) or (f"no answer within store.timeout {timeout:g} s" if isinstance(e, TimeoutError)
+                      else "no detail given")
+    return StoreDown(f"{type(e).__name__}: {text}")

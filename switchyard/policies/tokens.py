@@ -148,6 +148,17 @@ def encoding_for(req: CanonicalRequest, model: ModelConfig | None = None) -> tik
     return encoding(name) if name else None
 
 
+def encodings_of(model: ModelConfig) -> set[str]:
+    """The tiktoken encodings requests to ``model`` may be counted with (a ``vendor/*`` route may
+    be asked for any name: both), loaded before the gateway says it is ready."""
+    if model.tokenizer:
+        return {model.tokenizer}
+    if model.name.endswith("/*"):
+        return set(_URLS)
+    name = encoding_name_for(model.deployments[0].model or model.name) or encoding_name_for(model.name)
+    return {name} if name else set()
+
+
 def count_prompt_tokens(req: CanonicalRequest, model: ModelConfig | None = None) -> int:
     """Prompt tokens of a request, counted before the call (``encoding_for``). Completions with
     several prompts count them all; token-id prompts count their ids exactly."""

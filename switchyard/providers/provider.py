@@ -15,7 +15,7 @@ import httpx
 import msgspec
 
 from switchyard.core.canonical import CanonicalRequest, Chunk
-from switchyard.core.config import DeploymentConfig
+from switchyard.core.config import DeploymentConfig, split_query
 from switchyard.core.errors import InvalidRequest, UpstreamError
 from switchyard.core.propagation import OUTGOING
 from switchyard.dialects import passthrough
@@ -47,7 +47,8 @@ class UpstreamBackend:
         self.upstream_model = deployment.model or model_name.split("/", 1)[-1]
         self._given_transport = transport
         self._exchange: Exchange | None = None
-        self._base = httpx.URL((deployment.base_url or "").rstrip("/"))
+        base, self._query = split_query(deployment.base_url or "")  # Azure: ?api-version=...
+        self._base = httpx.URL(base)
         self.auth = self.wire.auth(deployment)
         self._headers = {"content-type": "application/json", **self.auth.fixed, **self.wire.headers,
                          **deployment.headers}
@@ -100,7 +101,10 @@ class UpstreamBackend:
                                      f"({self.wire.name}) has no chat endpoint", param="model")
             if len(self._targets) >= 1024:  # wildcard routes vary the model: keep it bounded
                 self._targets.clear()
-            t = self._targets[key] = self.wire.target(req.kind, req.stream, upstream_model)
+            t = self.wire.target(req.kind, req.stream, upstream_model)
+            if self._query:  # the base URL's own query follows the path (and the row's query)
+                t += ("&" if "?" in t else "?") + self._query
+            self._targets[key] = t
         return t
 
     async def _run(self, req: CanonicalRequest, upstream_model: str) -> AsyncGenerator[Chunk, None]:

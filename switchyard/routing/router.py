@@ -26,6 +26,7 @@ from switchyard.core.config import Config
 from switchyard.core.errors import GatewayError, RateLimited, Unavailable
 from switchyard.core.logs import Throttled
 from switchyard.core.propagation import OUTGOING, REQUEST_ID
+from switchyard.policies.tokens import encoding, encodings_of
 from switchyard.routing.fanout import fan_out, needs_fanout
 from switchyard.routing.health import OPEN, Health
 from switchyard.routing.resolve import Resolver, Route, RunInfo, Target
@@ -54,6 +55,8 @@ class Router:
         self.rng = rng or random.Random()
         self.clock = clock
         self.counters: Counters = LocalCounters()
+        self._announcer: asyncio.Task[None] | None = None
+        self._handed: set[int] = set()  # ids of backends a reload passed on (see ``hand_on``)
 
     def use_store(self, store: Store) -> None:
         """Count per-deployment usage (the ``usage`` strategy) where the policy store lives."""
@@ -306,12 +309,54 @@ class Router:
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Load the tokenizers prompts are counted with (tiktoken takes 0.6-2 s a file: not on
+        a first request), start every backend, and log each model once it is ready."""
+        started = time.monotonic()
+        names = {n for m in self.config.models for n in encodings_of(m)}
+        if names:
+            await asyncio.to_thread(lambda: [encoding(n) for n in sorted(names)])
         for t in self.targets:
             await t.backend.start()
+        self._announcer = asyncio.create_task(self._announce(started), name="router:ready")
+
+    async def _announce(self, started: float) -> None:
+        """One "model ready" line per model, with the seconds it took (an engine loads in the
+        background); ends when every model is ready or one failed to load."""
+        waiting = dict(self.resolver.targets)
+        while waiting:
+            for name, targets in list(waiting.items()):
+                if all(t.backend.ready for t in targets):
+                    del waiting[name]
+                    log.info("model ready", extra={"fields": {
+                        "model": name, "seconds": round(time.monotonic() - started, 3),
+                        "deployments": [t.deployment.name for t in targets]}})
+                elif any(getattr(t.backend, "load_error", None) for t in targets):
+                    del waiting[name]  # the backend logged why; it stays not ready
+            if waiting:
+                await asyncio.sleep(0.05)
+
+    def hand_on(self, config: Config) -> dict[str, Backend]:
+        """The backends (pools, loaded engines) of deployments that ``config`` keeps exactly as
+        they are, keyed ``group/deployment`` for the next Router; this one no longer closes them."""
+        models = {m.name: m for m in config.models}
+        kept: dict[str, Backend] = {}
+        for t in self.targets:
+            m = models.get(t.model.name)
+            if m is not None and t.deployment in m.deployments:
+                kept[f"{m.name}/{t.deployment.name}"] = t.backend
+        self._handed.update(id(b) for b in kept.values())
+        return kept
+
+    def take_back(self, backends: dict[str, Backend]) -> None:
+        """Undo ``hand_on`` (the next config could not be started)."""
+        self._handed.difference_update(id(b) for b in backends.values())
 
     async def aclose(self) -> None:
+        if self._announcer is not None:
+            self._announcer.cancel()
         for t in self.targets:
-            await t.backend.aclose()
+            if id(t.backend) not in self._handed:
+                await t.backend.aclose()
 
     @property
     def ready(self) -> bool:

@@ -36,6 +36,8 @@ class Seen:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    query: dict[str, str] = field(default_factory=dict)
+    peer_port: int | None = None  # the caller's side of the connection: one pool, one port
 
 
 @dataclass
@@ -82,7 +84,9 @@ class FakeUpstream:
 
     async def _answer(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
-        self.requests.append(Seen(request.path, dict(request.headers), body))
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        self.requests.append(Seen(request.path, dict(request.headers), body, dict(request.query),
+                                  peer[1] if peer else None))
         b = self.script.pop(0) if self.script else self.default
         if b.stall:
             await asyncio.sleep(b.stall)

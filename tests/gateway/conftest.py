@@ -23,7 +23,11 @@ MASTER = "sk-master"
 
 
 def base_config(models: list[dict[str, Any]], **extra: Any) -> Config:
+    """A config for in-process gateways. No access log unless asked for (``logging={"access":
+    True}``): its lines are asserted where it is tested, and elsewhere would only spill into
+    pytest's output (a failure's captured stderr, or the terminal when the flush comes late)."""
     raw: dict[str, Any] = {
+        "logging": {"access": False},
         "master_key": MASTER,
         "models": models,
         "teams": [{"name": "t"}],

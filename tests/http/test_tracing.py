@@ -76,7 +76,8 @@ async def test_spans_attributes_parenting_and_traceparent_to_the_upstream(upstre
                                                                          capsys) -> None:
     config = base_config([upstream_model("v/m", upstream.url)],
                          tracing={"otlp_endpoint": f"http://127.0.0.1:{collector.port}/v1/traces",
-                                  "service_name": "gw-under-test"})
+                                  "service_name": "gw-under-test"},
+                         logging={"access": True})
     upstream.script.append(Behaviour(status=503))  # the first attempt fails, the second serves
     async with serve(config) as client:
         r = await client.post("/v1/chat/completions", headers={
