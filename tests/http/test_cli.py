@@ -61,7 +61,7 @@ def test_env_secrets_are_resolved(tmp_path: Path, env: None) -> None:
 
 BAD = [
     # (replace this, with that, field path, reason fragment)
-    ("dialect: llamacpp", "dialect: klingon", "models.0.deployments.0: dialect: 'klingon'", "llamacpp"),
+    ("dialect: llamacpp", "dialect: klingon", "models.0.deployments.0.dialect", "llamacpp"),
     ("        base_url: http://127.0.0.1:9/v1\n", "", "models.0.deployments.0", "base_url"),
     ("name: vendor/m", "name: justaname", "models.0.name", "vendor/model_name"),
     ("    team: t", "    team: nope", "keys", "unknown team"),
@@ -108,7 +108,7 @@ def test_as_a_process(tmp_path: Path) -> None:
                                                    "SY_TEST_KEY": "c", "PATH": "/usr/bin:/bin"},
                        cwd=Path(__file__).resolve().parents[2])
     assert r.returncode == 2
-    assert str(p) in r.stderr and "models.0.deployments.0: dialect: 'klingon'" in r.stderr
+    assert str(p) in r.stderr and "models.0.deployments.0.dialect" in r.stderr
 
 
 def test_unknown_fallback_fails_the_check(tmp_path: Path, env: None,

@@ -37,7 +37,8 @@ def req(prompt: str) -> dict[str, Any]:
 
 async def test_one_tenants_poisonous_requests_never_make_the_model_fail_for_another():
     async with raw_server(poisoned_by(503)) as (port, conns):
-        router = Router(config(group("m/x", dep("only", f"http://127.0.0.1:{port}/v1")), **TENANTS))
+        router = Router(config(group("m/x", dep("only", f"http://127.0.0.1:{port}/v1")),
+                               logging={"access": True}, **TENANTS))
         breaker = router.resolve("m/x").targets[0].health.breaker
         async with serve(router.config, router=router) as client:
             for _ in range(4):  # each retried (503 is retryable) and each a deployment failure
@@ -137,7 +138,8 @@ async def test_a_callers_request_id_stays_the_callers(capsys):
         return error("busy", 503) if n == 1 else json_answer(completion("fine"))
 
     async with raw_server(answer) as (port, _):
-        router = Router(config(group("m/x", dep("only", f"http://127.0.0.1:{port}/v1")), **TENANTS))
+        router = Router(config(group("m/x", dep("only", f"http://127.0.0.1:{port}/v1")),
+                               logging={"access": True}, **TENANTS))
         async with serve(router.config, router=router) as client:
             got = [await client.post("/v1/completions", json=req("hello"),
                                      headers={"authorization": f"Bearer {key}", "x-request-id": "same-id"})
