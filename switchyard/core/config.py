@@ -41,13 +41,19 @@ class _Model(BaseModel):
 class Limits(_Model):
     """Limits and quotas; a missing value means no limit."""
 
-    rpm: int | None = Field(None, ge=1, description="requests per minute")
-    tpm: int | None = Field(None, ge=1, description="tokens (prompt + completion) per minute")
-    max_concurrency: int | None = Field(None, ge=1, description="requests in flight at once")
-    tokens_per_day: int | None = Field(None, ge=1)
-    tokens_per_month: int | None = Field(None, ge=1)
-    spend_per_day: float | None = Field(None, gt=0, description="USD")
-    spend_per_month: float | None = Field(None, gt=0, description="USD")
+    # Upper bounds keep every counter exact in the store (Lua numbers are doubles: integers are
+    # exact below 2**53; spend is counted in nano-USD).
+    rpm: int | None = Field(None, ge=1, le=10**9, description="requests per minute")
+    tpm: int | None = Field(None, ge=1, le=10**12, description="tokens (prompt + completion) per minute")
+    max_concurrency: int | None = Field(None, ge=1, le=10**6, description="requests in flight at once")
+    tokens_per_day: int | None = Field(None, ge=1, le=10**15)
+    tokens_per_month: int | None = Field(None, ge=1, le=10**15)
+    spend_per_day: float | None = Field(None, gt=0, le=10**6, description="USD (at most 1,000,000)")
+    spend_per_month: float | None = Field(None, gt=0, le=10**6, description="USD (at most 1,000,000)")
+    shrink_max_tokens: bool | None = Field(
+        None, description="when a token or spend quota cannot hold a request's max_tokens, lower it "
+        "to what is left (header x-switchyard-max-tokens-lowered) instead of a 429; the key's "
+        "setting wins over its team's; default on")
 
 
 class Price(_Model):

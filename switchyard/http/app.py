@@ -23,7 +23,7 @@ from switchyard.dialects.sgp import SGP
 from switchyard.dialects.spec import Dialect
 from switchyard.gateway.pipeline import Endpoint, Gateway
 from switchyard.http.access import AccessLog
-from switchyard.http.admin import admin_router, error_response
+from switchyard.http.admin import admin_router, error_response, on_bug
 from switchyard.http.admin_auth import AdminAuth
 from switchyard.http.asgi import Switchyard, endpoint_app
 from switchyard.http.console import console_routes
@@ -169,7 +169,7 @@ def create_app(config: Config, *, router: Router | None = None,
     app = Litestar(
         route_handlers=handlers,
         on_startup=[startup], on_shutdown=[shutdown],
-        exception_handlers={HTTPException: http_error},
+        exception_handlers={HTTPException: http_error, Exception: on_bug},
         openapi_config=OpenAPIConfig(title="Switchyard", version=package_version(), path="/schema"),
         request_max_body_size=config.server.max_body_bytes,
         debug=False,

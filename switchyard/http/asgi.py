@@ -220,6 +220,7 @@ class Switchyard:
             return await handler(scope, receive, send)
         raw_id = next((v for k, v in scope["headers"] if k == b"x-request-id"), None)
         rid = request_id(raw_id.decode("latin-1") if raw_id else None).encode()
+        REQUEST.set(rid.decode())  # the admin API's and console's log lines name it too
         status = 0
 
         async def send_with_id(msg: MutableMapping[str, Any]) -> None:

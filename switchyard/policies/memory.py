@@ -113,7 +113,7 @@ class MemoryStore:
                      _next_month_ms(month)),
                 ):
                     if lim != NONE and used + cost > lim:
-                        return Admission(False, now, i, kind, reset - now, lim)
+                        return Admission(False, now, i, kind, reset - now, lim, remaining=lim - used)
                 writes.append(lambda h=h: self._charge(h, day, month, tokens, spend))
         for w in writes:
             w()

@@ -272,7 +272,8 @@ class RedisStore:
         if r[0] == 1:
             return Admission(True, r[1], req=(r[2], r[3], r[4]) if r[2] >= 0 else None,
                              tok=(r[5], r[6], r[7]) if r[5] >= 0 else None)
-        return Admission(False, r[1], scope=r[2] - 1, kind=_KINDS[r[3]], retry_ms=r[4], limit=r[5])
+        return Admission(False, r[1], scope=r[2] - 1, kind=_KINDS[r[3]], retry_ms=r[4], limit=r[5],
+                         remaining=r[6] if len(r) > 6 else -1)
 
     def settle_nowait(self, plan: Plan, *, admitted_ms: int, token_delta: int, spend_delta: int,
                       lease_id: str | None, record: UsageRecord, rates: bool = True,

@@ -33,6 +33,7 @@ class Admission:
     limit: int = 0
     req: tuple[int, int, int] | None = None  # tightest request limit: (limit, remaining, reset ms)
     tok: tuple[int, int, int] | None = None  # tightest token limit: (limit, remaining, reset ms)
+    remaining: int = -1  # refused by a quota: what it has left (tokens, or nano-USD); else -1
 
 
 @dataclass(slots=True)

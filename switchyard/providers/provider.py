@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import msgspec
 
-from switchyard.core.canonical import CanonicalRequest, Chunk
+from switchyard.core.canonical import CanonicalRequest, Chunk, Usage
 from switchyard.core.config import DeploymentConfig
 from switchyard.core.errors import InvalidRequest, UpstreamError
 from switchyard.core.propagation import OUTGOING
@@ -24,7 +24,7 @@ from switchyard.providers.client import make_transport
 from switchyard.providers.emulation import Emulator
 from switchyard.providers.exchange import Answered, Exchange, make_exchange
 from switchyard.providers.failures import Scrubber, error_in_answer, error_message, http_error
-from switchyard.providers.parse import chunks_of, decode_answer
+from switchyard.providers.parse import chunks_of, decode_answer, usage_of
 from switchyard.providers.sse import sse_batches
 
 _decode = msgspec.json.decode
@@ -150,10 +150,13 @@ class UpstreamBackend:
         name = self.deployment.name
         ctype = resp.header("content-type") or ""
         if not ctype.lower().startswith(SSE):
-            raw = await _read_some(resp, 4096)
+            raw = await _read_some(resp, 1 << 20)
             said = error_message(raw) if raw else None
-            raise UpstreamError.broken(name, f"answered a streamed request with {ctype or 'no content type'}"
-                                       f", not an event stream" + (f": {self._scrub(said)}" if said else ""))
+            quoted = f": {self._scrub(said[:500])}" if said else ""
+            err = UpstreamError.broken(name, f"answered a streamed request with {ctype or 'no content type'}"
+                                       f", not an event stream{quoted}")
+            err.billed = _reported_usage(raw)  # a whole answer instead: it did (and billed) the work
+            raise err
         chat = req.kind == "chat"
         events = 0
         finished = done = False
@@ -190,6 +193,13 @@ class UpstreamBackend:
 
 
 SSE = "text/event-stream"
+
+
+def _reported_usage(raw: bytes) -> Usage | None:
+    try:
+        return usage_of(decode_answer(raw).usage) if raw else None
+    except msgspec.DecodeError:
+        return None
 
 
 async def _read_some(resp: Answered, limit: int) -> bytes:

@@ -6,7 +6,8 @@
 --       then 7 limits per scope (-1 = none): rpm tpm concurrency tokens/day tokens/month
 --       spend/day spend/month.
 -- Returns {1, now, req_limit, req_remaining, req_reset, tok_limit, tok_remaining, tok_reset}
---      or {0, now, scope (1-based), kind, retry_ms, limit}.
+--      or {0, now, scope (1-based), kind, retry_ms, limit, remaining}: remaining is what the
+--      refusing quota has left (the gateway may shrink max_tokens to it), -1 for other kinds.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[5])
 local tokens, spend = tonumber(ARGV[1]), tonumber(ARGV[2])
@@ -64,10 +65,10 @@ for i = 1, nscopes do
     local tm = samemonth and tonumber(h[7] or 0) or 0
     local sm = samemonth and tonumber(h[8] or 0) or 0
     local eod, eom = (day + 1) * DAY - now, next_month_ms(month) - now
-    if tpd >= 0 and td + tokens > tpd then return {0, now, i, 'tokens_per_day', eod, tpd} end
-    if tpmo >= 0 and tm + tokens > tpmo then return {0, now, i, 'tokens_per_month', eom, tpmo} end
-    if spd >= 0 and sd + spend > spd then return {0, now, i, 'spend_per_day', eod, spd} end
-    if spmo >= 0 and sm + spend > spmo then return {0, now, i, 'spend_per_month', eom, spmo} end
+    if tpd >= 0 and td + tokens > tpd then return {0, now, i, 'tokens_per_day', eod, tpd, tpd - td} end
+    if tpmo >= 0 and tm + tokens > tpmo then return {0, now, i, 'tokens_per_month', eom, tpmo, tpmo - tm} end
+    if spd >= 0 and sd + spend > spd then return {0, now, i, 'spend_per_day', eod, spd, spd - sd} end
+    if spmo >= 0 and sm + spend > spmo then return {0, now, i, 'spend_per_month', eom, spmo, spmo - sm} end
     local n = #set
     set[n + 1], set[n + 2] = 'd', day
     set[n + 3], set[n + 4] = 'td', string.format('%d', td + tokens)
