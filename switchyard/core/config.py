@@ -7,6 +7,7 @@ Secrets may be written as ``env:NAME`` and are read from the environment at load
 from __future__ import annotations
 
 import importlib
+import ipaddress
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -16,6 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from switchyard.core.errors import install_hint
 from switchyard.core.headers import denied_header, header_problem
+
+MIN_MASTER_KEY = 16  # characters: shorter is a password, not a secret
 
 DialectName = Literal["openai", "vllm", "llamacpp", "mistralrs", "fireworks", "sgp"]
 
@@ -238,11 +241,29 @@ class ServerConfig(_Model):
     idle_timeout: float = Field(75.0, gt=0, description="seconds a keep-alive connection may idle")
     shutdown_grace: float = Field(30.0, ge=0,
                                   description="seconds in-flight requests may finish after SIGTERM")
+    trusted_proxies: list[str] = Field(
+        default_factory=list, description="addresses or CIDRs of reverse proxies whose X-Forwarded-For "
+        "and X-Forwarded-Proto are believed (client address for the master-key guard; Secure cookies)")
+    auth_max_failures: int = Field(10, ge=1, description="wrong master keys per client address (across "
+                                   "/admin and /ui/login) within auth_failure_window before a 429")
+    auth_failure_window: float = Field(60.0, gt=0, le=86_400, description="seconds")
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, v: list[str]) -> list[str]:
+        for i, net in enumerate(v):
+            try:
+                ipaddress.ip_network(net, strict=False)
+            except ValueError:
+                raise ValueError(f"trusted_proxies.{i}: {net!r} is not an IP address or CIDR") from None
+        return v
 
 
 class StoreConfig(_Model):
     url: str = Field("memory://", description="memory:// or redis://host:port/db")
     timeout: float = Field(0.25, gt=0, description="seconds before a store call counts as down")
+    admin_timeout: float = Field(5.0, gt=0, le=300, description="seconds an admin read (usage, records, "
+                                 "the console's overview) may take: not the hot path's deadline")
 
     @field_validator("url")
     @classmethod
@@ -350,7 +371,12 @@ class Config(_Model):
     @field_validator("master_key")
     @classmethod
     def _secret(cls, v: str | None) -> str | None:
-        return resolve_secret(v)
+        key = resolve_secret(v)
+        if key is not None and len(key) < MIN_MASTER_KEY:
+            # Never echoed: the message says how long, not what.
+            raise ValueError(f"is {len(key)} characters; a master key must be at least {MIN_MASTER_KEY} "
+                             "(e.g. `openssl rand -hex 32`) to be a secret")
+        return key
 
     @model_validator(mode="after")
     def _references(self) -> Config:

@@ -15,7 +15,7 @@ from switchyard.core.errors import GatewayError, InvalidRequest
 from switchyard.dialects.errors import openai_error
 from switchyard.http.admin_auth import AdminAuth
 from switchyard.policies.registry import _UNSET, Registry
-from switchyard.policies.store import StoreDown, UsageRecord
+from switchyard.policies.store import StoreDown, StoreSlow, UsageRecord
 from switchyard.policies.usage import UsageSource
 from switchyard.policies.usage_filter import parse_filter, to_csv
 
@@ -45,6 +45,12 @@ def _on_gateway_error(_: Request[Any, Any, Any], e: GatewayError) -> Response[An
 def _on_store_down(_: Request[Any, Any, Any], e: StoreDown) -> Response[Any]:
     return error_response(503, "service_unavailable", f"the policy store is unavailable: {e}",
                           headers={"Retry-After": "1"})
+
+
+def _on_store_slow(_: Request[Any, Any, Any], e: StoreSlow) -> Response[Any]:
+    # The store answers; this read is just big. Not "unavailable": say how to make it smaller.
+    return error_response(504, "timeout_error", f"{e}: narrow the query (a shorter from..to, a lower "
+                          "limit, one team)", headers={"Retry-After": "1"})
 
 
 def _on_unauthorized(_: Request[Any, Any, Any], e: NotAuthorizedException) -> Response[Any]:
@@ -90,7 +96,7 @@ def _depth(v: Any) -> int:
 
 
 ADMIN_ERRORS: dict[Any, Any] = {
-    Exception: on_bug, GatewayError: _on_gateway_error, StoreDown: _on_store_down,
+    Exception: on_bug, GatewayError: _on_gateway_error, StoreDown: _on_store_down, StoreSlow: _on_store_slow,
     NotAuthorizedException: _on_unauthorized, PermissionDeniedException: _on_forbidden,
     SerializationException: _on_bad_json}
 

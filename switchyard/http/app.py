@@ -3,6 +3,7 @@ decision lives in ``switchyard.gateway.pipeline.Gateway``."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import msgspec
@@ -24,7 +25,7 @@ from switchyard.dialects.spec import Dialect
 from switchyard.gateway.pipeline import Endpoint, Gateway
 from switchyard.http.access import AccessLog
 from switchyard.http.admin import admin_router, error_response, on_bug
-from switchyard.http.admin_auth import AdminAuth
+from switchyard.http.admin_auth import AdminAuth, Failures, Proxies
 from switchyard.http.asgi import Switchyard, endpoint_app
 from switchyard.http.console import console_routes
 from switchyard.http.logs import settings as log_settings
@@ -45,6 +46,9 @@ SGP_V5_CHAT = Endpoint("chat", CHAT, renderer="sgp_v5_chat")
 LLAMACPP_COMPLETION = Endpoint("completion", LLAMACPP_NATIVE, renderer="llamacpp_native",
                                model_optional=True)
 CHAT_COMPLETIONS = Endpoint("chat", CHAT)
+
+log = logging.getLogger("switchyard")
+LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 
 
 # The completion endpoints: path -> (endpoint, OpenAPI summary, the dialects its body may speak).
@@ -71,7 +75,9 @@ def create_app(config: Config, *, router: Router | None = None,
     policies = policies or build_policies(config)
     router.use_store(policies.store)  # the usage strategy counts where the limits are counted
     gw = Gateway(config, router, policies)
-    auth = AdminAuth(config.master_key, Sessions(policies.store))  # /admin, /ui and /metrics
+    auth = AdminAuth(config.master_key, Sessions(policies.store),  # /admin, /ui and /metrics
+                     failures=Failures(config.server.auth_max_failures, config.server.auth_failure_window),
+                     proxies=Proxies(config.server.trusted_proxies))
 
     @get("/v1/models")
     async def models(request: Request[Any, Any, Any]) -> Response[Any]:
@@ -121,6 +127,10 @@ def create_app(config: Config, *, router: Router | None = None,
         return Response(body, status_code=status, media_type="application/json")
 
     exporter = Exporter(gw, auth) if config.metrics.enabled else None
+    if exporter is not None and config.metrics.token is None and config.server.host not in LOOPBACK:
+        log.warning("/metrics is open (no metrics.token) on %s: its labels name teams, deployments and "
+                    "models; set metrics.token unless only your scraper can reach this port",
+                    config.server.host)
     if exporter is not None:
         gw.observers.append(exporter.recorder.observe)
     access = AccessLog(log_settings(None, None, config.logging.level, config.logging.format)[1]) \

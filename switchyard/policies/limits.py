@@ -167,6 +167,8 @@ class Limiter:
             if fits is None or not shrinks(principal):
                 break
             per_choice = fits
+        if not adm.ok and adm.kind == "cancelled":  # this very ticket was given up on meanwhile
+            raise Unavailable("the policy store answered too late; try again", headers={"Retry-After": "1"})
         if not adm.ok:
             raise self._refusal(plan, adm, reserve, self._seen.get((plan.key_id, plan.model)))
         if adm.req is not None or adm.tok is not None:

@@ -3,7 +3,8 @@
 Admission and settlement are one EVALSHA each (falling back to EVAL when the server lost the
 script); the scripts read Redis TIME, so replicas' clocks do not matter. Every key a script
 touches carries the team's hash tag, so it runs in one Redis Cluster slot. Any Redis error or a
-call slower than ``timeout`` becomes ``StoreDown``: no retries, no hangs.
+call slower than ``timeout`` becomes ``StoreDown``: no hangs, and one retry only where a
+connection was found dead (a Redis restart), which every command here survives being run twice.
 """
 
 from __future__ import annotations
@@ -24,18 +25,19 @@ from redis.asyncio.connection import Connection, UnixDomainSocketConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.crc import key_slot
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError
 
 from switchyard.policies.plan import KINDS, Plan, tag
 from switchyard.policies.resp import ReplyError, RespConnection
-from switchyard.policies.store import DAY_MS, Admission, StoreDown, UsageRecord, agg_increments
+from switchyard.policies.store import DAY_MS, Admission, StoreDown, StoreSlow, UsageRecord, agg_increments
 
 # Anything from the client is "the store is down" to the policy: never a 500. (redis-py's cluster
 # client can also raise AttributeError on a connection it dropped mid-flight.)
 _ERRORS = (RedisError, TimeoutError, OSError, AttributeError, ReplyError)
 # Error replies that mean "ask the cluster client": it follows the redirect and refreshes its map.
 _REDIRECTS = {"MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN"}
-_KINDS = {k.encode(): k for k in (*KINDS, "too_large")}
+_KINDS = {k.encode(): k for k in (*KINDS, "too_large", "cancelled")}
 
 
 def bulk(a: Any) -> bytes:
@@ -88,9 +90,10 @@ def _script(name: str) -> tuple[str, str]:
 
 class RedisStore:
     def __init__(self, client: Redis | RedisCluster, *, timeout: float = 0.25, ns: str = "sy",
-                 max_records: int = 100_000) -> None:
+                 max_records: int = 100_000, admin_timeout: float = 5.0) -> None:
         self.client = client
         self.timeout = timeout
+        self.admin_timeout = admin_timeout  # admin reads (usage, records): not the hot path's deadline
         self.ns = ns
         self.max_records = max_records
         self.skew_ms = 0  # added to Redis TIME in the scripts; tests move the clock with it
@@ -124,21 +127,34 @@ class RedisStore:
             self._conn_kw = kw
 
     @classmethod
-    def from_url(cls, url: str, *, timeout: float = 0.25, ns: str = "sy") -> RedisStore:
-        opts: dict[str, Any] = dict(socket_timeout=timeout, socket_connect_timeout=timeout,
-                                    retry=Retry(NoBackoff(), 0))
+    def from_url(cls, url: str, *, timeout: float = 0.25, ns: str = "sy",
+                 admin_timeout: float = 5.0) -> RedisStore:
+        # Each call's deadline is an asyncio.timeout (the hot path's, or the admin reads' longer
+        # one); the socket's own are the longer, so a large admin read is not cut by them. A pooled
+        # connection found dead (Redis restarted) is reconnected and the command sent once more:
+        # every command sent through redis-py is idempotent (reads, SET, SADD, the scripts by
+        # their ticket mark); a timeout is not retried (it is the deadline).
+        longest = max(timeout, admin_timeout)
+        opts: dict[str, Any] = dict(socket_timeout=longest, socket_connect_timeout=longest,
+                                    retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)))
         if url.startswith("redis+cluster://"):
             u = urlsplit(url)
             nodes = [ClusterNode(h, int(p)) for h, _, p in (n.rpartition(":") for n in u.netloc.split(","))]
             client: Redis | RedisCluster = RedisCluster(startup_nodes=nodes, password=u.password, **opts)
         else:
             client = Redis.from_url(url, **opts)
-        return cls(client, timeout=timeout, ns=ns)
+        return cls(client, timeout=timeout, ns=ns, admin_timeout=admin_timeout)
 
-    async def _call(self, *args: Any) -> Any:
+    async def _call(self, *args: Any, slow: bool = False) -> Any:
+        """One redis-py command; ``slow``: an admin read, under ``admin_timeout``."""
+        limit = self.admin_timeout if slow else self.timeout
         try:
-            async with asyncio.timeout(self.timeout):
+            async with asyncio.timeout(limit):
                 return await self.client.execute_command(*args)
+        except TimeoutError as e:
+            if slow:
+                raise StoreSlow(f"the store did not answer this read within {limit:g} s") from e
+            raise StoreDown(f"TimeoutError: {e}") from e
         except _ERRORS as e:
             raise StoreDown(f"{type(e).__name__}: {e}") from e
 
@@ -236,9 +252,19 @@ class RedisStore:
         try:
             async with asyncio.timeout(self.timeout):
                 try:
-                    if fut is None:
-                        fut = await self._write(pk, packed)
-                    return await fut
+                    for again in (False, True):
+                        try:
+                            if fut is None:
+                                fut = await self._write(pk, packed)
+                            return await fut
+                        except ConnectionError:
+                            # The connection died under this call (Redis restarted): once more on
+                            # a fresh one. Safe for every script here, even if the first copy ran
+                            # and only its reply was lost: each is idempotent per ticket (the
+                            # mark, see admit.lua and settle.lua; renew just sets expiries).
+                            if again:
+                                raise
+                            fut = None
                 except ReplyError as e:
                     if e.code == "NOSCRIPT":  # a restarted or new node: load again, once
                         self._loaded = False
@@ -368,14 +394,14 @@ class RedisStore:
         await self._call("SADD", set_name, member)
 
     async def members(self, set_name: str) -> set[str]:
-        return {m.decode() for m in await self._call("SMEMBERS", set_name)}
+        return {m.decode() for m in await self._call("SMEMBERS", set_name, slow=True)}
 
     async def aggregates(self, team: str, days: list[int]) -> dict[int, dict[str, int]]:
         await self._settled()
         prefix = f"{self.ns}:{tag(team)}:agg"
         out: dict[int, dict[str, int]] = {}
         for day in days:  # one slot per team; a loop of HGETALLs is fine for an admin query
-            raw = await self._call("HGETALL", f"{prefix}:{day}")
+            raw = await self._call("HGETALL", f"{prefix}:{day}", slow=True)
             if raw:
                 out[day] = {k.decode(): int(v) for k, v in raw.items()}
         return out
@@ -383,7 +409,7 @@ class RedisStore:
     async def records(self, team: str, limit: int) -> list[UsageRecord]:
         await self._settled()
         log = f"{self.ns}:{tag(team)}:log"
-        raw = await self._call("XREVRANGE", log, "+", "-", "COUNT", limit)
+        raw = await self._call("XREVRANGE", log, "+", "-", "COUNT", limit, slow=True)
         return [UsageRecord.from_fields({k.decode(): v for k, v in fields.items()}) for _, fields in raw]
 
     async def ping(self) -> None:

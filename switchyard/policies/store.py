@@ -23,6 +23,10 @@ class StoreDown(Exception):
     """The store did not answer in time or refused the connection."""
 
 
+class StoreSlow(StoreDown):
+    """An admin read took longer than its (longer) deadline: the store answers, the query is big."""
+
+
 @dataclass(slots=True)
 class Admission:
     ok: bool

@@ -15,8 +15,12 @@ local lease, ttl = ARGV[3], tonumber(ARGV[4])
 local WINDOW, DAY = 60000, 86400000
 local day = math.floor(now / DAY)
 local mark = KEYS[#KEYS]
--- A cancelled ticket: its caller timed out and gave up on this call, which arrives late.
-if redis.call('EXISTS', mark) == 1 then return {0, now, 0, 'cancelled', 0, 0} end
+local at = redis.call('GET', mark)
+-- A cancelled (or settled) ticket: its caller timed out and gave up on this call, which arrives late.
+if at == 'x' or at == 's' then return {0, now, 0, 'cancelled', 0, 0} end
+-- Admitted already: this is the same call sent again (its reply was lost to a dropped
+-- connection). Admitted, reserving nothing twice.
+if at then return {1, tonumber(at), -1, -1, 0, -1, -1, 0} end
 
 local month = month_of(day)
 local req_l, req_r, req_t = -1, -1, 0
