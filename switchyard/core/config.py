@@ -10,10 +10,18 @@ import importlib
 import ipaddress
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from switchyard.core.errors import install_hint
 from switchyard.core.headers import denied_header, header_problem
@@ -35,6 +43,14 @@ def resolve_secret(value: str | None, where: str = "") -> str | None:
     if name not in os.environ:
         raise ValueError(f"environment variable {name} is not set{where}")
     return os.environ[name]
+
+
+def _secret(value: str | None) -> str | None:
+    return resolve_secret(value)  # one argument: pydantic would pass a second as validation info
+
+
+# A setting that may be written ``env:NAME`` (keys, tokens): resolved when the config is read.
+Secret = Annotated[str | None, AfterValidator(_secret)]
 
 
 class _Model(BaseModel):
@@ -91,7 +107,7 @@ class DeploymentConfig(_Model):
     backend: Literal["upstream", "engine"] = "upstream"
     dialect: DialectName = "openai"
     base_url: str | None = None
-    api_key: str | None = None
+    api_key: Secret = None
     model: str | None = Field(None, description="the model name the upstream knows; default: model_name")
     timeout: float = Field(600.0, gt=0, description="seconds for a whole upstream call")
     connect_timeout: float = Field(5.0, gt=0)
@@ -109,10 +125,6 @@ class DeploymentConfig(_Model):
     on_store_error: Literal["open", "closed"] = "closed"
     engine: EngineConfig | None = None
 
-    @field_validator("api_key")
-    @classmethod
-    def _secret(cls, v: str | None) -> str | None:
-        return resolve_secret(v)
 
     @field_validator("headers")
     @classmethod
@@ -204,7 +216,7 @@ class TeamConfig(_Model):
 class KeyConfig(_Model):
     id: str = Field(..., min_length=1, description="names the key in usage and logs (never the key)")
     team: str
-    key: str | None = Field(None, description="the key itself, usually env:NAME")
+    key: Secret = Field(None, description="the key itself, usually env:NAME")
     sha256: str | None = Field(None, description="hex sha256 of the key, instead of key")
     models: list[str] | None = None
     limits: Limits = Field(default_factory=Limits)
@@ -212,10 +224,6 @@ class KeyConfig(_Model):
     default_model: str | None = None
     timeout: float | None = Field(None, gt=0, description="default per-request deadline, seconds")
 
-    @field_validator("key")
-    @classmethod
-    def _secret(cls, v: str | None) -> str | None:
-        return resolve_secret(v)
 
     @field_validator("sha256")
     @classmethod
@@ -306,13 +314,9 @@ class MetricsConfig(_Model):
 
     enabled: bool = True
     per_key: bool = Field(False, description="label requests, tokens and spend by key id too")
-    token: str | None = Field(None, description="when set, /metrics needs Bearer <token> (or the "
+    token: Secret = Field(None, description="when set, /metrics needs Bearer <token> (or the "
                               "master key); env:NAME reads $NAME")
 
-    @field_validator("token")
-    @classmethod
-    def _secret(cls, v: str | None) -> str | None:
-        return resolve_secret(v)
 
 
 class LoggingConfig(_Model):
@@ -363,16 +367,15 @@ class Config(_Model):
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     tracing: TracingConfig = Field(default_factory=TracingConfig)
-    master_key: str | None = Field(None, description="guards /admin; usually env:NAME")
+    master_key: Secret = Field(None, description="guards /admin; usually env:NAME")
     models: list[ModelConfig] = Field(default_factory=list)
     teams: list[TeamConfig] = Field(default_factory=list)
     keys: list[KeyConfig] = Field(default_factory=list)
 
     @field_validator("master_key")
     @classmethod
-    def _secret(cls, v: str | None) -> str | None:
-        key = resolve_secret(v)
-        if key is not None and len(key) < MIN_MASTER_KEY:
+    def _long_enough(cls, key: str | None) -> str | None:
+        if key is not None and len(key) < MIN_MASTER_KEY:  # (env:NAME is resolved by then)
             # Never echoed: the message says how long, not what.
             raise ValueError(f"is {len(key)} characters; a master key must be at least {MIN_MASTER_KEY} "
                              "(e.g. `openssl rand -hex 32`) to be a secret")

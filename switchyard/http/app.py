@@ -10,6 +10,7 @@ import msgspec
 from litestar import Litestar, Request, Response, get
 from litestar.exceptions import HTTPException
 from litestar.openapi import OpenAPIConfig
+from litestar.types import ControllerRouterHandler
 
 from switchyard.core.config import Config
 from switchyard.core.errors import GatewayError, PayloadTooLarge
@@ -142,8 +143,9 @@ def create_app(config: Config, *, router: Router | None = None,
 
         gw.tracing = Tracing(config.tracing, package_version())
         gw.observers.append(gw.tracing.end)
-    handlers = [models, health, ready, admin_router(policies.registry, policies.usage, auth),
-                *console_routes(gw, router, policies, auth)]
+    handlers: list[ControllerRouterHandler] = [
+        models, health, ready, admin_router(policies.registry, policies.usage, auth),
+        *console_routes(gw, router, policies, auth)]
     if exporter is not None:
 
         @get("/metrics", include_in_schema=False)

@@ -55,7 +55,7 @@ class GuardedHttp(HttpToolsProtocol):
     Each request's scope also carries a ``Disconnect`` hook (extension ``switchyard.disconnect``)."""
 
     def __init__(self, config: ServeConfig, *args: Any, **kw: Any) -> None:
-        super().__init__(config, *args, **kw)  # type: ignore[arg-type]
+        super().__init__(config, *args, **kw)
         self._limits = config
         self._deadline: asyncio.TimerHandle | None = None
         self._hooks: list[Disconnect] = []
@@ -87,7 +87,7 @@ class GuardedHttp(HttpToolsProtocol):
                              b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
         self.transport.close()
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn types it as asyncio.Transport
         super().connection_made(transport)
         self._arm(self._limits.header_timeout)
 
@@ -105,7 +105,7 @@ class GuardedHttp(HttpToolsProtocol):
         # Requests that stopped listening need no hook any more; pipelined ones keep theirs.
         self._hooks = [h for h in self._hooks if not h.done]
         self._hooks.append(hook)
-        self.scope["extensions"] = {DISCONNECT: hook}
+        self.scope["extensions"] = {DISCONNECT: hook}  # type: ignore[dict-item]  # our own extension: an object
 
     def on_headers_complete(self) -> None:
         self._arm(self._limits.body_timeout)

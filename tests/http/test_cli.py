@@ -123,7 +123,8 @@ def test_an_owned_field_on_an_allow_list_fails_the_check(tmp_path: Path, env: No
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     """The dialect tables know which fields the gateway owns; check-config asks them too."""
     allow = "        allow_extra_params: [priority, max_new_tokens]\n"
-    text = GOOD.replace("        api_key: env:SY_TEST_UPSTREAM\n", "        api_key: env:SY_TEST_UPSTREAM\n" + allow)
+    key = "        api_key: env:SY_TEST_UPSTREAM\n"
+    text = GOOD.replace(key, key + allow)
     assert main(["check-config", str(write(tmp_path, text))]) == 2
     err = capsys.readouterr().err
     assert "models.vendor/m.deployments.d1.allow_extra_params" in err and "'max_new_tokens'" in err
