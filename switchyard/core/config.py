@@ -270,6 +270,8 @@ class ServerConfig(_Model):
 class StoreConfig(_Model):
     url: str = Field("memory://", description="memory:// or redis://host:port/db")
     timeout: float = Field(0.25, gt=0, description="seconds before a store call counts as down")
+    lease_ttl: float = Field(60.0, ge=1, le=3600, description="seconds a concurrency slot or quota "
+                             "reservation outlives its replica (renewed every third of it while alive)")
     admin_timeout: float = Field(5.0, gt=0, le=300, description="seconds an admin read (usage, records, "
                                  "the console's overview) may take: not the hot path's deadline")
 

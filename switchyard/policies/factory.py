@@ -47,6 +47,8 @@ class Policies:
 
     async def start(self) -> None:
         """Background work that needs the event loop (the ledger's feed)."""
+        await self.store.prepare()
+        self.policy.start()
         if self.ledger is not None:
             await self.ledger.start()
 
@@ -58,13 +60,15 @@ class Policies:
 
 
 def build_policies(config: Config, *, ns: str = "sy", key_cache_ttl: float = 1.0,
-                   lease_ttl_ms: int = 60_000) -> Policies:
+                   lease_ttl_ms: int | None = None) -> Policies:
     """Nothing connects here: the Redis client connects lazily on first use."""
     store = open_store(config.store.url, timeout=config.store.timeout, ns=ns,
                        admin_timeout=config.store.admin_timeout)
     keys = KeyRing.from_config(config, store=store, ttl=key_cache_ttl)
     registry = Registry(config, store, keys)
-    policy = Limiter(store, Pricing(config), lease_ttl_ms=lease_ttl_ms)
+    policy = Limiter(store, Pricing(config),
+                     lease_ttl_ms=lease_ttl_ms or round(config.store.lease_ttl * 1000))
+    policy.teams = registry.team_names
     ledger = None
     usage: UsageSource = UsageQuery(store, registry)
     if config.usage.ledger:

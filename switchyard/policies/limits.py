@@ -108,6 +108,11 @@ class Limiter:
         # 429 states the limits that did not refuse from here (OpenAI sends all six headers).
         self._seen: dict[tuple[str, str], Admission] = {}
         self._live: dict[str, Ticket] = {}  # lease id -> ticket, for renewal
+        # Tickets holding a quota reservation in the shared store: renewed with the leases, so
+        # that only a dead replica's are reaped (store.reap, run by ``_reap_loop``).
+        self._held: dict[str, Ticket] = {}
+        self.teams: Callable[[], Awaitable[list[str]]] | None = None  # whose reservations to reap
+        self._reaper: asyncio.Task[None] | None = None
         # Store calls to replay once it answers (settlements, cancelled admissions), in order.
         self._backlog: deque[Callable[[], Awaitable[None]]] = deque(maxlen=max_backlog)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -185,8 +190,10 @@ class Limiter:
                    reserved_spend=spend, admitted_ms=adm.now_ms, plan=plan, local=local)
         if lease is not None:
             self._live[lease] = t
-            if self._renewer is None or self._renewer.done():
-                self._renewer = asyncio.create_task(self._renew_loop())
+        if plan.has_quota and not local:
+            self._held[ticket_id] = t
+        if (lease is not None or plan.has_quota) and (self._renewer is None or self._renewer.done()):
+            self._renewer = asyncio.create_task(self._renew_loop())
         return t
 
     async def _admit_shared(self, plan: Plan, reserve: int, spend: int, lease: str | None, ticket_id: str,
@@ -262,6 +269,7 @@ class Limiter:
         ticket.settled = True
         if ticket.lease_id is not None:
             self._live.pop(ticket.lease_id, None)
+        self._held.pop(ticket.id, None)
         plan: Plan = ticket.plan
         usage = outcome.usage
         cost = self.pricing.cost(ticket.model, usage)
@@ -340,15 +348,37 @@ class Limiter:
                 self._backlog.popleft()
 
     async def _renew_loop(self) -> None:
-        while self._live:
+        while self._live or self._held:
             await asyncio.sleep(self.lease_ttl_ms / 3000)
             shared = [(t.plan, t.lease_id) for t in self._live.values() if not t.local]
             local = [(t.plan, t.lease_id) for t in self._live.values() if t.local]
+            held = [(t.plan, t.id) for t in self._held.values()]
             with contextlib.suppress(StoreDown):
-                if shared:
-                    await self.store.renew(shared, self.lease_ttl_ms)  # type: ignore[arg-type]  # live tickets have lease ids
+                if shared or held:
+                    await self.store.renew(shared, self.lease_ttl_ms, held)  # type: ignore[arg-type]  # live tickets have lease ids
             if local:
                 await self.fallback.renew(local, self.lease_ttl_ms)  # type: ignore[arg-type]  # live tickets have lease ids
+
+    def start(self) -> None:
+        """Reap, now and every third of the lease ttl, the quota reservations of admissions whose
+        replica died before settling them (its own are renewed meanwhile, so never reaped)."""
+        if self.teams is not None and (self._reaper is None or self._reaper.done()):
+            self._reaper = asyncio.create_task(self._reap_loop())
+
+    async def _reap_loop(self) -> None:
+        assert self.teams is not None
+        while True:
+            try:
+                for team in await self.teams():
+                    n = await self.store.reap(team)
+                    if n:
+                        log.warning("gave back the quota reservations of %d request(s) of team %s whose "
+                                    "replica stopped before settling them", n, team)
+            except StoreDown:
+                pass  # the store's outage is logged where it is noticed
+            except Exception:
+                log.exception("reaping reservations failed")
+            await asyncio.sleep(self.lease_ttl_ms / 3000)
 
     @property
     def backlog(self) -> int:
@@ -356,7 +386,7 @@ class Limiter:
 
     async def aclose(self) -> None:
         await self.flush()
-        for task in (self._renewer, self._reconciler):
+        for task in (self._renewer, self._reconciler, self._reaper):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):

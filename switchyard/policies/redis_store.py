@@ -14,7 +14,7 @@ import contextlib
 import hashlib
 import json
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from importlib import resources
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,7 +28,7 @@ from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError
 
-from switchyard.policies.plan import KINDS, Plan, tag
+from switchyard.policies.plan import KINDS, Plan, resv_keys, tag
 from switchyard.policies.resp import ReplyError, RespConnection
 from switchyard.policies.store import DAY_MS, Admission, StoreDown, StoreSlow, UsageRecord, agg_increments
 
@@ -58,17 +58,19 @@ _REC = tuple((name, bulk(name)) for name in UsageRecord.__dataclass_fields__)
 class _Packed:
     """A plan's script arguments that never change, RESP-encoded once."""
 
-    __slots__ = ("admit_head", "fields", "keys", "log", "plan", "settle_head", "slot", "vector")
+    __slots__ = ("admit_head", "fields", "keys", "log", "plan", "resv", "settle_head", "slot", "vector")
 
     def __init__(self, plan: Plan, admit_sha: str, settle_sha: str) -> None:
         self.plan = plan
         self.slot = key_slot(plan.log.encode())  # every key of the plan: the team's hash tag
         self.keys = resp(plan.keys)
         self.vector = resp(plan.vector)
+        self.resv = resp(plan.resv)
         # Then the ticket's mark, as the last key of either script.
-        n = 3 + len(plan.keys) + 1 + 5 + len(plan.vector)
-        self.admit_head = b"*%d\r\n" % n + resp(("EVALSHA", admit_sha, len(plan.keys) + 1)) + self.keys
-        self.settle_head = resp(("EVALSHA", settle_sha, len(plan.keys) + 3)) + self.keys
+        n = 3 + len(plan.keys) + 3 + 5 + len(plan.vector)
+        self.admit_head = (b"*%d\r\n" % n + resp(("EVALSHA", admit_sha, len(plan.keys) + 3)) + self.keys
+                           + self.resv)
+        self.settle_head = resp(("EVALSHA", settle_sha, len(plan.keys) + 5)) + self.keys
         self.log = bulk(plan.log)
         self.fields: dict[str, bytes] = {}  # aggregate field names, encoded
 
@@ -100,6 +102,7 @@ class RedisStore:
         self._admit = _script("admit")
         self._settle = _script("settle")
         self._renew = _script("renew")
+        self._reap = _script("reap")
         self._loaded = False
         self._loading = asyncio.Lock()
         self._cluster = isinstance(client, RedisCluster)
@@ -158,12 +161,19 @@ class RedisStore:
         except _ERRORS as e:
             raise StoreDown(f"{type(e).__name__}: {e}") from e
 
+    async def prepare(self) -> None:
+        """Load the scripts at start, under the admin deadline: the first requests then need no
+        SCRIPT LOAD inside their own 0.25 s. A store that is down now is tried again on use."""
+        with contextlib.suppress(*_ERRORS):
+            async with asyncio.timeout(self.admin_timeout):
+                await self._load_scripts()
+
     async def _load_scripts(self) -> None:
         # SCRIPT LOAD up front (on every primary of a cluster): a burst of concurrent NOSCRIPT
         # replies makes redis-py's async cluster client drop connections.
         async with self._loading:
             if not self._loaded:
-                for text, _ in (self._admit, self._settle, self._renew):
+                for text, _ in (self._admit, self._settle, self._renew, self._reap):
                     await self.client.script_load(text)
                 self._loaded = True
 
@@ -293,8 +303,8 @@ class RedisStore:
         mark = plan.mark_prefix + ticket
         dyn = (tokens, spend, lease_id or "", lease_ttl_ms, self.skew_ms)
         packed = pk.admit_head + bulk(mark) + resp(dyn) + pk.vector
-        r = await self._fast(pk, packed, self._admit, (*plan.keys, mark), lambda: [*dyn, *plan.vector],
-                             self._write_now(pk, packed))
+        r = await self._fast(pk, packed, self._admit, (*plan.keys, *plan.resv, mark),
+                             lambda: [*dyn, *plan.vector], self._write_now(pk, packed))
         if r[0] == 1:
             return Admission(True, r[1], req=(r[2], r[3], r[4]) if r[2] >= 0 else None,
                              tok=(r[5], r[6], r[7]) if r[5] >= 0 else None)
@@ -321,10 +331,10 @@ class RedisStore:
     def _settle_call(self, plan: Plan, ticket: str, mode: bytes, token_delta: int, spend_delta: int,
                      lease_id: str | None, admitted_ms: int, day: int, aggs: list[tuple[str, int]],
                      rec: list[str]) -> tuple[bool, Awaitable[None] | None]:
-        keys = [*plan.keys, plan.agg_key(day), plan.log, plan.mark_prefix + ticket]
+        keys = [*plan.keys, plan.agg_key(day), plan.log, *plan.resv, plan.mark_prefix + ticket]
         pk = self._packed(plan)
         parts = [b"*%d\r\n" % (3 + len(keys) + 8 + len(plan.vector) + 2 * len(aggs) + 2 * len(rec)),
-                 pk.settle_head, bulk(keys[-3]), pk.log, bulk(keys[-1]), bulk(token_delta),
+                 pk.settle_head, bulk(keys[-5]), pk.log, pk.resv, bulk(keys[-1]), bulk(token_delta),
                  bulk(spend_delta), bulk(lease_id or ""), bulk(admitted_ms), bulk(mode),
                  bulk(self.max_records), bulk(len(aggs)), bulk(self.skew_ms), pk.vector]
         for field, inc in aggs:
@@ -362,7 +372,8 @@ class RedisStore:
         if self._inflight:
             await asyncio.wait(list(self._inflight), timeout=self.timeout)
 
-    async def renew(self, leases: list[tuple[Plan, str]], ttl_ms: int) -> None:
+    async def renew(self, leases: list[tuple[Plan, str]], ttl_ms: int,
+                    held: Sequence[tuple[Plan, str]] = ()) -> None:
         by_team: dict[str, tuple[list[str], list[Any]]] = defaultdict(lambda: ([], [ttl_ms + self.skew_ms]))
         for plan, lid in leases:
             keys, args = by_team[plan.team]
@@ -370,8 +381,17 @@ class RedisStore:
                 if s.vector[2] >= 0:
                     keys.append(s.keys[1])
                     args.append(lid)
+        for plan, ticket in held:
+            keys, args = by_team[plan.team]
+            keys.append(plan.resv[0])
+            args.append(plan.mark_prefix + ticket)
         for keys, args in by_team.values():
             await self._run(self._renew, keys, args)
+
+    async def reap(self, team: str, limit: int = 1000) -> int:
+        """Give back the quota reservations of ``team``'s admissions whose replica stopped
+        renewing them (reap.lua); how many."""
+        return int(await self._run(self._reap, list(resv_keys(self.ns, team)), [self.skew_ms, limit]))
 
     async def get_docs(self, names: list[str]) -> list[dict[str, Any] | None]:
         try:

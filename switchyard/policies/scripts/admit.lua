@@ -1,7 +1,9 @@
 -- Admit one request against every limit of every scope, all or nothing.
 -- KEYS: 2 per scope (all one hash tag): counters HASH (rq, tk: request / token GCRA theoretical
 --       arrival ms; d td sd, m tm sm: quota day, tokens, spend, month, ...), lease ZSET; then the
---       ticket's mark (STRING): the admission time while the request runs, 'x' once cancelled.
+--       team's reservations (ZSET: mark -> expiry ms, renewed while the request runs; HASH: mark
+--       -> what it reserved, for reap.lua), then the ticket's mark (STRING): the admission time
+--       while the request runs, 'x' once cancelled, 's' once settled, 'r:..' once reaped.
 -- ARGV: tokens, spend (nano-USD), lease id ('' = none), lease ttl ms, clock skew ms (tests),
 --       then 7 limits per scope (-1 = none): rpm tpm concurrency tokens/day tokens/month
 --       spend/day spend/month.
@@ -17,7 +19,7 @@ local day = math.floor(now / DAY)
 local mark = KEYS[#KEYS]
 local at = redis.call('GET', mark)
 -- A cancelled (or settled) ticket: its caller timed out and gave up on this call, which arrives late.
-if at == 'x' or at == 's' then return {0, now, 0, 'cancelled', 0, 0} end
+if at == 'x' or at == 's' or string.sub(at or '', 1, 2) == 'r:' then return {0, now, 0, 'cancelled', 0, 0} end
 -- Admitted already: this is the same call sent again (its reply was lost to a dropped
 -- connection). Admitted, reserving nothing twice.
 if at then return {1, tonumber(at), -1, -1, 0, -1, -1, 0} end
@@ -26,7 +28,8 @@ local month = month_of(day)
 local req_l, req_r, req_t = -1, -1, 0
 local tok_l, tok_r, tok_t = -1, -1, 0
 local writes = {}
-local nscopes = (#KEYS - 1) / 2
+local nscopes = (#KEYS - 3) / 2
+local held = {}  -- the counters whose quotas this admission charges (reap.lua gives them back)
 
 for i = 1, nscopes do
   local c, z, a = KEYS[2 * i - 1], KEYS[2 * i], 5 + (i - 1) * 7
@@ -84,6 +87,7 @@ for i = 1, nscopes do
   if #set > 0 then
     -- GCRA fields never run more than a window ahead here; quotas live for their month.
     writes[#writes + 1] = {c, set, quota and 35 * DAY or WINDOW + 1000}
+    if quota then held[#held + 1] = c end
   end
 end
 
@@ -98,4 +102,12 @@ for _, w in ipairs(writes) do
 end
 -- Until settled (which deletes it): lets a caller that timed out cancel this admission exactly.
 redis.call('SET', mark, now, 'PX', 30000)
+-- A quota reservation is held until settled; if its replica dies first, it expires and is reaped.
+if #held > 0 and (tokens > 0 or spend > 0) then
+  local resv, resvd = KEYS[#KEYS - 2], KEYS[#KEYS - 1]
+  redis.call('ZADD', resv, now + ttl, mark)
+  redis.call('HSET', resvd, mark, now .. ' ' .. tokens .. ' ' .. spend .. ' ' .. table.concat(held, ' '))
+  redis.call('PEXPIRE', resv, 35 * DAY)
+  redis.call('PEXPIRE', resvd, 35 * DAY)
+end
 return {1, now, req_l, req_r, req_t, tok_l, tok_r, tok_t}
