@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import ipaddress
 import os
 import secrets
 from pathlib import Path
@@ -28,6 +29,8 @@ from pydantic import (
 
 from switchyard.core.errors import install_hint
 from switchyard.core.headers import denied_header, header_problem
+
+MIN_MASTER_KEY = 16  # characters: shorter is a password, not a secret
 
 DialectName = Literal["openai", "vllm", "llamacpp", "mistralrs", "fireworks", "sgp"]
 OPENAI_FAMILY: tuple[str, ...] = ("openai", "vllm", "llamacpp", "mistralrs", "fireworks", "sgp")
@@ -98,13 +101,19 @@ class _Model(BaseModel):
 class Limits(_Model):
     """Limits and quotas; a missing value means no limit."""
 
-    rpm: int | None = Field(None, ge=1, description="requests per minute")
-    tpm: int | None = Field(None, ge=1, description="tokens (prompt + completion) per minute")
-    max_concurrency: int | None = Field(None, ge=1, description="requests in flight at once")
-    tokens_per_day: int | None = Field(None, ge=1)
-    tokens_per_month: int | None = Field(None, ge=1)
-    spend_per_day: float | None = Field(None, gt=0, description="USD")
-    spend_per_month: float | None = Field(None, gt=0, description="USD")
+    # Upper bounds keep every counter exact in the store (Lua numbers are doubles: integers are
+    # exact below 2**53; spend is counted in nano-USD).
+    rpm: int | None = Field(None, ge=1, le=10**9, description="requests per minute")
+    tpm: int | None = Field(None, ge=1, le=10**12, description="tokens (prompt + completion) per minute")
+    max_concurrency: int | None = Field(None, ge=1, le=10**6, description="requests in flight at once")
+    tokens_per_day: int | None = Field(None, ge=1, le=10**15)
+    tokens_per_month: int | None = Field(None, ge=1, le=10**15)
+    spend_per_day: float | None = Field(None, gt=0, le=10**6, description="USD (at most 1,000,000)")
+    spend_per_month: float | None = Field(None, gt=0, le=10**6, description="USD (at most 1,000,000)")
+    shrink_max_tokens: bool | None = Field(
+        None, description="when a token or spend quota cannot hold a request's max_tokens, lower it "
+        "to what is left (header x-switchyard-max-tokens-lowered) instead of a 429; the key's "
+        "setting wins over its team's; default on")
 
 
 class Price(_Model):
@@ -350,11 +359,31 @@ class ServerConfig(_Model):
     idle_timeout: float = Field(75.0, gt=0, description="seconds a keep-alive connection may idle")
     shutdown_grace: float = Field(30.0, ge=0,
                                   description="seconds in-flight requests may finish after SIGTERM")
+    trusted_proxies: list[str] = Field(
+        default_factory=list, description="addresses or CIDRs of reverse proxies whose X-Forwarded-For "
+        "and X-Forwarded-Proto are believed (client address for the master-key guard; Secure cookies)")
+    auth_max_failures: int = Field(10, ge=1, description="wrong master keys per client address (across "
+                                   "/admin and /ui/login) within auth_failure_window before a 429")
+    auth_failure_window: float = Field(60.0, gt=0, le=86_400, description="seconds")
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, v: list[str]) -> list[str]:
+        for i, net in enumerate(v):
+            try:
+                ipaddress.ip_network(net, strict=False)
+            except ValueError:
+                raise ValueError(f"trusted_proxies.{i}: {net!r} is not an IP address or CIDR") from None
+        return v
 
 
 class StoreConfig(_Model):
     url: str = Field("memory://", description="memory:// or redis://host:port/db")
     timeout: float = Field(0.25, gt=0, description="seconds before a store call counts as down")
+    lease_ttl: float = Field(60.0, ge=1, le=3600, description="seconds a concurrency slot or quota "
+                             "reservation outlives its replica (renewed every third of it while alive)")
+    admin_timeout: float = Field(5.0, gt=0, le=300, description="seconds an admin read (usage, records, "
+                                 "the console's overview) may take: not the hot path's deadline")
 
     @field_validator("url")
     @classmethod
@@ -492,7 +521,12 @@ class Config(_Model):
     @field_validator("master_key")
     @classmethod
     def _auto_key(cls, v: str | None) -> str | None:
-        return generated_master_key() if v == AUTO_KEY else v  # env:NAME was read by Secret
+        key = generated_master_key() if v == AUTO_KEY else v  # env:NAME was read by Secret
+        if key is not None and len(key) < MIN_MASTER_KEY:
+            # Never echoed: the message says how long, not what.
+            raise ValueError(f"is {len(key)} characters; a master key must be at least {MIN_MASTER_KEY} "
+                             "(e.g. `openssl rand -hex 32`) to be a secret")
+        return key
 
     @model_validator(mode="after")
     def _references(self) -> Config:

@@ -38,16 +38,16 @@ from switchyard.gateway.requests import decode_body, model_name, warning_header
 from switchyard.gateway.streaming import Tally, gather
 from switchyard.policies.base import Outcome, Principal
 from switchyard.policies.factory import Policies
+from switchyard.policies.limits import DEFAULT_COMPLETION_RESERVE
 from switchyard.policies.refusals import reason_of
 from switchyard.policies.tokens import count_prompt_tokens
 from switchyard.routing import Route, Router
 
 log = logging.getLogger("switchyard")
 
-# Tokens reserved for a request that names no max_tokens and whose model's window is unknown;
-# settled to the real count afterwards.
-DEFAULT_RESERVATION = 1024
 JSON = "application/json"
+# What a caller is told of a bug (its cause is logged under the request id, never sent).
+INTERNAL = GatewayError("internal error; it has been logged with this request's id")
 SSE = "text/event-stream"
 
 
@@ -165,9 +165,26 @@ class Gateway:
             req = await self._prepare(ctx, ep, headers, raw)
         except GatewayError as e:
             await self.send_error(ctx, out, e)
-            self.refused(ctx, e)
+            await self._after_refusal(ctx, e)
+            return
+        except Exception as e:  # a bug: the caller's error shape and the request id, the cause logged
+            log.exception("request %s failed before its upstream call", ctx.id)
+            ctx.error_type = type(e).__name__
+            await self.send_error(ctx, out, INTERNAL)
+            await self._after_refusal(ctx, INTERNAL)
             return
         await self._run(ctx, req, out)
+
+    async def _after_refusal(self, ctx: RequestContext, e: GatewayError) -> None:
+        """A request that failed before its upstream call: admitted, it gives its reservation back
+        (the settlement records it); refused before admission, it is recorded as a refusal."""
+        if ctx.ticket is not None:
+            if not ctx.ticket.settled:
+                if ctx.tally is None:
+                    ctx.tally = Tally(ctx.run.prompt_tokens or 0)
+                await self._settle(ctx)
+            return
+        self.refused(ctx, e)
 
     def refused(self, ctx: RequestContext, e: GatewayError) -> None:
         """A request refused before admission (here, or by the HTTP layer before its key was
@@ -217,13 +234,18 @@ class Gateway:
         prompt_tokens = await self._count(req, route)
         ctx.run.prompt_tokens = prompt_tokens
         ctx.admit_at = time.monotonic()
-        ctx.ticket = await self.policies.policy.admit(
-            principal, route.group, prompt_tokens=prompt_tokens,
-            max_tokens=self._reservation(req, route, prompt_tokens), fail_open=route.fail_open,
-            group=route.model.name)
+        per_choice = self._reservation(req, route, prompt_tokens)
+        ticket = ctx.ticket = await self.policies.policy.admit(
+            principal, route.group, prompt_tokens=prompt_tokens, max_tokens=per_choice,
+            choices=len(req.prompt or [None]) * max(req.best_of or 1, req.n or 1),
+            fail_open=route.fail_open, group=route.model.name)
         ctx.admitted_at = time.monotonic()
         ctx.tally = Tally(prompt_tokens)
         ctx.warning = self._dropped(req, route)
+        # What was reserved is what the upstream may produce: a request without a bound (or one a
+        # quota lowered) is sent with the admitted max_tokens.
+        if ticket.max_tokens is not None and (ticket.lowered or req.max_tokens is None or req.max_tokens < 0):
+            req = replace(req, max_tokens=ticket.max_tokens)
         return req
 
     def _default_model(self, body: dict[str, Any], principal: Principal, ep: Endpoint) -> None:
@@ -250,16 +272,15 @@ class Gateway:
 
     @staticmethod
     def _reservation(req: CanonicalRequest, route: Route, prompt_tokens: int) -> int:
-        """Completion tokens to hold against the limits until the real count is known."""
+        """Completion tokens per choice to hold against the limits until the real count is known
+        (and, when the caller set no bound, the bound sent upstream)."""
+        window = max(route.model.context_window - prompt_tokens, 1) if route.model.context_window else None
         max_tokens = req.max_tokens
         if max_tokens is None or max_tokens < 0:
             default = sampling_defaults(req.dialect).get("max_tokens") if req.kind == "completion" else None
-            max_tokens = default if isinstance(default, int) and default > 0 else (
-                max(route.model.context_window - prompt_tokens, 1) if route.model.context_window
-                else DEFAULT_RESERVATION)
-        elif route.model.context_window:  # a known window bounds it (a larger ask is truncated or refused)
-            max_tokens = min(max_tokens, max(route.model.context_window - prompt_tokens, 1))
-        return max_tokens * len(req.prompt or [None]) * max(req.best_of or 1, req.n or 1)
+            max_tokens = default if isinstance(default, int) and default > 0 else DEFAULT_COMPLETION_RESERVE
+        # A known window bounds it (a larger ask is truncated or refused).
+        return min(max_tokens, window) if window is not None else max_tokens
 
     @staticmethod
     def _dropped(req: CanonicalRequest, route: Route) -> str | None:
@@ -301,7 +322,7 @@ class Gateway:
             log.exception("request %s failed", ctx.id)
             ctx.error_type = type(e).__name__
             if not out.started:
-                await self.send_error(ctx, out, GatewayError("internal error; it has been logged"))
+                await self.send_error(ctx, out, INTERNAL)
             else:
                 ctx.status, ctx.cut = 500, True
                 with contextlib.suppress(Exception):
@@ -322,6 +343,7 @@ class Gateway:
                 got.append(ch)
         except GatewayError as e:
             headers.update(ctx.run.headers())  # which deployments were tried, how often
+            _bill(tally, e)
             await self.send_error(ctx, out, e, headers)
             return
         headers.update(ctx.run.headers())
@@ -338,6 +360,7 @@ class Gateway:
             first = await anext(chunks, None)
         except GatewayError as e:
             headers.update(ctx.run.headers())
+            _bill(tally, e)
             await self.send_error(ctx, out, e, headers)
             return
         headers.update(ctx.run.headers())
@@ -407,6 +430,10 @@ def _reason(ctx: RequestContext) -> str:
     if ctx.error is not None:
         return reason_of(ctx.error)
     return {499: "client_closed", 500: "internal_error"}.get(ctx.status or 499, "")
+def _bill(tally: Tally, e: GatewayError) -> None:
+    """An upstream that failed after reporting usage (a JSON answer to a stream) is billed it."""
+    if e.billed is not None:
+        tally.reported = e.billed
 
 
 def _charged(tally: Tally, status: int) -> Usage:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from typing import Any
 
 import msgspec
@@ -26,8 +27,8 @@ from switchyard.dialects.sgp import SGP
 from switchyard.dialects.spec import Dialect
 from switchyard.gateway.pipeline import Endpoint, Gateway
 from switchyard.http.access import AccessLog
-from switchyard.http.admin import admin_router, error_response
-from switchyard.http.admin_auth import AdminAuth
+from switchyard.http.admin import admin_router, error_response, on_bug
+from switchyard.http.admin_auth import AdminAuth, Failures, Proxies
 from switchyard.http.asgi import Switchyard, endpoint_app
 from switchyard.http.console import console_routes
 from switchyard.http.logs import settings as log_settings
@@ -49,6 +50,9 @@ LLAMACPP_COMPLETION = Endpoint("completion", LLAMACPP_NATIVE, renderer="llamacpp
                                model_optional=True)
 CHAT_COMPLETIONS = Endpoint("chat", CHAT)
 SETTLE_AFTER_CUT = 5.0  # seconds that requests cut at shutdown may take to settle
+
+log = logging.getLogger("switchyard")
+LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 
 
 # The completion endpoints: path -> (endpoint, OpenAPI summary, the dialects its body may speak).
@@ -75,7 +79,9 @@ def create_app(config: Config, *, router: Router | None = None,
     policies = policies or build_policies(config)
     router.use_store(policies.store)  # the usage strategy counts where the limits are counted
     gw = Gateway(config, router, policies)
-    auth = AdminAuth(config.master_key, Sessions(policies.store))  # /admin, /ui and /metrics
+    auth = AdminAuth(config.master_key, Sessions(policies.store),  # /admin, /ui and /metrics
+                     failures=Failures(config.server.auth_max_failures, config.server.auth_failure_window),
+                     proxies=Proxies(config.server.trusted_proxies))
 
     @get("/v1/models")
     async def models(request: Request[Any, Any, Any]) -> Response[Any]:
@@ -125,6 +131,10 @@ def create_app(config: Config, *, router: Router | None = None,
         return Response(body, status_code=status, media_type="application/json")
 
     exporter = Exporter(gw, auth) if config.metrics.enabled else None
+    if exporter is not None and config.metrics.token is None and config.server.host not in LOOPBACK:
+        log.warning("/metrics is open (no metrics.token) on %s: its labels name teams, deployments and "
+                    "models; set metrics.token unless only your scraper can reach this port",
+                    config.server.host)
     if exporter is not None:
         gw.observers.append(exporter.recorder.observe)
     access = AccessLog(log_settings(None, None, config.logging.level, config.logging.format)[1]) \
@@ -178,7 +188,7 @@ def create_app(config: Config, *, router: Router | None = None,
     app = Litestar(
         route_handlers=handlers,
         on_startup=[startup], on_shutdown=[shutdown],
-        exception_handlers={HTTPException: http_error},
+        exception_handlers={HTTPException: http_error, Exception: on_bug},
         openapi_config=OpenAPIConfig(title="Switchyard", version=package_version(), path="/schema"),
         request_max_body_size=config.server.max_body_bytes,
         debug=False,

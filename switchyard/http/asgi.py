@@ -229,7 +229,9 @@ class Switchyard:
         handler = self.hot.get(scope["path"])
         if handler is not None:
             return await handler(scope, receive, send)
-        rid = ids_of(scope)[0].encode()
+        caller_id = ids_of(scope)[0]
+        REQUEST.set(caller_id)  # the admin API's and console's log lines name it too
+        rid = caller_id.encode()
         status = 0
 
         async def send_with_id(msg: MutableMapping[str, Any]) -> None:

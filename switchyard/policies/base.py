@@ -62,6 +62,8 @@ class Ticket:
     admitted_ms: int = 0  # the store's clock (Redis TIME) at admission; dates the usage record
     plan: Any = None  # policies.plan.Plan: the counters to settle
     local: bool = False  # admitted by the in-process fallback while the store was down (fail-open)
+    max_tokens: int | None = None  # completion tokens per choice admitted (sent upstream as max_tokens)
+    lowered: bool = False  # max_tokens is lower than asked: a quota could not hold the request whole
 
 
 @dataclass(slots=True)
@@ -91,10 +93,13 @@ class Outcome:
 
 class Policy(Protocol):
     async def admit(self, principal: Principal, model: str, *, prompt_tokens: int,
-                    max_tokens: int, fail_open: bool = False, group: str | None = None) -> Ticket:
-        """Reserve ``prompt_tokens + max_tokens`` and a request against every applicable limit,
-        all or nothing. Raises ``switchyard.core.errors.RateLimited`` (429, naming the limit, with
-        Retry-After) or ``Unavailable`` (503) when the store is down and ``fail_open`` is false."""
+                    max_tokens: int | None, fail_open: bool = False, group: str | None = None,
+                    choices: int = 1) -> Ticket:
+        """Reserve ``prompt_tokens + max_tokens * choices`` and a request against every applicable
+        limit, all or nothing; a quota that cannot hold that may admit a lower ``max_tokens``
+        (``Ticket.max_tokens``, ``Ticket.lowered``). Raises ``switchyard.core.errors.RateLimited``
+        (429, naming the limit, with Retry-After) or ``Unavailable`` (503) when the store is down
+        and ``fail_open`` is false."""
         ...
 
     async def settle(self, ticket: Ticket, outcome: Outcome) -> None:

@@ -7,7 +7,7 @@ runs the same suite against both.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -23,6 +23,10 @@ class StoreDown(Exception):
     """The store did not answer in time or refused the connection."""
 
 
+class StoreSlow(StoreDown):
+    """An admin read took longer than its (longer) deadline: the store answers, the query is big."""
+
+
 @dataclass(slots=True)
 class Admission:
     ok: bool
@@ -33,6 +37,7 @@ class Admission:
     limit: int = 0
     req: tuple[int, int, int] | None = None  # tightest request limit: (limit, remaining, reset ms)
     tok: tuple[int, int, int] | None = None  # tightest token limit: (limit, remaining, reset ms)
+    remaining: int = -1  # refused by a quota: what it has left (tokens, or nano-USD); else -1
 
 
 @dataclass(slots=True)
@@ -176,8 +181,20 @@ class Store(Protocol):
         is awaited for the outcome (``StoreDown``), and does the whole call when not ``sent``."""
         ...
 
-    async def renew(self, leases: list[tuple[Plan, str]], ttl_ms: int) -> None:
-        """Push the expiry of live leases ``ttl_ms`` into the future."""
+    async def renew(self, leases: list[tuple[Plan, str]], ttl_ms: int,
+                    held: Sequence[tuple[Plan, str]] = ()) -> None:
+        """Push the expiry of live leases, and of the quota reservations of live tickets
+        ``held`` (plan, ticket id), ``ttl_ms`` into the future."""
+        ...
+
+    async def prepare(self) -> None:
+        """Get ready to serve (load scripts) at start; never raises."""
+        ...
+
+    async def reap(self, team: str, limit: int = 1000) -> int:
+        """Give back the quota reservations of ``team``'s tickets that nobody renewed in time
+        (their replica died); how many. Each is given back once; its late settlement, if it
+        comes, charges the whole usage."""
         ...
 
     async def get_docs(self, names: list[str]) -> list[dict[str, Any] | None]: ...

@@ -111,8 +111,16 @@ def _text_of(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):  # content parts: count the text ones (images are not priced here)
-        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
+        # The chat dialect refuses a non-string text; counting never fails on one either.
+        return "".join(_part_text(p) for p in content)
     return json.dumps(content)
+
+
+def _part_text(part: Any) -> str:
+    if not isinstance(part, dict):
+        return str(part)
+    text = part.get("text", "")
+    return text if isinstance(text, str) else json.dumps(text)
 
 
 def count_text(text: str, enc: tiktoken.Encoding | None) -> int:

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import msgspec
 
-from switchyard.core.canonical import CanonicalRequest, Chunk
+from switchyard.core.canonical import CanonicalRequest, Chunk, Usage
 from switchyard.core.config import DeploymentConfig, split_query
 from switchyard.core.errors import InvalidRequest, UpstreamError
 from switchyard.core.propagation import OUTGOING
@@ -152,6 +152,14 @@ class UpstreamBackend:
         return wire_failure(self.deployment.name, e.what, e.said, self._scrub, retryable=e.retryable,
                             status=e.status)
 
+    def _reported_usage(self, raw: bytes, req: CanonicalRequest) -> Usage | None:
+        """The usage in a whole answer's body, if it reads as one."""
+        try:
+            chunks = self.codec.whole(raw, req) if raw else []
+        except (WireError, UpstreamError, ValueError):
+            return None
+        return next((c.usage for c in reversed(chunks) if c.usage is not None), None)
+
     async def _whole(self, req: CanonicalRequest, resp: Answered) -> AsyncGenerator[list[Chunk], None]:
         raw = await resp.read()
         try:
@@ -168,10 +176,13 @@ class UpstreamBackend:
         wire = self.wire
         ctype = resp.header("content-type") or ""
         if not ctype.lower().startswith(wire.stream_type):
-            raw = await _read_some(resp, 4096)
+            raw = await _read_some(resp, 1 << 20)
             said = error_message(raw) if raw else None
-            raise UpstreamError.broken(name, f"answered a streamed request with {ctype or 'no content type'}"
-                                       f", not an event stream" + (f": {self._scrub(said)}" if said else ""))
+            quoted = f": {self._scrub(said[:500])}" if said else ""
+            err = UpstreamError.broken(name, f"answered a streamed request with {ctype or 'no content type'}"
+                                       f", not an event stream{quoted}")
+            err.billed = self._reported_usage(raw, req)  # a whole answer: it did (and billed) the work
+            raise err
         decoder = self.codec.stream(req)
         frames = (wire.framing or sse_batches)(aiter(resp))
         async for batch in frames:

@@ -19,7 +19,7 @@ from tests.conftest import free_port
 from tests.fakes.upstream import FakeUpstream
 
 KEY = "sk-test-key"
-MASTER = "sk-master"
+MASTER = "sk-master-0123456789"
 
 
 def base_config(models: list[dict[str, Any]], **extra: Any) -> Config:

@@ -104,7 +104,7 @@ def test_not_yaml_and_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture
 def test_as_a_process(tmp_path: Path) -> None:
     p = write(tmp_path, GOOD.replace("dialect: llamacpp", "dialect: klingon"))
     r = subprocess.run([sys.executable, "-m", "switchyard", "check-config", str(p)], capture_output=True,
-                       text=True, timeout=60, env={"SY_TEST_MASTER": "a", "SY_TEST_UPSTREAM": "b",
+                       text=True, timeout=60, env={"SY_TEST_MASTER": "a" * 16, "SY_TEST_UPSTREAM": "b",
                                                    "SY_TEST_KEY": "c", "PATH": "/usr/bin:/bin"},
                        cwd=Path(__file__).resolve().parents[2])
     assert r.returncode == 2
