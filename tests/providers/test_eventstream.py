@@ -20,24 +20,41 @@ def _converse_frames() -> list[bytes]:
     ev = {":message-type": "event", ":content-type": "application/json"}
     return [
         encode_frame({**ev, ":event-type": "messageStart"}, b'{"p":"ab","role":"assistant"}'),
-        encode_frame({**ev, ":event-type": "contentBlockDelta"},
-                     json.dumps({"contentBlockIndex": 0, "delta": {"text": "h\u00e9llo"}}).encode()),
+        encode_frame(
+            {**ev, ":event-type": "contentBlockDelta"},
+            json.dumps({"contentBlockIndex": 0, "delta": {"text": "h\u00e9llo"}}).encode(),
+        ),
         encode_frame({**ev, ":event-type": "messageStop"}, b'{"stopReason":"end_turn"}'),
-        encode_frame({":message-type": "exception", ":exception-type": "throttlingException",
-                      ":content-type": "application/json"}, b'{"message":"Too many requests"}'),
+        encode_frame(
+            {
+                ":message-type": "exception",
+                ":exception-type": "throttlingException",
+                ":content-type": "application/json",
+            },
+            b'{"message":"Too many requests"}',
+        ),
         encode_frame({**ev, ":event-type": "metadata"}, b""),
     ]
 
 
 def _typed_frame() -> bytes:
     """A frame with every header type, built by hand (botocore decodes them all)."""
+
     def h(name: str, kind: int, value: bytes) -> bytes:
         return bytes([len(name)]) + name.encode() + bytes([kind]) + value
-    hb = (h("t", 0, b"") + h("f", 1, b"") + h("b", 2, b"\xff") + h("s", 3, struct.pack("!h", -2))
-          + h("i", 4, struct.pack("!i", 7)) + h("l", 5, struct.pack("!q", -9))
-          + h("ba", 6, b"\x00\x02\x01\x02")
-          + h("str", 7, b"\x00\x02ok") + h("ts", 8, struct.pack("!q", 1700000000000))
-          + h("u", 9, uuid.UUID(int=5).bytes))
+
+    hb = (
+        h("t", 0, b"")
+        + h("f", 1, b"")
+        + h("b", 2, b"\xff")
+        + h("s", 3, struct.pack("!h", -2))
+        + h("i", 4, struct.pack("!i", 7))
+        + h("l", 5, struct.pack("!q", -9))
+        + h("ba", 6, b"\x00\x02\x01\x02")
+        + h("str", 7, b"\x00\x02ok")
+        + h("ts", 8, struct.pack("!q", 1700000000000))
+        + h("u", 9, uuid.UUID(int=5).bytes)
+    )
     prelude = struct.pack("!II", 16 + len(hb) + 3, len(hb))
     body = prelude + struct.pack("!I", crc32(prelude)) + hb + b"xyz"
     return body + struct.pack("!I", crc32(body))
@@ -53,8 +70,13 @@ def test_same_frames_as_botocore() -> None:
     data = b"".join(_converse_frames()) + _typed_frame()
     ours = FrameReader().feed(data)
     assert [(f.headers, f.payload) for f in ours] == _botocore(data)
-    assert [f.event_type for f in ours[:5]] == ["messageStart", "contentBlockDelta", "messageStop",
-                                                "throttlingException", "metadata"]
+    assert [f.event_type for f in ours[:5]] == [
+        "messageStart",
+        "contentBlockDelta",
+        "messageStop",
+        "throttlingException",
+        "metadata",
+    ]
     assert ours[3].message_type == "exception"
     assert ours[5].headers["t"] is True and ours[5].headers["f"] is False and ours[5].headers["s"] == -2
 
@@ -68,12 +90,13 @@ def test_any_split_gives_the_same_frames() -> None:
         assert [(f.headers, f.payload) for f in got] == whole
         assert r.pending == 0
     r = FrameReader()  # one byte at a time
-    got = [f for i in range(len(data)) for f in r.feed(data[i:i + 1])]
+    got = [f for i in range(len(data)) for f in r.feed(data[i : i + 1])]
     assert [(f.headers, f.payload) for f in got] == whole
 
 
-@pytest.mark.parametrize("where,what", [(5, "prelude checksum"), (-2, "message checksum"),
-                                        (20, "message checksum")])
+@pytest.mark.parametrize(
+    "where,what", [(5, "prelude checksum"), (-2, "message checksum"), (20, "message checksum")]
+)
 def test_bad_crc_is_a_clear_error_as_in_botocore(where: int, what: str) -> None:
     frame = bytearray(_converse_frames()[1])
     frame[where] ^= 0x40
@@ -116,5 +139,31 @@ def test_frame_batches_groups_per_arrival() -> None:
     async def run() -> list[list[str]]:
         return [[f.event_type for f in b] async for b in frame_batches(chunks())]
 
-    assert asyncio.run(run()) == [["messageStart"],
-                                  ["contentBlockDelta", "messageStop", "throttlingException"]]
+    assert asyncio.run(run()) == [
+        ["messageStart"],
+        ["contentBlockDelta", "messageStop", "throttlingException"],
+    ]
+
+
+def test_named_frames_for_the_codec() -> None:
+    from switchyard.providers.aws.eventstream import named_frames
+
+    err = encode_frame(
+        {":message-type": "error", ":error-code": "InternalFailure", ":error-message": 'a "b"'}, b""
+    )
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b"".join(_converse_frames()[1:4]) + err
+
+    async def run() -> list[tuple[bytes | None, bytes]]:
+        return [pair async for batch in named_frames(chunks()) for pair in batch]
+
+    got = asyncio.run(run())
+    assert [n for n, _ in got] == [
+        b"contentBlockDelta",
+        b"messageStop",
+        b"throttlingException",
+        b"InternalFailure",
+    ]
+    assert json.loads(got[2][1]) == {"message": "Too many requests"}
+    assert json.loads(got[3][1]) == {"message": 'a "b"'}

@@ -16,6 +16,7 @@ JSON here gives a misleading length or CRC error).
 
 from __future__ import annotations
 
+import json
 import struct
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -137,3 +138,24 @@ def encode_frame(headers: dict[str, str], payload: bytes) -> bytes:
     prelude = struct.pack("!II", total, len(hb))
     body = prelude + _U32.pack(crc32(prelude)) + hb + payload
     return body + _U32.pack(crc32(body))
+
+
+async def named_frames(chunks: AsyncIterator[bytes]) -> AsyncIterator[list[tuple[bytes | None, bytes]]]:
+    """Frames as (name, payload) pairs, the shape a codec's stream decoder is fed: an event is named
+    by its ``:event-type``, an exception by its ``:exception-type`` (as the service model names
+    both in one union: ``messageStop``, ``throttlingException``), an ``error`` frame by its
+    ``:error-code`` with ``{"message": :error-message}`` as payload."""
+    async for frames in frame_batches(chunks):
+        out: list[tuple[bytes | None, bytes]] = []
+        for f in frames:
+            if f.message_type == "error":
+                msg = str(f.headers.get(":error-message") or "")
+                out.append((f.event_type.encode() or b"errorException",
+                            b'{"message":' + _json_str(msg) + b"}"))
+            else:
+                out.append((f.event_type.encode() or None, f.payload))
+        yield out
+
+
+def _json_str(s: str) -> bytes:
+    return json.dumps(s).encode()
