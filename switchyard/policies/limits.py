@@ -217,7 +217,8 @@ class Limiter:
                           latency_ms=round(outcome.latency_ms, 3), request_id=outcome.request_id,
                           ticket_id=ticket.id, endpoint=outcome.endpoint, dialect=outcome.dialect,
                           requested_model=outcome.requested_model, attempts=outcome.attempts,
-                          ttfb_ms=round(outcome.ttfb_ms, 3), cut=outcome.cut)
+                          ttfb_ms=round(outcome.ttfb_ms, 3), cut=outcome.cut,
+                          cache_write_tokens=usage.cache_write_tokens)
         kw: dict[str, Any] = dict(plan=plan, admitted_ms=ticket.admitted_ms,
                                   token_delta=usage.total_tokens - ticket.reserved_tokens,
                                   spend_delta=cost - ticket.reserved_spend, lease_id=ticket.lease_id,
@@ -291,9 +292,9 @@ class Limiter:
             local = [(t.plan, t.lease_id) for t in self._live.values() if t.local]
             with contextlib.suppress(StoreDown):
                 if shared:
-                    await self.store.renew(shared, self.lease_ttl_ms)  # type: ignore[arg-type]
+                    await self.store.renew(shared, self.lease_ttl_ms)  # type: ignore[arg-type]  # live tickets have lease ids
             if local:
-                await self.fallback.renew(local, self.lease_ttl_ms)  # type: ignore[arg-type]
+                await self.fallback.renew(local, self.lease_ttl_ms)  # type: ignore[arg-type]  # live tickets have lease ids
 
     @property
     def backlog(self) -> int:

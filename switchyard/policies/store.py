@@ -63,6 +63,7 @@ class UsageRecord:
     attempts: int = 0
     ttfb_ms: float = -1.0  # -1: no byte of an answer was sent
     cut: bool = False  # a stream that ended before its last event (either side hung up)
+    cache_write_tokens: int = 0  # prompt tokens written to the upstream's prompt cache (in prompt_tokens)
 
     def as_fields(self) -> dict[str, str]:
         return {k: _str(getattr(self, k)) for k in self.__dataclass_fields__}
@@ -86,7 +87,7 @@ def _str(v: Any) -> str:
 
 _FIELD_TYPES: dict[str, type] = {
     **dict.fromkeys(("ts_ms", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_nano",
-                     "status", "attempts"), int),
+                     "status", "attempts", "cache_write_tokens"), int),
     **dict.fromkeys(("latency_ms", "ttfb_ms"), float),
     "cut": bool,
     **dict.fromkeys(("key_id", "team", "model", "deployment", "request_id", "ticket_id", "endpoint",
@@ -123,8 +124,10 @@ class Store(Protocol):
     ns: str  # key namespace
     # Where components that share state across replicas (the router's load counters) keep it:
     # the store's Redis client, or None for an in-process store. ``timeout`` bounds each call.
-    client: Redis | RedisCluster | None
     timeout: float
+
+    @property
+    def client(self) -> Redis | RedisCluster | None: ...
 
     async def admit(self, plan: Plan, *, tokens: int, spend: int, lease_id: str | None,
                     lease_ttl_ms: int, ticket: str) -> Admission:

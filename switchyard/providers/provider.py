@@ -7,7 +7,8 @@ adds cookies, redirects and auth hooks we do not use, at a cost of tens of micro
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
+import dataclasses
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import httpx
@@ -54,7 +55,7 @@ class UpstreamBackend:
         self._own_headers = self.auth.owned | frozenset(k.lower() for k in self._headers)
         self._targets: dict[tuple[str, bool, str], str] = {}
         self._scrub = Scrubber(deployment.api_key, deployment.aws_secret_access_key,
-                               deployment.aws_session_token, *self.auth.fixed.values())
+                               deployment.aws_session_token)
 
     ready = True
 
@@ -74,7 +75,8 @@ class UpstreamBackend:
             await self._exchange.aclose()
             self._exchange = None
 
-    def generate(self, req: CanonicalRequest, upstream_model: str | None = None) -> AsyncIterator[Chunk]:
+    def generate(self, req: CanonicalRequest,
+                 upstream_model: str | None = None) -> AsyncGenerator[Chunk, None]:
         # Everything, refusals included, happens inside the iterator: the router's bookkeeping
         # for an attempt starts when it asks for the first chunk.
         return self._run(req, upstream_model or self.upstream_model)
@@ -93,16 +95,17 @@ class UpstreamBackend:
         key = (req.kind, req.stream, upstream_model)
         t = self._targets.get(key)
         if t is None:
-            if (req.kind, req.stream) not in self.wire.paths:
-                what = "chat" if req.kind == "completion" else "completions"
-                raise InvalidRequest(f"model {req.model} serves {what} only: its upstream ({self.wire.name}) "
-                                     f"has no {req.kind} endpoint", param="model")
+            if (req.kind, req.stream) not in self.wire.paths:  # (completions are sent as chat)
+                raise InvalidRequest(f"model {req.model} serves completions only: its upstream "
+                                     f"({self.wire.name}) has no chat endpoint", param="model")
             if len(self._targets) >= 1024:  # wildcard routes vary the model: keep it bounded
                 self._targets.clear()
             t = self._targets[key] = self.wire.target(req.kind, req.stream, upstream_model)
         return t
 
-    async def _run(self, req: CanonicalRequest, upstream_model: str) -> AsyncIterator[Chunk]:
+    async def _run(self, req: CanonicalRequest, upstream_model: str) -> AsyncGenerator[Chunk, None]:
+        if req.kind == "completion" and ("completion", req.stream) not in self.wire.paths:
+            req = _as_chat(req)
         body, emulation = self._render(req, upstream_model)
         target = self._target(req, upstream_model)
         if self._exchange is None:
@@ -145,7 +148,7 @@ class UpstreamBackend:
         return wire_failure(self.deployment.name, e.what, e.said, self._scrub, retryable=e.retryable,
                             status=e.status)
 
-    async def _whole(self, req: CanonicalRequest, resp: Answered) -> AsyncGenerator[list[Chunk]]:
+    async def _whole(self, req: CanonicalRequest, resp: Answered) -> AsyncGenerator[list[Chunk], None]:
         raw = await resp.read()
         try:
             chunks = self.codec.whole(raw, req)
@@ -153,7 +156,7 @@ class UpstreamBackend:
             raise self._failure(e) from None
         yield chunks
 
-    async def _stream(self, req: CanonicalRequest, resp: Answered) -> AsyncGenerator[list[Chunk]]:
+    async def _stream(self, req: CanonicalRequest, resp: Answered) -> AsyncGenerator[list[Chunk], None]:
         """The chunks of each arrival of events. A stream must be one (its content type), its
         events must read, an error event is a failure (after what came before it), and a stream
         that ends without its end (the codec's ``ending``) is no success."""
@@ -187,6 +190,17 @@ class UpstreamBackend:
         why = decoder.ending()
         if why is not None:
             raise UpstreamError.broken(name, why)
+
+
+def _as_chat(req: CanonicalRequest) -> CanonicalRequest:
+    """A completion body (any completion dialect) for a chat-only API: its prompt as one user
+    message. Several prompts were fanned out by the router (the row's ``Caps.prompts``)."""
+    prompts = req.prompt or []
+    if len(prompts) != 1 or not isinstance(prompts[0], str):
+        raise InvalidRequest(f"model {req.model} takes one text prompt per call (its upstream is a chat API)",
+                             param="prompt")
+    return dataclasses.replace(req, kind="chat", prompt=None,
+                               messages=[{"role": "user", "content": prompts[0]}])
 
 
 async def _read_some(resp: Answered, limit: int) -> bytes:
