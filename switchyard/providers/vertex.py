@@ -18,7 +18,8 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
-from switchyard.core.config import ConfigError, DeploymentConfig
+from switchyard.core.canonical import RequestKind
+from switchyard.core.config import DeploymentConfig
 from switchyard.core.errors import UpstreamError, install_hint
 from switchyard.providers.gemini import GEMINI_ROW, GeminiCodec, gemini_paths
 from switchyard.providers.wire import Wire, register
@@ -27,6 +28,7 @@ SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 EARLY = 300.0  # refresh this many seconds before expiry
 OWNED = frozenset({"authorization", "x-goog-api-key", "x-goog-user-project"})
 VERTEX = GeminiCodec("vertex")
+CLAUDE_VERSION = "vertex-2023-10-16"  # the anthropic_version Vertex documents for rawPredict
 
 
 class GoogleAuth:
@@ -116,16 +118,32 @@ def vertex_auth(dep: DeploymentConfig) -> GoogleAuth:
 
 
 def vertex_row(dep: DeploymentConfig) -> Wire:
-    """Google's models on Vertex: generateContent below the deployment's project and location."""
-    if (dep.model or "").startswith("claude"):
-        raise ConfigError(
-            f"deployment {dep.name}: Claude on Vertex (the anthropic publisher's rawPredict) "
-            "is not supported yet; Google's models are"
-        )
+    """The model decides the publisher: ``claude-*`` is Anthropic's (the Messages body in Vertex's
+    rawPredict envelope: the model in the path, ``anthropic_version`` in the body), anything else
+    Google's (generateContent)."""
     project, location = quote(dep.project or "", safe=""), quote(dep.location or "global", safe="")
-    base = f"/v1/projects/{project}/locations/{location}/publishers/google/models/{{model}}"
+    base = f"/v1/projects/{project}/locations/{location}/publishers"
+    if (dep.model or "").startswith("claude"):
+        from switchyard.providers.anthropic import ROW as CLAUDE
+        from switchyard.providers.anthropic.codec import AnthropicCodec
+
+        codec = AnthropicCodec(model_field=False, envelope={"anthropic_version": CLAUDE_VERSION})
+        claude_paths: dict[tuple[RequestKind, bool], str] = {
+            (kind, stream): base
+            + "/anthropic/models/{model}:"
+            + ("streamRawPredict" if stream else "rawPredict")
+            for kind in ("chat", "completion")
+            for stream in (False, True)
+        }
+        return dataclasses.replace(
+            CLAUDE, name="vertex", codec=codec, paths=claude_paths, auth=vertex_auth, headers={}
+        )
     return dataclasses.replace(
-        GEMINI_ROW, name="vertex", codec=VERTEX, paths=gemini_paths(base), auth=vertex_auth
+        GEMINI_ROW,
+        name="vertex",
+        codec=VERTEX,
+        paths=gemini_paths(base + "/google/models/{model}"),
+        auth=vertex_auth,
     )
 
 

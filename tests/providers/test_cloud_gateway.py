@@ -412,27 +412,52 @@ async def test_vertex_with_a_service_account_file(gateway_for, tmp_path) -> None
             assert info["private_key"] not in r.text
 
 
-def test_claude_on_vertex_is_refused_when_routes_are_built() -> None:
-    import pytest
+async def test_claude_on_vertex_through_raw_predict(gateway_for, tmp_path) -> None:
+    from tests.fakes.anthropic import Claude
+    from tests.fakes.vertex_claude import FakeVertexClaude
 
-    from switchyard.core.config import ConfigError
-    from switchyard.routing.resolve import caps_of
-
-    cfg = base_config(
-        [
-            {
-                "name": "gcp/claude",
-                "deployments": [
-                    {
-                        "name": "v",
-                        "backend": "upstream",
-                        "provider": "vertex",
-                        "project": "p",
-                        "model": "claude-sonnet-4",
-                    }
-                ],
+    tokens_ok: set[str] = set()
+    async with FakeVertexClaude(tokens_ok) as fake:
+        with FakeTokenServer(b"", tokens_ok) as tokens:
+            info, public = service_account(tokens.url)
+            tokens.public_pem = public
+            path = tmp_path / "sa.json"
+            path.write_text(json.dumps(info))
+            dep = {
+                "name": "vc",
+                "backend": "upstream",
+                "provider": "vertex",
+                "base_url": fake.url,
+                "project": "proj",
+                "location": "us-east5",
+                "credentials": str(path),
+                "model": "claude-sonnet-4-5@20250929",
             }
-        ]
-    )
-    with pytest.raises(ConfigError, match="Claude on Vertex"):
-        caps_of(cfg.models[0].deployments[0])
+            cfg = base_config([{"name": "gcp/claude", "deployments": [dep]}])
+            async with gateway_for(cfg) as client:
+                fake.inner.script.append(Claude(text="Hi from Vertex", cache_read=30))
+                r = await client.post(
+                    "/v1/chat/completions", json={"model": "gcp/claude", "messages": HI, "max_tokens": 50}
+                )
+                assert r.status_code == 200, r.text
+                assert r.json()["choices"][0]["message"]["content"] == "Hi from Vertex"
+                assert r.json()["usage"]["prompt_tokens_details"]["cached_tokens"] == 30
+                fake.inner.script.append(Claude(tools=[("get", {"a": 1}), ("put", {})]))
+                r = await client.post(
+                    "/v1/chat/completions",
+                    json={"model": "gcp/claude", "messages": HI, "tools": TOOLS, "stream": True},
+                )
+                assert r.status_code == 200, r.text
+                _, calls, finishes, _ = _deltas(r.text)
+                assert finishes == ["tool_calls"] and [c["name"] for _, c in sorted(calls.items())] == [
+                    "get",
+                    "put",
+                ]
+            seen = fake.requests[-1]
+            assert seen.path.endswith(
+                "/publishers/anthropic/models/claude-sonnet-4-5%4020250929:streamRawPredict"
+            ) or seen.path.endswith(
+                "/publishers/anthropic/models/claude-sonnet-4-5@20250929:streamRawPredict"
+            )
+            assert seen.body["anthropic_version"] == "vertex-2023-10-16" and "model" not in seen.body
+            assert len(tokens.issued) == 1

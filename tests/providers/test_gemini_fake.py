@@ -139,3 +139,43 @@ async def test_vertex_with_a_service_account_through_google_auth(tmp_path: Any) 
             )
             with pytest.raises(Exception, match="invalid_scope"):
                 await asyncio.to_thread(bad.models.generate_content, model="m", contents="hi")
+
+
+async def test_claude_on_vertex_fake_with_the_anthropic_vertex_client() -> None:
+    """The rawPredict envelope as anthropic's own AnthropicVertex client sends it."""
+    from anthropic import AnthropicVertex
+
+    from tests.fakes.vertex_claude import FakeVertexClaude
+
+    accepted = {"ya29.given"}
+    async with FakeVertexClaude(accepted) as v:
+        client = AnthropicVertex(
+            region="us-east5", project_id="proj", access_token="ya29.given", base_url=v.url + "/v1"
+        )
+        msg = await asyncio.to_thread(
+            client.messages.create,
+            model="claude-test@20260101",
+            max_tokens=20,
+            messages=[{"role": "user", "content": "hi"}],
+        )
+        assert msg.content[0].text == "Hello from Claude"  # type: ignore[union-attr]
+        assert v.requests[-1].path.endswith(":rawPredict") and "model" not in v.requests[-1].body
+
+        def stream() -> str:
+            with client.messages.stream(
+                model="claude-test@20260101", max_tokens=20, messages=[{"role": "user", "content": "hi"}]
+            ) as s:
+                return "".join(s.text_stream)
+
+        assert await asyncio.to_thread(stream) == "Hello from Claude"
+        assert v.requests[-1].path.endswith(":streamRawPredict")
+        bad = AnthropicVertex(
+            region="us-east5", project_id="proj", access_token="wrong", base_url=v.url + "/v1", max_retries=0
+        )
+        with pytest.raises(Exception, match="401"):
+            await asyncio.to_thread(
+                bad.messages.create,
+                model="claude-x",
+                max_tokens=5,
+                messages=[{"role": "user", "content": "hi"}],
+            )
