@@ -13,15 +13,18 @@ writes; the canonical ``prompt_tokens`` includes them (OpenAI's meaning).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from functools import partial
 from typing import Any
+from urllib.parse import urlsplit
 
 import msgspec
 
-from switchyard.core.canonical import CanonicalRequest, Chunk, FinishReason, Usage
+from switchyard.core.canonical import CanonicalRequest, Chunk, FinishReason, RequestKind, Usage
 from switchyard.core.config import DeploymentConfig
-from switchyard.core.errors import InvalidRequest, install_hint
+from switchyard.core.errors import RETRY_STATUSES, InvalidRequest, UpstreamError, install_hint
 from switchyard.dialects.outgoing import Emulation
+from switchyard.providers.aws.eventstream import CONTENT_TYPE, FrameError, named_frames
 from switchyard.providers.aws.sigv4 import Credentials, SigV4
 from switchyard.providers.turns import (
     Turn,
@@ -33,7 +36,7 @@ from switchyard.providers.turns import (
     stops,
     tool_functions,
 )
-from switchyard.providers.wire import WireError
+from switchyard.providers.wire import Caps, Wire, WireError, register
 
 PROVIDER = "bedrock"
 FINISH: Mapping[str, FinishReason] = {
@@ -362,17 +365,18 @@ OWNED = frozenset({"authorization", "x-amz-date", "x-amz-security-token", "x-amz
 class SigV4Auth:
     """Per request: SigV4 over the host, the time and the exact body (service ``bedrock``)."""
 
-    __slots__ = ("signer",)
+    __slots__ = ("prefix", "signer")
     owned = OWNED
     fixed: Mapping[str, str] = {}
     signs = True
 
-    def __init__(self, signer: SigV4) -> None:
+    def __init__(self, signer: SigV4, prefix: str = "") -> None:
         self.signer = signer
+        self.prefix = prefix  # the base URL's own path, sent before every target
 
     def sign(self, method: str, target: str, host: str, body: bytes) -> list[tuple[str, str]]:
         path, _, query = target.partition("?")
-        return list(self.signer.sign(method, host, path, query, {}, body).items())
+        return list(self.signer.sign(method, host, self.prefix + path, query, {}, body).items())
 
 
 class BearerAuth:
@@ -389,18 +393,18 @@ class BearerAuth:
         return []
 
 
-def bedrock_auth(dep: DeploymentConfig) -> SigV4Auth | BearerAuth:
+def bedrock_auth(dep: DeploymentConfig, prefix: str = "") -> SigV4Auth | BearerAuth:
     """Static keys (SigV4), else an API key (Bearer), else the standard AWS credential chain
     (environment, shared profile, web identity, instance metadata) through botocore, which is
     imported only here (the ``bedrock`` extra)."""
-    region = getattr(dep, "region", None) or ""
-    access, secret = getattr(dep, "aws_access_key_id", None), getattr(dep, "aws_secret_access_key", None)
+    region = dep.region or ""
+    access, secret = dep.aws_access_key_id, dep.aws_secret_access_key
     if access and secret:
-        fixed = Credentials(access, secret, getattr(dep, "aws_session_token", None))
-        return SigV4Auth(SigV4("bedrock", region, lambda: fixed))
+        fixed = Credentials(access, secret, dep.aws_session_token)
+        return SigV4Auth(SigV4("bedrock", region, lambda: fixed), prefix)
     if dep.api_key:
         return BearerAuth(dep.api_key)
-    return SigV4Auth(SigV4("bedrock", region, chain_credentials(dep.name)))
+    return SigV4Auth(SigV4("bedrock", region, chain_credentials(dep.name)), prefix)
 
 
 def chain_credentials(deployment: str) -> Callable[[], Credentials]:
@@ -424,3 +428,46 @@ def chain_credentials(deployment: str) -> Callable[[], Credentials]:
         return Credentials(f.access_key, f.secret_key, f.token)
 
     return current
+
+
+# -- the row ---------------------------------------------------------------------------------------
+
+CONVERSE = ConverseCodec()
+CAPS = Caps(n=False, chat_n=False, best_of=False, prompts=False)  # the router fans out n and prompts
+PATHS: dict[tuple[RequestKind, bool], str] = {
+    (kind, stream): "/model/{model}/converse-stream" if stream else "/model/{model}/converse"
+    for kind in ("chat", "completion")
+    for stream in (False, True)
+}
+
+
+async def converse_frames(
+    deployment: str, chunks: AsyncIterator[bytes]
+) -> AsyncIterator[list[tuple[bytes | None, bytes]]]:
+    """The event-stream frames as (name, payload); a corrupt or cut stream is the deployment's
+    broken answer (after what came before it)."""
+    try:
+        async for batch in named_frames(chunks):
+            yield batch
+    except FrameError as e:
+        raise UpstreamError.broken(deployment, f"sent a broken event stream ({e})") from None
+
+
+def bedrock_row(dep: DeploymentConfig) -> Wire:
+    # SigV4 signs the whole path: a base_url with a path of its own (a proxy) prefixes the target.
+    prefix = urlsplit(dep.base_url or "").path.rstrip("/")
+    return Wire(
+        "bedrock",
+        CONVERSE,
+        PATHS,
+        auth=lambda d: bedrock_auth(d, prefix),
+        framing=partial(converse_frames, dep.name),
+        stream_type=CONTENT_TYPE,
+        # ModelErrorException (424) is the model's failure, not the caller's: another
+        # deployment may serve (ThrottlingException and ModelNotReadyException are 429s).
+        retry_statuses=RETRY_STATUSES | {424},
+        caps=CAPS,
+    )
+
+
+register("bedrock", bedrock_row)

@@ -24,6 +24,7 @@ from switchyard.core.canonical import (
     CanonicalRequest,
     Chunk,
     FinishReason,
+    RequestKind,
     TokenLogprob,
     TopLogprob,
     Usage,
@@ -40,7 +41,7 @@ from switchyard.providers.turns import (
     stops,
     tool_functions,
 )
-from switchyard.providers.wire import WireError
+from switchyard.providers.wire import Caps, Wire, WireError, header_auth, register
 
 _FILTERED = (
     "SAFETY",
@@ -432,3 +433,25 @@ def _response(text: str) -> dict[str, Any]:
     except msgspec.DecodeError:
         return {"content": text}
     return value if isinstance(value, dict) else {"content": value}
+
+
+# -- the row ---------------------------------------------------------------------------------------
+
+GEMINI = GeminiCodec()
+# n is candidateCount (one call); several prompts are the router's fan-out.
+CAPS = Caps(n=True, chat_n=True, best_of=False, prompts=False)
+
+
+def gemini_paths(base: str) -> dict[tuple[RequestKind, bool], str]:
+    """``base``: the path to the model (``{model}`` in it); the method decides the stream."""
+    return {
+        (kind, stream): base + (":streamGenerateContent?alt=sse" if stream else ":generateContent")
+        for kind in ("chat", "completion")
+        for stream in (False, True)
+    }
+
+
+GEMINI_ROW = Wire(
+    "gemini", GEMINI, gemini_paths("/v1beta/models/{model}"), auth=header_auth("x-goog-api-key"), caps=CAPS
+)
+register("gemini", GEMINI_ROW)

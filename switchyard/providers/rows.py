@@ -72,3 +72,8 @@ def _azure(dep: DeploymentConfig) -> Wire:
 
 
 register("azure", _azure)
+
+# Providers with a codec of their own register their rows where they are written.
+from switchyard.providers import bedrock as _bedrock  # noqa: E402,F401
+from switchyard.providers import gemini as _gemini  # noqa: E402,F401
+from switchyard.providers import vertex as _vertex  # noqa: E402,F401

@@ -10,18 +10,23 @@ first fetch, started when the deployment is built, not done) waits for one.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote
 
 from switchyard.core.config import DeploymentConfig
 from switchyard.core.errors import UpstreamError, install_hint
+from switchyard.providers.gemini import GEMINI_ROW, GeminiCodec, gemini_paths
+from switchyard.providers.wire import Wire, register
 
 SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 EARLY = 300.0  # refresh this many seconds before expiry
 OWNED = frozenset({"authorization", "x-goog-api-key", "x-goog-user-project"})
+VERTEX = GeminiCodec("vertex")
 
 
 class GoogleAuth:
@@ -99,9 +104,29 @@ def vertex_auth(dep: DeploymentConfig) -> GoogleAuth:
         raise RuntimeError(
             f"deployment {dep.name}: a vertex deployment needs google-auth: {install_hint('vertex')}"
         ) from None
-    path = getattr(dep, "credentials", None)
+    path = dep.credentials
     if path:
         creds = service_account.Credentials.from_service_account_file(path, scopes=[SCOPE])
     else:
         creds, _ = google.auth.default(scopes=[SCOPE])
     return GoogleAuth(dep.name, creds, google.auth.transport.requests.Request)
+
+
+# -- the row ---------------------------------------------------------------------------------------
+
+
+def vertex_row(dep: DeploymentConfig) -> Wire:
+    """Google's models on Vertex: generateContent below the deployment's project and location."""
+    if (dep.model or "").startswith("claude"):
+        raise ValueError(
+            f"deployment {dep.name}: Claude on Vertex (the anthropic publisher's rawPredict) "
+            "is not supported yet; Google's models are"
+        )
+    project, location = quote(dep.project or "", safe=""), quote(dep.location or "global", safe="")
+    base = f"/v1/projects/{project}/locations/{location}/publishers/google/models/{{model}}"
+    return dataclasses.replace(
+        GEMINI_ROW, name="vertex", codec=VERTEX, paths=gemini_paths(base), auth=vertex_auth
+    )
+
+
+register("vertex", vertex_row)
