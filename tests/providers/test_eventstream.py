@@ -70,7 +70,7 @@ def test_same_frames_as_botocore() -> None:
     data = b"".join(_converse_frames()) + _typed_frame()
     ours = FrameReader().feed(data)
     assert [(f.headers, f.payload) for f in ours] == _botocore(data)
-    assert [f.event_type for f in ours[:5]] == [
+    assert [f.name for f in ours[:5]] == [
         "messageStart",
         "contentBlockDelta",
         "messageStop",
@@ -122,7 +122,7 @@ def test_cut_off_stream_is_an_error() -> None:
     async def run() -> list[str]:
         names: list[str] = []
         async for batch in frame_batches(chunks()):
-            names += [f.event_type for f in batch]
+            names += [f.name for f in batch]
         return names
 
     with pytest.raises(FrameError, match="cut off inside a frame"):
@@ -137,7 +137,7 @@ def test_frame_batches_groups_per_arrival() -> None:
         yield frames[1][7:] + frames[2] + frames[3]
 
     async def run() -> list[list[str]]:
-        return [[f.event_type for f in b] async for b in frame_batches(chunks())]
+        return [[f.name for f in b] async for b in frame_batches(chunks())]
 
     assert asyncio.run(run()) == [
         ["messageStart"],

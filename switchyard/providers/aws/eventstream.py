@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from zlib import crc32
 
@@ -39,27 +39,27 @@ class FrameError(Exception):
 
 @dataclass(slots=True)
 class Frame:
-    headers: dict[str, object]
+    headers: Mapping[str, object]  # shared between frames with the same header bytes: read only
     payload: bytes
+    message_type: str = ""  # event | exception | error
+    name: str = ""  # the event's type, or an exception's (``throttlingException``), or an error's code
 
-    @property
-    def message_type(self) -> str:
-        return str(self.headers.get(":message-type", ""))
 
-    @property
-    def event_type(self) -> str:
-        """The event's name, or for an exception frame the exception's (``throttlingException``)."""
-        key = ":event-type" if self.message_type == "event" else ":exception-type"
-        return str(self.headers.get(key) or self.headers.get(":error-code") or "")
+def _describe(headers: dict[str, object]) -> tuple[str, str]:
+    kind = str(headers.get(":message-type", ""))
+    key = ":event-type" if kind == "event" else ":exception-type"
+    return kind, str(headers.get(key) or headers.get(":error-code") or "")
 
 
 class FrameReader:
     """Feed bytes as they arrive; get the frames they complete."""
 
-    __slots__ = ("_buf",)
+    __slots__ = ("_buf", "_seen")
 
     def __init__(self) -> None:
         self._buf = b""
+        # A stream repeats a few header blocks (one per event type): each is parsed once.
+        self._seen: dict[bytes, tuple[dict[str, object], str, str]] = {}
 
     @property
     def pending(self) -> int:
@@ -72,17 +72,25 @@ class FrameReader:
         pos, end = 0, len(buf)
         while end - pos >= 12:
             total, hlen, pcrc = _PRELUDE.unpack_from(buf, pos)
-            if crc32(buf[pos:pos + 8]) != pcrc:
-                raise FrameError("event-stream prelude checksum mismatch "
-                                 "(corrupt frame, or not an event stream)")
+            if crc32(buf[pos : pos + 8]) != pcrc:
+                raise FrameError(
+                    "event-stream prelude checksum mismatch (corrupt frame, or not an event stream)"
+                )
             if hlen > MAX_HEADERS or total < 16 + hlen or total - 16 - hlen > MAX_PAYLOAD:
                 raise FrameError(f"event-stream frame lengths out of range (total {total}, headers {hlen})")
             if end - pos < total:
                 break
-            frame = buf[pos:pos + total]
+            frame = buf[pos : pos + total]
             if crc32(frame[:-4]) != _U32.unpack_from(frame, total - 4)[0]:
                 raise FrameError("event-stream message checksum mismatch (corrupt frame)")
-            out.append(Frame(_headers(frame, 12, 12 + hlen), frame[12 + hlen:-4]))
+            raw = frame[12 : 12 + hlen]
+            known = self._seen.get(raw)
+            if known is None:
+                headers = _headers(raw, 0, hlen)
+                known = (headers, *_describe(headers))
+                if len(self._seen) < 64:
+                    self._seen[raw] = known
+            out.append(Frame(known[0], frame[12 + hlen : -4], known[1], known[2]))
             pos += total
         self._buf = buf[pos:] if pos < end else b""
         return out
@@ -93,19 +101,19 @@ def _headers(b: bytes, pos: int, end: int) -> dict[str, object]:
     try:
         while pos < end:
             n = b[pos]
-            name = b[pos + 1:pos + 1 + n].decode()
+            name = b[pos + 1 : pos + 1 + n].decode()
             pos += 1 + n
             kind = b[pos]
             pos += 1
             value: object
             if kind in (6, 7):
                 size = _U16.unpack_from(b, pos)[0]
-                raw = b[pos + 2:pos + 2 + size]
+                raw = b[pos + 2 : pos + 2 + size]
                 value = raw.decode() if kind == 7 else raw
                 pos += 2 + size
             elif kind in _FIXED:
                 width = _FIXED[kind]
-                raw = b[pos:pos + width]
+                raw = b[pos : pos + width]
                 value = (kind == 0) if width == 0 else raw if kind == 9 else struct.unpack(_INT[kind], raw)[0]
                 pos += width
             else:
@@ -132,8 +140,10 @@ async def frame_batches(chunks: AsyncIterator[bytes]) -> AsyncIterator[list[Fram
 
 def encode_frame(headers: dict[str, str], payload: bytes) -> bytes:
     """One frame with string headers (what Bedrock sends); for test doubles and benchmarks."""
-    hb = b"".join(bytes([len(k)]) + k.encode() + b"\x07" + _U16.pack(len(v.encode())) + v.encode()
-                  for k, v in headers.items())
+    hb = b"".join(
+        bytes([len(k)]) + k.encode() + b"\x07" + _U16.pack(len(v.encode())) + v.encode()
+        for k, v in headers.items()
+    )
     total = 16 + len(hb) + len(payload)
     prelude = struct.pack("!II", total, len(hb))
     body = prelude + _U32.pack(crc32(prelude)) + hb + payload
@@ -150,10 +160,9 @@ async def named_frames(chunks: AsyncIterator[bytes]) -> AsyncIterator[list[tuple
         for f in frames:
             if f.message_type == "error":
                 msg = str(f.headers.get(":error-message") or "")
-                out.append((f.event_type.encode() or b"errorException",
-                            b'{"message":' + _json_str(msg) + b"}"))
+                out.append((f.name.encode() or b"errorException", b'{"message":' + _json_str(msg) + b"}"))
             else:
-                out.append((f.event_type.encode() or None, f.payload))
+                out.append((f.name.encode() or None, f.payload))
         yield out
 
 
