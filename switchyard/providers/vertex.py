@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
-from switchyard.core.config import DeploymentConfig
+from switchyard.core.config import ConfigError, DeploymentConfig
 from switchyard.core.errors import UpstreamError, install_hint
 from switchyard.providers.gemini import GEMINI_ROW, GeminiCodec, gemini_paths
 from switchyard.providers.wire import Wire, register
@@ -118,7 +118,7 @@ def vertex_auth(dep: DeploymentConfig) -> GoogleAuth:
 def vertex_row(dep: DeploymentConfig) -> Wire:
     """Google's models on Vertex: generateContent below the deployment's project and location."""
     if (dep.model or "").startswith("claude"):
-        raise ValueError(
+        raise ConfigError(
             f"deployment {dep.name}: Claude on Vertex (the anthropic publisher's rawPredict) "
             "is not supported yet; Google's models are"
         )

@@ -403,3 +403,29 @@ async def test_vertex_with_a_service_account_file(gateway_for, tmp_path) -> None
             )
             assert len(tokens.issued) == 1  # one token, cached for both requests
             assert info["private_key"] not in r.text
+
+
+def test_claude_on_vertex_is_refused_when_routes_are_built() -> None:
+    import pytest
+
+    from switchyard.core.config import ConfigError
+    from switchyard.routing.resolve import caps_of
+
+    cfg = base_config(
+        [
+            {
+                "name": "gcp/claude",
+                "deployments": [
+                    {
+                        "name": "v",
+                        "backend": "upstream",
+                        "provider": "vertex",
+                        "project": "p",
+                        "model": "claude-sonnet-4",
+                    }
+                ],
+            }
+        ]
+    )
+    with pytest.raises(ConfigError, match="Claude on Vertex"):
+        caps_of(cfg.models[0].deployments[0])
