@@ -45,12 +45,6 @@ class Frame:
     name: str = ""  # the event's type, or an exception's (``throttlingException``), or an error's code
 
 
-def _describe(headers: dict[str, object]) -> tuple[str, str]:
-    kind = str(headers.get(":message-type", ""))
-    key = ":event-type" if kind == "event" else ":exception-type"
-    return kind, str(headers.get(key) or headers.get(":error-code") or "")
-
-
 class FrameReader:
     """Feed bytes as they arrive; get the frames they complete."""
 
@@ -59,7 +53,7 @@ class FrameReader:
     def __init__(self) -> None:
         self._buf = b""
         # A stream repeats a few header blocks (one per event type): each is parsed once.
-        self._seen: dict[bytes, tuple[dict[str, object], str, str]] = {}
+        self._seen: dict[bytes, _Known] = {}
 
     @property
     def pending(self) -> int:
@@ -67,12 +61,23 @@ class FrameReader:
         return len(self._buf)
 
     def feed(self, data: bytes) -> list[Frame]:
+        return [Frame(k.headers, payload, k.kind, k.name) for k, payload in self._scan(data)]
+
+    def feed_named(self, data: bytes) -> list[tuple[bytes | None, bytes]]:
+        """The completed frames as (name, payload) pairs (see ``named_frames``)."""
+        return [
+            (k.pair_name, payload if k.kind != "error" else k.error_payload)
+            for k, payload in self._scan(data)
+        ]
+
+    def _scan(self, data: bytes) -> list[tuple[_Known, bytes]]:
         buf = self._buf + data if self._buf else data
-        out: list[Frame] = []
+        view = memoryview(buf)  # CRCs over slices of it copy nothing
+        out: list[tuple[_Known, bytes]] = []
         pos, end = 0, len(buf)
         while end - pos >= 12:
             total, hlen, pcrc = _PRELUDE.unpack_from(buf, pos)
-            if crc32(buf[pos : pos + 8]) != pcrc:
+            if crc32(view[pos : pos + 8]) != pcrc:
                 raise FrameError(
                     "event-stream prelude checksum mismatch (corrupt frame, or not an event stream)"
                 )
@@ -80,20 +85,36 @@ class FrameReader:
                 raise FrameError(f"event-stream frame lengths out of range (total {total}, headers {hlen})")
             if end - pos < total:
                 break
-            frame = buf[pos : pos + total]
-            if crc32(frame[:-4]) != _U32.unpack_from(frame, total - 4)[0]:
+            stop = pos + total - 4
+            if crc32(view[pos:stop]) != _U32.unpack_from(buf, stop)[0]:
                 raise FrameError("event-stream message checksum mismatch (corrupt frame)")
-            raw = frame[12 : 12 + hlen]
+            raw = buf[pos + 12 : pos + 12 + hlen]
             known = self._seen.get(raw)
             if known is None:
-                headers = _headers(raw, 0, hlen)
-                known = (headers, *_describe(headers))
+                known = _Known(_headers(raw, 0, hlen))
                 if len(self._seen) < 64:
                     self._seen[raw] = known
-            out.append(Frame(known[0], frame[12 + hlen : -4], known[1], known[2]))
+            out.append((known, buf[pos + 12 + hlen : stop]))
             pos += total
         self._buf = buf[pos:] if pos < end else b""
         return out
+
+
+class _Known:
+    """What a header block says, worked out once per distinct block."""
+
+    __slots__ = ("error_payload", "headers", "kind", "name", "pair_name")
+
+    def __init__(self, headers: dict[str, object]) -> None:
+        self.headers = headers
+        self.kind = str(headers.get(":message-type", ""))
+        key = ":event-type" if self.kind == "event" else ":exception-type"
+        self.name = str(headers.get(key) or headers.get(":error-code") or "")
+        self.pair_name: bytes | None = self.name.encode() or (
+            b"errorException" if self.kind == "error" else None
+        )
+        msg = str(headers.get(":error-message") or "")
+        self.error_payload = b'{"message":' + json.dumps(msg).encode() + b"}"
 
 
 def _headers(b: bytes, pos: int, end: int) -> dict[str, object]:
@@ -154,17 +175,12 @@ async def named_frames(chunks: AsyncIterator[bytes]) -> AsyncIterator[list[tuple
     """Frames as (name, payload) pairs, the shape a codec's stream decoder is fed: an event is named
     by its ``:event-type``, an exception by its ``:exception-type`` (as the service model names
     both in one union: ``messageStop``, ``throttlingException``), an ``error`` frame by its
-    ``:error-code`` with ``{"message": :error-message}`` as payload."""
-    async for frames in frame_batches(chunks):
-        out: list[tuple[bytes | None, bytes]] = []
-        for f in frames:
-            if f.message_type == "error":
-                msg = str(f.headers.get(":error-message") or "")
-                out.append((f.name.encode() or b"errorException", b'{"message":' + _json_str(msg) + b"}"))
-            else:
-                out.append((f.name.encode() or None, f.payload))
-        yield out
-
-
-def _json_str(s: str) -> bytes:
-    return json.dumps(s).encode()
+    ``:error-code`` with ``{"message": :error-message}`` as payload. A body that ends inside a
+    frame is a ``FrameError``."""
+    reader = FrameReader()
+    async for chunk in chunks:
+        pairs = reader.feed_named(chunk)
+        if pairs:
+            yield pairs
+    if reader.pending:
+        raise FrameError(f"event stream cut off inside a frame ({reader.pending} bytes left over)")
