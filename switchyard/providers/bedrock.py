@@ -13,6 +13,7 @@ writes; the canonical ``prompt_tokens`` includes them (OpenAI's meaning).
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Callable, Mapping
 from functools import partial
 from typing import Any
@@ -55,9 +56,8 @@ FINISH: Mapping[str, FinishReason] = {
 RETRYABLE_EXCEPTIONS = frozenset(
     {"throttlingException", "serviceUnavailableException", "internalServerException"}
 )
-# HTTP errors by x-amzn-ErrorType, where the status alone misleads: ModelErrorException is a 424
-# (a "client" status) for the model's own failure.
-ERROR_STATUS = {"ModelErrorException": 502, "ModelNotReadyException": 429, "ThrottlingException": 429}
+# requestMetadata values (the service model's RequestMetadataValueString)
+_METADATA_VALUE = re.compile(r"[a-zA-Z0-9\s:_@$#=/+,\-.]{0,256}")
 CARRIED = ("max_tokens", "temperature", "top_p", "top_k", "tools", "tool_choice", "constraint", "user")
 _IMAGE_FORMATS = {
     "image/png": "png",
@@ -101,7 +101,14 @@ class ConverseCodec:
         if req.constraint is not None:
             body["outputConfig"] = {"textFormat": _text_format(req)}
         if req.user is not None:
-            body["requestMetadata"] = {"user": req.user[:256]}
+            if not _METADATA_VALUE.fullmatch(req.user):
+                raise refuse(
+                    req,
+                    "user",
+                    PROVIDER,
+                    "Bedrock's request metadata takes at most 256 of letters, digits, spaces and :_@$#=/+,-.",
+                )
+            body["requestMetadata"] = {"user": req.user}
         return body, emulation
 
     def whole(self, raw: bytes, req: CanonicalRequest) -> list[Chunk]:

@@ -275,3 +275,11 @@ def test_exceptions_retryable_only_before_content() -> None:
     with pytest.raises(WireError) as e:
         CODEC.stream(chat(stream=True)).feed(b"validationException", b'{"message":"bad"}')
     assert not e.value.retryable
+
+
+def test_user_goes_to_request_metadata_within_its_pattern() -> None:
+    body, _ = CODEC.render(chat(user="alice@example.com"), "m")
+    assert valid(body)["requestMetadata"] == {"user": "alice@example.com"}
+    with pytest.raises(InvalidRequest) as e:
+        CODEC.render(chat(user="\u00e9l\u00e8ve"), "m")
+    assert e.value.param == "user"

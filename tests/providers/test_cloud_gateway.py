@@ -292,7 +292,9 @@ async def test_bedrock_refuses_what_converse_cannot_carry(gateway_for) -> None:
             assert r.json()["choices"][0]["text"] == "Hello from Bedrock"
         assert fake.requests[-1].body["messages"] == [{"role": "user", "content": [{"text": "Say hi"}]}]
         async with gateway_for(cfg) as client:  # n: Converse has one choice per call, the router fans out
-            r = await client.post("/v1/chat/completions", json={"model": "aws/claude", "messages": HI, "n": 2})
+            r = await client.post(
+                "/v1/chat/completions", json={"model": "aws/claude", "messages": HI, "n": 2}
+            )
             assert r.status_code == 200, r.text
             assert [c["index"] for c in r.json()["choices"]] == [0, 1]
         assert all("n" not in q.body for q in fake.requests[-2:])
