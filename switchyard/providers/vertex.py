@@ -101,7 +101,7 @@ def vertex_auth(dep: DeploymentConfig) -> GoogleAuth:
         import google.auth.transport.requests
         from google.oauth2 import service_account
     except ImportError:
-        raise RuntimeError(
+        raise ConfigError(
             f"deployment {dep.name}: a vertex deployment needs google-auth: {install_hint('vertex')}"
         ) from None
     path = dep.credentials

@@ -436,3 +436,40 @@ def test_claude_on_vertex_is_refused_when_routes_are_built() -> None:
     )
     with pytest.raises(ConfigError, match="Claude on Vertex"):
         caps_of(cfg.models[0].deployments[0])
+
+
+def test_without_the_cloud_extras(monkeypatch) -> None:
+    """A proxy-only install: static Bedrock keys and Gemini need neither botocore nor google-auth;
+    the AWS chain and Vertex name the extra to install."""
+    import sys
+
+    import pytest
+
+    from switchyard.core.config import ConfigError, DeploymentConfig
+    from switchyard.providers.wire import wire_for
+
+    class Block:
+        def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+            if name.split(".")[0] in ("botocore", "google"):
+                raise ImportError(f"blocked {name}")
+
+    for name in [m for m in sys.modules if m.split(".")[0] in ("botocore", "google")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "meta_path", [Block(), *sys.meta_path])
+
+    def dep(**kw: object) -> DeploymentConfig:
+        return DeploymentConfig.model_validate({"name": "d", **kw})
+
+    static = dep(provider="bedrock", region="us-east-1", aws_access_key_id="a", aws_secret_access_key="s")
+    assert [k for k, _ in wire_for(static).auth(static).sign("POST", "/model/m/converse", "h", b"{}")] == [
+        "x-amz-date",
+        "authorization",
+    ]
+    gem = dep(provider="gemini", api_key="k")
+    assert wire_for(gem).auth(gem).fixed == {"x-goog-api-key": "k"}
+    for d, extra in (
+        (dep(provider="bedrock", region="us-east-1"), "bedrock"),
+        (dep(provider="vertex", project="p"), "vertex"),
+    ):
+        with pytest.raises(ConfigError, match=rf"switchyard-gateway\[{extra}\]"):
+            wire_for(d).auth(d)
