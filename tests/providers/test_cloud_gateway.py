@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from tests.fakes import bedrock as aws
 from tests.fakes.bedrock import FakeBedrock
 from tests.fakes.bedrock import Reply as AwsReply
@@ -168,9 +170,13 @@ async def test_bedrock_parallel_streamed_tool_calls(gateway_for) -> None:
             )
 
 
-async def test_bedrock_throttling_is_retried_on_another_deployment(gateway_for) -> None:
+@pytest.mark.parametrize(
+    "error",
+    ["ThrottlingException", "ModelNotReadyException", "ModelErrorException", "ServiceUnavailableException"],
+)
+async def test_bedrock_throttling_is_retried_on_another_deployment(gateway_for, error: str) -> None:
     async with FakeBedrock() as slow, FakeBedrock() as ok:
-        slow.default = AwsReply(error="ThrottlingException")
+        slow.default = AwsReply(error=error)
         cfg = base_config(
             [
                 {
@@ -241,6 +247,23 @@ async def test_bedrock_stream_without_metadata_is_no_clean_finish(gateway_for) -
             )
             _, _, finishes, _ = _deltas(r.text)
             assert finishes == [] and "metadata" in sse_objects(r.text)[-1]["error"]["message"]
+
+
+async def test_bedrock_caller_errors_are_not_retried(gateway_for) -> None:
+    async with FakeBedrock() as first, FakeBedrock() as second:
+        first.default = second.default = AwsReply(error="ValidationException")
+        cfg = base_config(
+            [
+                {
+                    "name": "aws/claude",
+                    "deployments": [bedrock_dep("a", first.url), bedrock_dep("b", second.url)],
+                }
+            ]
+        )
+        async with gateway_for(cfg) as client:
+            r = await client.post("/v1/chat/completions", json={"model": "aws/claude", "messages": HI})
+            assert r.status_code == 400 and "ValidationException" in r.json()["error"]["message"], r.text
+        assert len(first.requests) + len(second.requests) == 1
 
 
 async def test_bedrock_wrong_secret_is_a_gateway_worded_502(gateway_for) -> None:
