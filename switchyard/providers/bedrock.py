@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from switchyard.core.canonical import CanonicalRequest, Chunk, FinishReason, RequestKind, Usage
-from switchyard.core.config import DeploymentConfig
+from switchyard.core.config import ConfigError, DeploymentConfig
 from switchyard.core.errors import RETRY_STATUSES, InvalidRequest, UpstreamError, install_hint
 from switchyard.dialects.outgoing import Emulation
 from switchyard.providers.aws.eventstream import CONTENT_TYPE, FrameError, named_frames
@@ -418,14 +418,14 @@ def chain_credentials(deployment: str) -> Callable[[], Credentials]:
     try:
         import botocore.session
     except ImportError:
-        raise RuntimeError(
+        raise ConfigError(
             f"deployment {deployment}: Bedrock without aws_access_key_id/"
             f"aws_secret_access_key or api_key reads the AWS credential chain, which needs "
             f"botocore: {install_hint('bedrock')}"
         ) from None
     found = botocore.session.Session().get_credentials()
     if found is None:
-        raise RuntimeError(
+        raise ConfigError(
             f"deployment {deployment}: no AWS credentials found (set aws_access_key_id and "
             "aws_secret_access_key, api_key, or the standard AWS environment/profile)"
         )

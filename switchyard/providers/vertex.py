@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import quote
 
 from switchyard.core.canonical import RequestKind
-from switchyard.core.config import DeploymentConfig
+from switchyard.core.config import ConfigError, DeploymentConfig
 from switchyard.core.errors import UpstreamError, install_hint
 from switchyard.providers.gemini import GEMINI_ROW, GeminiCodec, gemini_paths
 from switchyard.providers.wire import Wire, register
@@ -103,7 +103,7 @@ def vertex_auth(dep: DeploymentConfig) -> GoogleAuth:
         import google.auth.transport.requests
         from google.oauth2 import service_account
     except ImportError:
-        raise RuntimeError(
+        raise ConfigError(
             f"deployment {dep.name}: a vertex deployment needs google-auth: {install_hint('vertex')}"
         ) from None
     path = dep.credentials

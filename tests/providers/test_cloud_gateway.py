@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from tests.fakes import bedrock as aws
 from tests.fakes.bedrock import FakeBedrock
 from tests.fakes.bedrock import Reply as AwsReply
@@ -168,9 +170,13 @@ async def test_bedrock_parallel_streamed_tool_calls(gateway_for) -> None:
             )
 
 
-async def test_bedrock_throttling_is_retried_on_another_deployment(gateway_for) -> None:
+@pytest.mark.parametrize(
+    "error",
+    ["ThrottlingException", "ModelNotReadyException", "ModelErrorException", "ServiceUnavailableException"],
+)
+async def test_bedrock_throttling_is_retried_on_another_deployment(gateway_for, error: str) -> None:
     async with FakeBedrock() as slow, FakeBedrock() as ok:
-        slow.default = AwsReply(error="ThrottlingException")
+        slow.default = AwsReply(error=error)
         cfg = base_config(
             [
                 {
@@ -241,6 +247,23 @@ async def test_bedrock_stream_without_metadata_is_no_clean_finish(gateway_for) -
             )
             _, _, finishes, _ = _deltas(r.text)
             assert finishes == [] and "metadata" in sse_objects(r.text)[-1]["error"]["message"]
+
+
+async def test_bedrock_caller_errors_are_not_retried(gateway_for) -> None:
+    async with FakeBedrock() as first, FakeBedrock() as second:
+        first.default = second.default = AwsReply(error="ValidationException")
+        cfg = base_config(
+            [
+                {
+                    "name": "aws/claude",
+                    "deployments": [bedrock_dep("a", first.url), bedrock_dep("b", second.url)],
+                }
+            ]
+        )
+        async with gateway_for(cfg) as client:
+            r = await client.post("/v1/chat/completions", json={"model": "aws/claude", "messages": HI})
+            assert r.status_code == 400 and "ValidationException" in r.json()["error"]["message"], r.text
+        assert len(first.requests) + len(second.requests) == 1
 
 
 async def test_bedrock_wrong_secret_is_a_gateway_worded_502(gateway_for) -> None:
@@ -461,3 +484,40 @@ async def test_claude_on_vertex_through_raw_predict(gateway_for, tmp_path) -> No
             )
             assert seen.body["anthropic_version"] == "vertex-2023-10-16" and "model" not in seen.body
             assert len(tokens.issued) == 1
+
+
+def test_without_the_cloud_extras(monkeypatch) -> None:
+    """A proxy-only install: static Bedrock keys and Gemini need neither botocore nor google-auth;
+    the AWS chain and Vertex name the extra to install."""
+    import sys
+
+    import pytest
+
+    from switchyard.core.config import ConfigError, DeploymentConfig
+    from switchyard.providers.wire import wire_for
+
+    class Block:
+        def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+            if name.split(".")[0] in ("botocore", "google"):
+                raise ImportError(f"blocked {name}")
+
+    for name in [m for m in sys.modules if m.split(".")[0] in ("botocore", "google")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "meta_path", [Block(), *sys.meta_path])
+
+    def dep(**kw: object) -> DeploymentConfig:
+        return DeploymentConfig.model_validate({"name": "d", **kw})
+
+    static = dep(provider="bedrock", region="us-east-1", aws_access_key_id="a", aws_secret_access_key="s")
+    assert [k for k, _ in wire_for(static).auth(static).sign("POST", "/model/m/converse", "h", b"{}")] == [
+        "x-amz-date",
+        "authorization",
+    ]
+    gem = dep(provider="gemini", api_key="k")
+    assert wire_for(gem).auth(gem).fixed == {"x-goog-api-key": "k"}
+    for d, extra in (
+        (dep(provider="bedrock", region="us-east-1"), "bedrock"),
+        (dep(provider="vertex", project="p"), "vertex"),
+    ):
+        with pytest.raises(ConfigError, match=rf"switchyard-gateway\[{extra}\]"):
+            wire_for(d).auth(d)
