@@ -116,6 +116,10 @@ class Dialect:
     named_errors: ErrorShape | None = None
     # The server's own stop semantics: True when the returned text keeps the stop sequence.
     stop_in_output: bool = False
+    # The caller's answer names the stop sequence that matched (Anthropic's stop_sequence): the
+    # gateway applies stop sequences itself rather than sending them to an upstream that
+    # cannot say which one matched.
+    names_stop: bool = False
     # Derived from params: each row by the dialect's field name, for parsing.
     by_name: dict[str, Param] = field(default_factory=dict, compare=False)
 
