@@ -39,6 +39,7 @@ from switchyard.policies.base import Outcome, Principal
 from switchyard.policies.factory import Policies
 from switchyard.policies.tokens import count_prompt_tokens
 from switchyard.routing import Route, Router
+from switchyard.routing.window import truncates
 
 if TYPE_CHECKING:
     from switchyard.http.tracing import Tracing
@@ -240,6 +241,9 @@ class Gateway:
                 else DEFAULT_RESERVATION)
         elif route.model.context_window:  # a known window bounds it (a larger ask is truncated or refused)
             max_tokens = min(max_tokens, max(route.model.context_window - prompt_tokens, 1))
+        cap = route.model.max_output_tokens
+        if cap is not None and truncates(req):  # what the router will lower it to
+            max_tokens = min(max_tokens, cap)
         return max_tokens * len(req.prompt or [None]) * max(req.best_of or 1, req.n or 1)
 
     @staticmethod

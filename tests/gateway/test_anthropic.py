@@ -10,6 +10,7 @@ import anthropic
 import httpx
 import pytest
 
+from tests.fakes import claude_code
 from tests.fakes.upstream import Behaviour
 from tests.gateway.conftest import KEY, base_config, upstream_model
 
@@ -257,3 +258,43 @@ async def test_mid_stream_failure_is_an_error_event(cfg, gateway_for, upstream) 
                     pass
     assert e.value.body["type"] == "error"  # type: ignore[index]
     assert e.value.body["error"]["type"] in ("api_error", "overloaded_error")  # type: ignore[index]
+
+
+# --- Claude Code's request ---------------------------------------------------------------------
+
+
+async def test_claude_code_request_gets_what_fits(upstream, gateway_for) -> None:
+    """Its 87 KB first turn (max_tokens 32000, thinking, context_management, effort, a billing
+    system block, 12 tools) to models that cannot give 32000 tokens: max_tokens is lowered to the
+    window's room or the configured max_output_tokens, the optional features are left out and
+    named, and the billing block (a per-conversation header) is not sent."""
+    small = {**upstream_model("local/small", upstream.url), "context_window": 40000,
+             "aliases": ["claude-sonnet-5"]}
+    capped = {**upstream_model("local/capped", upstream.url), "max_output_tokens": 1000,
+              "aliases": ["claude-haiku-4-5"]}
+    cfg = base_config([small, capped], router={"retries": 0})
+    upstream.default = Behaviour(text="hi there")
+    async with gateway_for(cfg) as gw:
+        a = await gw.post("/v1/messages?beta=true", content=json.dumps(claude_code.body("claude-sonnet-5")),
+                          headers=claude_code.headers(KEY))
+        b = await gw.post("/v1/messages?beta=true", content=json.dumps(claude_code.body("claude-haiku-4-5")),
+                          headers=claude_code.headers(KEY))
+        counted = await gw.post("/v1/messages/count_tokens?beta=true", headers=claude_code.headers(KEY),
+                                content=json.dumps(claude_code.body("claude-sonnet-5")))
+    assert a.status_code == 200 and b.status_code == 200, (a.text, b.text)
+    events = [json.loads(line[6:]) for line in a.text.splitlines() if line.startswith("data: ")]
+    text = "".join(e["delta"].get("text", "") for e in events if e["type"] == "content_block_delta")
+    assert text == "hi there"
+    to_small, to_capped = upstream.requests[0].body, upstream.requests[1].body
+    # the window less the prompt, as the gateway counts it (count_tokens says the same)
+    assert to_small["max_tokens"] == 40000 - counted.json()["input_tokens"] > 10000
+    assert to_capped["max_tokens"] == 1000
+    assert to_small["messages"][0]["role"] == "system"
+    assert "x-anthropic-billing-header" not in to_small["messages"][0]["content"]
+    assert to_small["messages"][0]["content"].startswith("You are Claude Code")
+    assert [t["function"]["name"] for t in to_small["tools"]] == list(claude_code.TOOLS)
+    for field in ("thinking", "context_management", "output_config", "metadata", "system"):
+        assert field not in to_small
+    warning = a.headers["x-switchyard-warning"]
+    for name in ("thinking", "context_management", "output_config.effort", "cache_control", "anthropic-beta"):
+        assert name in warning
