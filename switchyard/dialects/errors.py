@@ -28,7 +28,7 @@ def shape_of(shape: str, named: bool = False) -> ErrorShape:
 def error_json(dialect: str, err: GatewayError, named: bool = False) -> tuple[int, dict[str, Any]]:
     """(status, body) for ``err`` as a server of ``dialect`` would send it."""
     if dialect == "anthropic":  # Anthropic's own body, types and statuses (wire.ERROR_TYPE)
-        return wire.error_body(err.status, err.message)
+        return wire.error_body(err.status, err.message, err.param)
     shape = shape_of(dialect, named)
     status = err.status
     if isinstance(err, InvalidRequest) and status == 400:

@@ -64,8 +64,13 @@ def error_status(status: int) -> tuple[int, str]:
     return status, kind
 
 
-def error_body(status: int, message: str, request_id: str | None = None) -> tuple[int, dict[str, Any]]:
+def error_body(status: int, message: str, param: str | None = None,
+               request_id: str | None = None) -> tuple[int, dict[str, Any]]:
+    """Anthropic's error body has no ``param``: the message leads with the field at fault, as
+    Anthropic's own do (``max_tokens: Field required``)."""
     status, kind = error_status(status)
+    if param and not message.startswith(param):
+        message = f"{param}: {message}"
     body: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message}}
     if request_id:
         body["request_id"] = request_id
