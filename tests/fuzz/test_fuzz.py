@@ -61,10 +61,11 @@ def bodies(path: str) -> st.SearchStrategy[dict[str, Any]]:
     fields = st.dictionaries(known | hostile_names, json_values, max_size=6)
     base = st.fixed_dictionaries({"model": st.sampled_from(MODELS) | json_values})
     if path.startswith("/v1/messages"):
-        content = st.fixed_dictionaries({"max_tokens": st.integers(-2, 64) | json_values, "messages": st.lists(
-            st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "system"]) | json_values,
-                                   "content": blocks | json_values}), max_size=3)},
-            optional={"system": blocks | json_values})
+        turns = st.lists(st.fixed_dictionaries({
+            "role": st.sampled_from(["user", "assistant", "system"]) | json_values,
+            "content": blocks | json_values}), max_size=3)
+        content = st.fixed_dictionaries({"max_tokens": st.integers(-2, 64) | json_values, "messages": turns},
+                                        optional={"system": blocks | json_values})
     elif "chat" in path:
         content = st.fixed_dictionaries({"messages": st.lists(st.fixed_dictionaries(
             {"role": st.sampled_from(["user", "system", "assistant", "tool"]), "content": json_values}),

@@ -12,7 +12,7 @@ import pytest
 
 from tests.fakes import claude_code
 from tests.fakes.upstream import Behaviour
-from tests.gateway.conftest import KEY, base_config, upstream_model
+from tests.gateway.conftest import KEY, base_config, serve, upstream_model
 
 MODEL = "vendor/up"
 HI = [{"role": "user", "content": "hi"}]
@@ -298,3 +298,23 @@ async def test_claude_code_request_gets_what_fits(upstream, gateway_for) -> None
     warning = a.headers["x-switchyard-warning"]
     for name in ("thinking", "context_management", "output_config.effort", "cache_control", "anthropic-beta"):
         assert name in warning
+
+
+async def test_counted_in_metrics_and_the_access_log(upstream, capsys) -> None:
+    """The endpoints count as the others do: /metrics by endpoint and dialect, tokens charged
+    for /v1/messages (count_tokens is answered, counted as a request, and charges nothing)."""
+    from tests.http.test_metrics import scrape, value
+
+    cfg = base_config([upstream_model(MODEL, upstream.url)])
+    async with serve(cfg) as gw:
+        ok = await gw.post("/v1/messages", json={"model": MODEL, "max_tokens": 3, "messages": HI})
+        n = await gw.post("/v1/messages/count_tokens?beta=true", json={"model": MODEL, "messages": HI})
+        assert ok.status_code == 200 and n.status_code == 200
+        m = await scrape(gw)
+    assert value(m, "switchyard_requests_total", endpoint="/v1/messages", dialect="anthropic") == 1
+    counted = value(m, "switchyard_requests_total", endpoint="/v1/messages/count_tokens", dialect="anthropic")
+    assert counted == 1
+    assert value(m, "switchyard_tokens_total", model=MODEL, kind="completion") == 3
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")]
+    logged = {(r["endpoint"], r["status"]) for r in lines if r.get("event") == "request"}
+    assert {("/v1/messages", 200), ("/v1/messages/count_tokens", 200)} <= logged
