@@ -318,3 +318,14 @@ async def test_counted_in_metrics_and_the_access_log(upstream, capsys) -> None:
     lines = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")]
     logged = {(r["endpoint"], r["status"]) for r in lines if r.get("event") == "request"}
     assert {("/v1/messages", 200), ("/v1/messages/count_tokens", 200)} <= logged
+
+
+async def test_openapi_documents_the_endpoints(cfg, gateway_for) -> None:
+    async with gateway_for(cfg) as gw:
+        doc = (await gw.get("/schema/openapi.json")).json()
+        models = await gw.get("/v1/models")
+    for path in ("/v1/messages", "/v1/messages/count_tokens"):
+        props = doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]["properties"]
+        assert {"model", "messages", "system", "max_tokens", "tools", "tool_choice", "thinking"} <= set(props)
+    assert props["temperature"]["maximum"] == 1  # Anthropic's range, from the table
+    assert [m["id"] for m in models.json()["data"]] == [MODEL, "claude-sonnet-5"]  # /v1/models as before
