@@ -117,7 +117,8 @@ def write_doc(results: dict[tuple[str, str, str], tuple[str, str]]) -> None:
               "pattern, and its upstream gets that name",
               "- also (`test_anthropic_sdk.py`): the `anthropic` SDK on `/v1/messages`, on both routes: a "
               "message (sync, and async under the SDK's default version 2026-10-21), a stream read through "
-              "`messages.stream`, and a tool round trip whole and streamed (`tool_use` with its input, then a "
+              "`messages.stream`, and a tool round trip whole and streamed (`tool_use` with its input, "
+              "then a "
               "`tool_result` answered); the text it reads equals the `chat` column's. Errors, limits, "
               "count_tokens and Claude Code's own request: `tests/gateway/test_anthropic.py`"]
     lines += ["", "How each SDK is pointed at the gateway:", ""]

@@ -325,7 +325,8 @@ async def test_openapi_documents_the_endpoints(cfg, gateway_for) -> None:
         doc = (await gw.get("/schema/openapi.json")).json()
         models = await gw.get("/v1/models")
     for path in ("/v1/messages", "/v1/messages/count_tokens"):
-        props = doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]["properties"]
+        body = doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]
+        props = body["schema"]["properties"]
         assert {"model", "messages", "system", "max_tokens", "tools", "tool_choice", "thinking"} <= set(props)
     assert props["temperature"]["maximum"] == 1  # Anthropic's range, from the table
     assert [m["id"] for m in models.json()["data"]] == [MODEL, "claude-sonnet-5"]  # /v1/models as before
