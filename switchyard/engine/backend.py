@@ -12,16 +12,15 @@ import os
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
-from switchyard.core import errors
 from switchyard.core.canonical import CanonicalRequest, Chunk
 from switchyard.core.config import DeploymentConfig, EngineConfig
-from switchyard.core.errors import GatewayError, Unavailable
+from switchyard.core.errors import Unavailable
 from switchyard.engine import tools
-from switchyard.engine.channel import AsyncChannel
+from switchyard.engine.channel import AsyncChannel, error_of
 
 log = logging.getLogger(__name__)
 _ROOT = Path(__file__).resolve().parents[2]
@@ -66,7 +65,7 @@ class EngineBackend:
         return self._proc.pid if self._proc is not None else None
 
     async def generate(self, req: CanonicalRequest,
-                       upstream_model: str | None = None) -> AsyncIterator[Chunk]:
+                       upstream_model: str | None = None) -> AsyncGenerator[Chunk, None]:
         """``upstream_model`` (a wildcard route's name) means nothing here: one model is loaded."""
         req, tool_plan = tools.prepare(req)
         rewrite = tools.ToolCallStream(tool_plan).rewrite if tool_plan is not None else None
@@ -85,7 +84,7 @@ class EngineBackend:
                     return
                 else:
                     finished = True
-                    err = _error(msg)
+                    err = error_of(msg)
                     if tool_plan is not None and tool_plan.mode == "required" and err.param == "constraint":
                         err.param = "tools"  # the grammar came from the tools' parameter schemas
                     raise err
@@ -104,7 +103,7 @@ class EngineBackend:
         finally:
             self._streams.pop(rid, None)
         if msg[0] != "count":
-            raise _error(msg)
+            raise error_of(msg)
         return int(msg[2])
 
     async def aclose(self) -> None:
@@ -212,11 +211,3 @@ class EngineBackend:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             await proc.wait()
-
-
-def _error(msg: tuple[Any, ...]) -> GatewayError:
-    _, _, name, message, param = msg
-    cls = getattr(errors, name, None)
-    if not (isinstance(cls, type) and issubclass(cls, GatewayError)):
-        cls = GatewayError
-    return cls(message, param=param)
