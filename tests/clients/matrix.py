@@ -120,7 +120,10 @@ def write_doc(results: dict[tuple[str, str, str], tuple[str, str]]) -> None:
               "`messages.stream`, and a tool round trip whole and streamed (`tool_use` with its input, "
               "then a "
               "`tool_result` answered); the text it reads equals the `chat` column's. Errors, limits, "
-              "count_tokens and Claude Code's own request: `tests/gateway/test_anthropic.py`"]
+              "count_tokens and Claude Code's own request: `tests/gateway/test_anthropic.py`",
+              "- also (`test_claude_code.py`): Claude Code's CLI itself (`claude -p`, npm "
+              "`@anthropic-ai/claude-code` 2.1.197, installed by `make claude-code`), offline, with "
+              "`ANTHROPIC_AUTH_TOKEN` and with `ANTHROPIC_API_KEY`: it prints the upstream's answer"]
     lines += ["", "How each SDK is pointed at the gateway:", ""]
     lines += [f"- {client}: {HOW[client]}" for client in [*clients, "anthropic"]]
     text = "\n".join(lines) + "\n"

@@ -185,7 +185,7 @@ async def test_errors_are_the_sdks_own(cfg, gateway_for, upstream) -> None:
 @pytest.mark.parametrize(("body", "field"), [
     ({"messages": [{"role": "user", "content": "hi"}]}, "max_tokens"),
     ({"max_tokens": 5}, "messages"),
-    ({"max_tokens": 5, "messages": [{"role": "system", "content": "hi"}]}, "messages[0].role"),
+    ({"max_tokens": 5, "messages": [{"role": "tool", "content": "hi"}]}, "messages[0].role"),
     ({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]},
      "messages[0].content[0].source"),
     ({"max_tokens": 5, "messages": [{"role": "user", "content": "hi"}], "tool_choice": {"type": "all"}},

@@ -167,9 +167,14 @@ class _Reader:
             if not isinstance(m, dict):
                 raise _bad(where, "must be an object with role and content")
             role, content = m.get("role"), m.get("content")
-            if role not in ("user", "assistant"):
-                raise _bad(f"{where}.role", f'must be "user" or "assistant" (got {str(role)[:20]!r})')
-            if isinstance(content, str):
+            if role not in ("user", "assistant", "system"):
+                raise _bad(f"{where}.role",
+                           f'must be "user", "assistant" or "system" (got {str(role)[:20]!r})')
+            if role == "system":  # mid-conversation instructions (Claude Code 2.1 sends them)
+                if not isinstance(content, str | list):
+                    raise _bad(f"{where}.content", "must be a string or an array of text blocks")
+                out.append({"role": "system", "content": self.system(content, f"{where}.content")})
+            elif isinstance(content, str):
                 out.append({"role": role, "content": content})
             elif not isinstance(content, list):
                 raise _bad(f"{where}.content", "must be a string or an array of content blocks")
@@ -179,12 +184,12 @@ class _Reader:
                 out.append(self.assistant(where, content))
         return out
 
-    def system(self, system: Any) -> str:
+    def system(self, system: Any, at: str = "system") -> str:
         if system is None or isinstance(system, str):
             return system or ""
         texts = []
         for j, b in enumerate(system):
-            where = f"system[{j}]"
+            where = f"{at}[{j}]"
             if not isinstance(b, dict) or b.get("type") != "text" or not isinstance(b.get("text"), str):
                 raise _bad(where, 'must be a {"type": "text", "text": string} block')
             self._cache(b)
