@@ -90,3 +90,13 @@ def test_tool_round_trip(gateway: Gateway, route: str, stream: bool) -> None:
                                                                       "tool_use_id": use.id,
                                                                       "content": "sunny"}]}])
     assert again.type == "message" and again.usage.output_tokens > 0
+
+
+def test_count_tokens_on_the_engine_is_its_tokenizers(gateway: Gateway) -> None:
+    """count_tokens on an engine route is the engine's own count of the templated prompt: what
+    the same message's usage reports (cache reads included)."""
+    c = client(gateway, default_headers=OLD)
+    counted = c.messages.count_tokens(model=ENGINE, messages=ASK)  # type: ignore[arg-type]
+    msg = c.messages.create(model=ENGINE, max_tokens=1, messages=ASK, extra_body=GREEDY)  # type: ignore[arg-type]
+    u = msg.usage
+    assert counted.input_tokens == u.input_tokens + (u.cache_read_input_tokens or 0) > 0

@@ -205,6 +205,20 @@ async def test_bad_fields_are_400_naming_them(cfg, gateway_for, body, field) -> 
     assert err["error"]["message"].startswith(field), err
 
 
+async def test_too_large_and_unknown_fields(upstream, gateway_for) -> None:
+    keys = [{"id": "k1", "team": "t", "key": KEY}, {"id": "k2", "team": "t", "key": "sk-strict", "strict": True}]
+    cfg = base_config([upstream_model(MODEL, upstream.url)], server={"max_body_bytes": 2048}, keys=keys)
+    odd = {"model": MODEL, "max_tokens": 2, "messages": HI, "frobnicate": 1}
+    async with gateway_for(cfg) as gw:
+        big = await gw.post("/v1/messages", json={"model": MODEL, "max_tokens": 2,
+                                                  "messages": [{"role": "user", "content": "x" * 4000}]})
+        lax = await gw.post("/v1/messages", json=odd)
+        strict = await gw.post("/v1/messages", json=odd, headers={"authorization": "Bearer sk-strict"})
+    assert big.status_code == 413 and big.json()["error"]["type"] == "request_too_large"
+    assert lax.status_code == 200 and "frobnicate" in lax.headers["x-switchyard-warning"]
+    assert strict.status_code == 400 and strict.json()["error"]["message"].startswith("frobnicate")
+
+
 async def test_sampling_follows_the_version(cfg, gateway_for, upstream) -> None:
     """Under 2023-06-01 temperature, top_p and top_k are taken (top_k is a 400 naming it for an
     OpenAI upstream, which has none); under the SDK's default (2026-10-21) each is a 400 naming
