@@ -206,7 +206,8 @@ async def test_bad_fields_are_400_naming_them(cfg, gateway_for, body, field) -> 
 
 
 async def test_too_large_and_unknown_fields(upstream, gateway_for) -> None:
-    keys = [{"id": "k1", "team": "t", "key": KEY}, {"id": "k2", "team": "t", "key": "sk-strict", "strict": True}]
+    keys = [{"id": "k1", "team": "t", "key": KEY},
+            {"id": "k2", "team": "t", "key": "sk-strict", "strict": True}]
     cfg = base_config([upstream_model(MODEL, upstream.url)], server={"max_body_bytes": 2048}, keys=keys)
     odd = {"model": MODEL, "max_tokens": 2, "messages": HI, "frobnicate": 1}
     async with gateway_for(cfg) as gw:
