@@ -147,6 +147,21 @@ async def test_images_documents_and_cache_control(cfg, gateway_for, upstream) ->
         assert name in warning
 
 
+async def test_output_config_format_is_the_json_schema_constraint(cfg, gateway_for, upstream) -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    async with gateway_for(cfg) as gw:
+        fmt = {"type": "json_schema", "schema": schema}
+        r = await gw.post("/v1/messages", json={"model": MODEL, "max_tokens": 2, "messages": HI,
+                                                "output_config": {"format": fmt, "effort": "low"}})
+        bad = await gw.post("/v1/messages", json={"model": MODEL, "max_tokens": 2, "messages": HI,
+                                                  "output_config": {"format": {"type": "json_object"}}})
+    assert r.status_code == 200, r.text
+    assert upstream.requests[0].body["response_format"] == {
+        "type": "json_schema", "json_schema": {"name": "output", "schema": schema}}
+    assert "output_config.effort" in r.headers["x-switchyard-warning"]
+    assert bad.status_code == 400 and bad.json()["error"]["message"].startswith("output_config.format.type")
+
+
 async def test_count_tokens(cfg, gateway_for, upstream) -> None:
     async with gateway_for(cfg) as gw:
         long = [{"role": "user", "content": "hi " * 40}]
