@@ -270,7 +270,7 @@ class Gateway:
                 kept = vendor_fields(req.extra, d.allow_extra_params) if same else {}
                 dropped.update(k for k in req.extra if k not in kept)
             # The native lane (a deployment that speaks the caller's API) forwards the body whole.
-            optional = optional or (native is not None and not (same and d.dialect == native.api))
+            optional = optional or (native is not None and t.native != native.api)
         said = [warning_header(sorted(dropped))] if dropped else []
         if optional and native is not None and native.optional:
             said.append(optional_warning(list(native.optional)))
