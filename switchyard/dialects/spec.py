@@ -21,11 +21,12 @@ STR = (str,)
 LIST = (list,)
 OBJECT = (dict,)
 BOOL_OR_INT = (bool, int)
+STR_OR_LIST = (str, list)
 ANY: tuple[type, ...] = ()
 
 _TYPE_NAMES: dict[tuple[type, ...], str] = {
     NUMBER: "a number", INT: "an integer", BOOL: "a boolean", STR: "a string", LIST: "an array",
-    OBJECT: "an object", BOOL_OR_INT: "a boolean or an integer"}
+    OBJECT: "an object", BOOL_OR_INT: "a boolean or an integer", STR_OR_LIST: "a string or an array"}
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,18 @@ from switchyard.core.canonical import CanonicalRequest, Constraint, Native
 from switchyard.core.errors import InvalidRequest
 from switchyard.dialects import common as c
 from switchyard.dialects.anthropic import wire
-from switchyard.dialects.spec import BOOL, INT, LIST, NUMBER, OBJECT, STR, Dialect, ErrorShape, Param
+from switchyard.dialects.spec import (
+    BOOL,
+    INT,
+    LIST,
+    NUMBER,
+    OBJECT,
+    STR,
+    STR_OR_LIST,
+    Dialect,
+    ErrorShape,
+    Param,
+)
 
 _IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
 # Claude Code's first system block: Anthropic's billing attribution, different in every
@@ -118,7 +129,7 @@ ANTHROPIC = Dialect(
     params=(
         c.MODEL,
         Param("messages", "messages", LIST),
-        Param("system", "messages", (str, list)),
+        Param("system", "messages", STR_OR_LIST),
         Param("max_tokens", "max_tokens", INT, ge=1),
         c.STREAM,
         Param("temperature", "temperature", NUMBER, ge=0, le=1),
