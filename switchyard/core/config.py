@@ -273,6 +273,9 @@ class ModelConfig(_Model):
     strategy: Literal["weighted", "least_busy", "latency", "usage"] = "weighted"
     fallbacks: list[str] = Field(default_factory=list)
     context_window: int | None = Field(None, ge=1)
+    max_output_tokens: int | None = Field(
+        None, ge=1, description="the most completion tokens one request gets: a larger max_tokens is "
+        "lowered to it where the caller's API lets the gateway truncate (Anthropic Messages, Fireworks)")
     context_fallback: str | None = None
     price: Price = Field(default_factory=Price)
     tokenizer: str | None = Field(None, description="tiktoken encoding for prompt counting")

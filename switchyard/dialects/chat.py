@@ -65,7 +65,7 @@ def chat_emits(upstream: Dialect) -> dict[str, Emit]:
     """What an upstream of dialect ``upstream`` accepts on its chat endpoint: its own sampling
     names, with the message-shaped fields OpenAI's chat API defines."""
     emits = {f: e for f, e in upstream.emits.items() if f not in _COMPLETION_ONLY}
-    emits.update(c.plain("tools", "tool_choice", "stop"))
+    emits.update(c.plain("tools", "tool_choice", "parallel_tool_calls", "stop"))
     emits["max_tokens"] = c.OPENAI_EMITS["max_tokens"]
     emits["logprobs"] = _chat_logprobs
     if upstream.name in ("openai", "fireworks"):

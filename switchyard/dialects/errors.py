@@ -7,6 +7,7 @@ from typing import Any
 import msgspec
 
 from switchyard.core.errors import GatewayError, InvalidRequest
+from switchyard.dialects.anthropic import wire
 from switchyard.dialects.registry import DIALECTS
 from switchyard.dialects.spec import ErrorShape
 
@@ -26,6 +27,8 @@ def shape_of(shape: str, named: bool = False) -> ErrorShape:
 
 def error_json(dialect: str, err: GatewayError, named: bool = False) -> tuple[int, dict[str, Any]]:
     """(status, body) for ``err`` as a server of ``dialect`` would send it."""
+    if dialect == "anthropic":  # Anthropic's own body, types and statuses (wire.ERROR_TYPE)
+        return wire.error_body(err.status, err.message, err.param)
     shape = shape_of(dialect, named)
     status = err.status
     if isinstance(err, InvalidRequest) and status == 400:

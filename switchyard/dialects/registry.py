@@ -7,15 +7,23 @@ from functools import cache
 from typing import Any
 
 from switchyard.core.errors import InvalidRequest
+from switchyard.dialects.anthropic.render import AnthropicRenderer
+from switchyard.dialects.anthropic.request import ANTHROPIC
 from switchyard.dialects.chat import CHAT
 from switchyard.dialects.fireworks import FIREWORKS
 from switchyard.dialects.llamacpp import LLAMACPP, LLAMACPP_NATIVE
 from switchyard.dialects.mistralrs import MISTRALRS
 from switchyard.dialects.openai import OPENAI, VLLM
+from switchyard.dialects.render import RENDERERS, Renderer
 from switchyard.dialects.sgp import SGP
 from switchyard.dialects.spec import Dialect
 
+# The dialects of /v1/completions (and of upstreams).
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (OPENAI, VLLM, LLAMACPP, MISTRALRS, FIREWORKS, SGP)}
+# Every dialect a caller may speak, by the name its canonical requests carry.
+CALLERS: dict[str, Dialect] = {**DIALECTS, CHAT.name: CHAT, ANTHROPIC.name: ANTHROPIC}
+# Every answer shape, by name.
+ANSWERS: dict[str, type[Renderer]] = {**RENDERERS, "anthropic": AnthropicRenderer}
 
 # Canonical fields that are no dialect's body field (the request's envelope as rendered).
 _ENVELOPE = frozenset({"model", "prompt", "messages", "stream", "stream_options"})
@@ -83,4 +91,4 @@ def sniff_completion_dialect(body: Any, headers: Mapping[str, str]) -> Dialect:
     return OPENAI
 
 
-__all__ = ["CHAT", "DIALECTS", "sniff_completion_dialect"]
+__all__ = ["ANSWERS", "CALLERS", "CHAT", "DIALECTS", "sniff_completion_dialect"]

@@ -30,11 +30,11 @@ from switchyard.dialects.defaults import sampling_defaults
 from switchyard.dialects.errors import error_bytes, error_json
 from switchyard.dialects.parse import parse_request
 from switchyard.dialects.passthrough import vendor_fields
-from switchyard.dialects.registry import DIALECT_HEADER, sniff_completion_dialect
-from switchyard.dialects.render import RENDERERS, Renderer
+from switchyard.dialects.registry import ANSWERS, DIALECT_HEADER, sniff_completion_dialect
+from switchyard.dialects.render import Renderer
 from switchyard.dialects.spec import Dialect
 from switchyard.gateway.context import RequestContext
-from switchyard.gateway.requests import decode_body, model_name, warning_header
+from switchyard.gateway.requests import decode_body, model_name, optional_warning, warning_header
 from switchyard.gateway.streaming import Tally, gather
 from switchyard.policies.base import Outcome, Principal
 from switchyard.policies.factory import Policies
@@ -42,6 +42,7 @@ from switchyard.policies.limits import DEFAULT_COMPLETION_RESERVE
 from switchyard.policies.refusals import reason_of
 from switchyard.policies.tokens import count_prompt_tokens
 from switchyard.routing import Route, Router
+from switchyard.routing.window import truncates
 
 log = logging.getLogger("switchyard")
 
@@ -51,12 +52,22 @@ INTERNAL = GatewayError("internal error; it has been logged with this request's 
 SSE = "text/event-stream"
 
 
+class Reader(Protocol):
+    """A dialect whose request needs more than its table (several fields at once, the headers):
+    reads the decoded body (and its bytes, kept for a deployment that speaks the dialect)."""
+
+    def __call__(self, body: Any, raw: bytes, headers: Mapping[str, str], *, strict: bool = False,
+                 count: bool = False) -> CanonicalRequest: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Endpoint:
     kind: RequestKind
     dialect: Dialect | None  # None: told by the body (``/v1/completions`` serves several)
     renderer: str | None = None  # default: the dialect's name
     model_optional: bool = False  # llama.cpp's native endpoint serves its one model unnamed
+    read: Reader | None = None  # default: the dialect's table (``parse_request``)
+    counts: bool = False  # answers the prompt's token count ({"input_tokens": N}), generates nothing
 
 
 class Tracer(Protocol):
@@ -163,6 +174,11 @@ class Gateway:
         """Answer one request on ``out``; settle it if it was admitted."""
         try:
             req = await self._prepare(ctx, ep, headers, raw)
+            if ep.counts:  # count_tokens: checked as a completion is, up to admission; not charged
+                ctx.status = 200
+                await out.whole(200, {}, msgspec.json.encode({"input_tokens": ctx.run.prompt_tokens}))
+                return
+            req = await self._admit(ctx, req)
         except GatewayError as e:
             await self.send_error(ctx, out, e)
             await self._after_refusal(ctx, e)
@@ -222,7 +238,10 @@ class Gateway:
             raise bad
         if isinstance(body, dict):
             self._default_model(body, principal, ep)
-        req = parse_request(dialect, body, kind=ep.kind, strict=principal.strict)
+        if ep.read is not None:
+            req = ep.read(body, raw, headers, strict=principal.strict, count=ep.counts)
+        else:
+            req = parse_request(dialect, body, kind=ep.kind, strict=principal.strict)
         ctx.requested_model = model_name(req.model)
         ctx.stream = req.stream
         route = ctx.route = self._route(req, principal)
@@ -231,8 +250,13 @@ class Gateway:
             ctx.deadline = ctx.started + timeout
             if req.timeout is None:  # the router bounds each attempt by req.timeout
                 req = replace(req, timeout=timeout)
-        prompt_tokens = await self._count(req, route)
-        ctx.run.prompt_tokens = prompt_tokens
+        ctx.run.prompt_tokens = await self._count(req, route)
+        return req
+
+    async def _admit(self, ctx: RequestContext, req: CanonicalRequest) -> CanonicalRequest:
+        """Admit ``req`` against every limit; the request to send (its max_tokens may be set)."""
+        principal, route, prompt_tokens = ctx.principal, ctx.route, ctx.run.prompt_tokens
+        assert principal is not None and route is not None and prompt_tokens is not None
         ctx.admit_at = time.monotonic()
         per_choice = self._reservation(req, route, prompt_tokens)
         ticket = ctx.ticket = await self.policies.policy.admit(
@@ -279,21 +303,31 @@ class Gateway:
         if max_tokens is None or max_tokens < 0:
             default = sampling_defaults(req.dialect).get("max_tokens") if req.kind == "completion" else None
             max_tokens = default if isinstance(default, int) and default > 0 else DEFAULT_COMPLETION_RESERVE
+        cap = route.model.max_output_tokens
+        if cap is not None and truncates(req):  # what the router will lower it to
+            max_tokens = min(max_tokens, cap)
         # A known window bounds it (a larger ask is truncated or refused).
         return min(max_tokens, window) if window is not None else max_tokens
 
     @staticmethod
     def _dropped(req: CanonicalRequest, route: Route) -> str | None:
-        """The warning for unknown fields that not every deployment of the route receives."""
-        if not req.extra:
-            return None
+        """The warning for unknown fields that not every deployment of the route receives, and for
+        what the caller's API makes optional and a translating deployment leaves out."""
         dropped: set[str] = set()
+        optional = False
+        native = req.native
         for t in route.targets:
             d = t.deployment
-            kept = (vendor_fields(req.extra, d.allow_extra_params)
-                    if d.backend == "upstream" and d.dialect == req.dialect else {})
-            dropped.update(k for k in req.extra if k not in kept)
-        return warning_header(sorted(dropped)) if dropped else None
+            same = d.backend == "upstream" and d.dialect == req.dialect
+            if req.extra:
+                kept = vendor_fields(req.extra, d.allow_extra_params) if same else {}
+                dropped.update(k for k in req.extra if k not in kept)
+            # The native lane (a deployment that speaks the caller's API) forwards the body whole.
+            optional = optional or (native is not None and t.native != native.api)
+        said = [warning_header(sorted(dropped))] if dropped else []
+        if optional and native is not None and native.optional:
+            said.append(optional_warning(list(native.optional)))
+        return "; ".join(said) or None
 
     # -- after admission: one owner, one finally ---------------------------------------------
 
@@ -306,7 +340,7 @@ class Gateway:
         task = asyncio.current_task()
         assert task is not None
         out.watch(task)
-        renderer = RENDERERS[ctx.shape](req)
+        renderer = ANSWERS[ctx.shape](req, ctx.tally.prompt_tokens)
         try:
             if req.stream:
                 await self._stream(ctx, renderer, chunks, headers, out)
@@ -444,4 +478,4 @@ def _charged(tally: Tally, status: int) -> Usage:
     return Usage()
 
 
-__all__ = ["JSON", "REQUEST_ID", "SSE", "Endpoint", "Gateway", "Responder", "bearer_key"]
+__all__ = ["JSON", "REQUEST_ID", "SSE", "Endpoint", "Gateway", "Reader", "Responder", "bearer_key"]

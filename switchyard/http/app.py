@@ -16,6 +16,7 @@ from litestar.types import ControllerRouterHandler
 
 from switchyard.core.config import Config
 from switchyard.core.errors import GatewayError, PayloadTooLarge
+from switchyard.dialects.anthropic.request import ANTHROPIC, read_request
 from switchyard.dialects.chat import CHAT
 from switchyard.dialects.errors import error_bytes
 from switchyard.dialects.fireworks import FIREWORKS
@@ -49,6 +50,8 @@ SGP_V5_CHAT = Endpoint("chat", CHAT, renderer="sgp_v5_chat")
 LLAMACPP_COMPLETION = Endpoint("completion", LLAMACPP_NATIVE, renderer="llamacpp_native",
                                model_optional=True)
 CHAT_COMPLETIONS = Endpoint("chat", CHAT)
+MESSAGES = Endpoint("chat", ANTHROPIC, read=read_request)
+COUNT_TOKENS = Endpoint("chat", ANTHROPIC, read=read_request, counts=True)
 SETTLE_AFTER_CUT = 5.0  # seconds that requests cut at shutdown may take to settle
 
 log = logging.getLogger("switchyard")
@@ -69,6 +72,10 @@ HOT: dict[str, tuple[Endpoint, str, list[Dialect]]] = {
     "/completion": (LLAMACPP_COMPLETION, "llama.cpp native completion", [LLAMACPP_NATIVE]),
     "/v1/chat/completions": (CHAT_COMPLETIONS, "Chat completions", [CHAT]),
     "/inference/v1/chat/completions": (CHAT_COMPLETIONS, "Chat completions (Fireworks path)", [CHAT]),
+    "/v1/messages": (MESSAGES, "Anthropic Messages (x-api-key or Bearer; anthropic-version and "
+                     "anthropic-beta read; ?beta=true accepted); errors in Anthropic's shape", [ANTHROPIC]),
+    "/v1/messages/count_tokens": (COUNT_TOKENS, "Anthropic Messages token count: {\"input_tokens\": N} "
+                                  "(the engine's tokenizer, else the gateway's estimate)", [ANTHROPIC]),
 }
 
 

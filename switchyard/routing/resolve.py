@@ -27,6 +27,11 @@ def caps_of(dep: DeploymentConfig) -> Caps:
     return Caps() if dep.backend == "engine" else wire_for(dep).caps
 
 
+def native_of(dep: DeploymentConfig) -> str | None:
+    """The caller dialect whose bodies the deployment's API takes as sent (its native lane)."""
+    return None if dep.backend == "engine" else wire_for(dep).native_dialect
+
+
 @dataclass(slots=True, eq=False)
 class Target:
     """One deployment of a model group, with the backend that serves it and its health."""
@@ -36,6 +41,7 @@ class Target:
     backend: Backend
     health: Health
     caps: Caps = field(default_factory=Caps)
+    native: str | None = None  # the caller dialect it takes as sent (providers.wire.Wire.native_dialect)
     name: str = ""
 
     def __post_init__(self) -> None:
@@ -128,7 +134,7 @@ class Resolver:
         for m in config.models:
             self.targets[m.name] = [
                 Target(m, d, given.get(f"{m.name}/{d.name}") or build_backend(m, d),
-                       Health(rc.cooldown_failures, rc.cooldown_seconds), caps_of(d))
+                       Health(rc.cooldown_failures, rc.cooldown_seconds), caps_of(d), native_of(d))
                 for d in m.deployments]
             vendor, name = m.name.split("/", 1)
             if name == "*":

@@ -33,7 +33,7 @@ from switchyard.routing.resolve import Resolver, Route, RunInfo, Target
 from switchyard.routing.retry import backoff, deadline_exceeded, retry_after_header
 from switchyard.routing.strategies import PICKERS, by_usage
 from switchyard.routing.usage import Counters, LocalCounters, counters_for
-from switchyard.routing.window import fit_window
+from switchyard.routing.window import cap_output, fit_window
 
 if TYPE_CHECKING:
     from switchyard.policies.store import Store
@@ -276,6 +276,7 @@ class Router:
         with none left, fit it as the caller's overflow policy asks (or refuse). Where the window
         is known the gateway honours the policy itself (``window.fit_window``)."""
         seen = {route.group}
+        req = cap_output(req, route.model)
         while route.model.context_window is not None:
             window = route.model.context_window
             nxt = route.model.context_fallback
@@ -285,6 +286,7 @@ class Router:
                 return route, fit_window(req, route.group, route.model, window, info.prompt_tokens or 0)
             route = self.resolve(nxt)
             seen.add(route.group)
+            req = cap_output(req, route.model)
         return route, req
 
     def _chain(self, req: CanonicalRequest, route: Route, info: RunInfo) -> Iterator[Route]:

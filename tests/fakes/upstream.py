@@ -126,6 +126,10 @@ class FakeUpstream:
             return web.json_response(out)
         resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
         await resp.prepare(request)
+        call = _tool_call(body) if chat else None
+        if call is not None:  # as OpenAI streams a call: id and name first, then the arguments in pieces
+            await _stream_call(resp, body, call)
+            pieces = []
         sent = 0
         for i in range(n):
             for j, p in enumerate(pieces):
@@ -169,6 +173,23 @@ def _tool_call(body: dict[str, Any]) -> dict[str, Any] | None:
     args = {k: (props.get(k) or {}).get("enum", ["w0"])[0]
             for k in (fn.get("parameters") or {}).get("required") or []}
     return {"id": "call_up", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+
+async def _stream_call(resp: web.StreamResponse, body: dict[str, Any], call: dict[str, Any]) -> None:
+    args = call["function"]["arguments"]
+    cut = len(args) // 2
+    deltas = [{"index": 0, "id": call["id"], "type": "function",
+               "function": {"name": call["function"]["name"], "arguments": ""}},
+              {"index": 0, "function": {"arguments": args[:cut]}},
+              {"index": 0, "function": {"arguments": args[cut:]}}]
+    for i, d in enumerate(deltas):
+        delta = {"role": "assistant", "content": None, "tool_calls": [d]} if i == 0 else {"tool_calls": [d]}
+        choice = {"index": 0, "delta": delta, "finish_reason": None}
+        await resp.write(b"data: " + json.dumps({"id": "cmpl-up", "model": body.get("model"),
+                                                 "choices": [choice]}).encode() + b"\n\n")
+    done = {"index": 0, "delta": {}, "finish_reason": "tool_calls"}
+    await resp.write(b"data: " + json.dumps({"id": "cmpl-up", "model": body.get("model"),
+                                             "choices": [done]}).encode() + b"\n\n")
 
 
 def _echo(body: dict[str, Any], lp: dict[str, Any] | None) -> str:
