@@ -167,7 +167,7 @@ class RedisStore:
         except TimeoutError as e:
             if slow:
                 raise StoreSlow(f"the store did not answer this read within {limit:g} s") from e
-            raise StoreDown(f"TimeoutError: {e}") from e
+            raise _down(e, self.timeout) from e
         except _ERRORS as e:
             raise _down(e, self.timeout) from e
 

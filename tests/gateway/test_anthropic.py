@@ -335,7 +335,7 @@ async def test_counted_in_metrics_and_the_access_log(upstream, capsys) -> None:
     for /v1/messages (count_tokens is answered, counted as a request, and charges nothing)."""
     from tests.http.test_metrics import scrape, value
 
-    cfg = base_config([upstream_model(MODEL, upstream.url)])
+    cfg = base_config([upstream_model(MODEL, upstream.url)], logging={"access": True})
     async with serve(cfg) as gw:
         ok = await gw.post("/v1/messages", json={"model": MODEL, "max_tokens": 3, "messages": HI})
         n = await gw.post("/v1/messages/count_tokens?beta=true", json={"model": MODEL, "messages": HI})

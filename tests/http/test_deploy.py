@@ -100,14 +100,14 @@ def test_compose_runs_the_gateway_on_redis_and_postgres(tmp_path, monkeypatch):
     assert gw["build"]["args"]["LEDGER"] == "1" and gw["build"]["context"] == ".."
     mounted = {v.split(":")[1]: v.split(":")[0] for v in gw["volumes"]}
     config_file = DEPLOY / mounted[args.config]
-    env = {k: "x" for k in gw["environment"]}
+    env = {k: "x" * 32 for k in gw["environment"]}  # (a master key is 16 characters or more)
     env["SWITCHYARD_LEDGER_URL"] = "postgresql://switchyard:pw@postgres:5432/switchyard"
     cfg = load_with(config_file, env, monkeypatch, tmp_path)
     assert cfg.server.port == args.port
     assert cfg.store.url == "redis://redis:6379/0"  # the redis service, by its name
     assert cfg.usage.ledger is not None and "@postgres:5432/" in gw["environment"]["SWITCHYARD_LEDGER_URL"]
     assert "master_key: env:SWITCHYARD_MASTER_KEY" in config_file.read_text()
-    assert cfg.master_key == "x"  # from the environment, which compose requires to be set
+    assert cfg.master_key == "x" * 32  # from the environment, which compose requires to be set
     assert "${SWITCHYARD_MASTER_KEY:?" in gw["environment"]["SWITCHYARD_MASTER_KEY"]
     probe = " ".join(gw["healthcheck"]["test"])
     assert "/ready" in probe and f":{args.port}/" in probe

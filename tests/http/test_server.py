@@ -23,7 +23,7 @@ import yaml
 from switchyard.http.cli import main, package_version
 from tests.conftest import free_port
 from tests.fakes.upstream import Behaviour
-from tests.gateway.conftest import KEY, base_config, serve, upstream_model
+from tests.gateway.conftest import KEY, MASTER, base_config, serve, upstream_model
 from tests.gateway.helpers import sse_events
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -243,7 +243,7 @@ async def test_a_slow_body_on_an_admin_route_gets_a_408():
     close (not a silent close 5 s later)."""
     async with guarded(body_timeout=0.5) as port:
         r, w = await asyncio.open_connection("127.0.0.1", port)
-        w.write(b"POST /admin/keys HTTP/1.1\r\nhost: x\r\nauthorization: Bearer sk-master\r\n"
+        w.write(b"POST /admin/keys HTTP/1.1\r\nhost: x\r\nauthorization: Bearer " + MASTER.encode() + b"\r\n"
                 b"content-type: application/json\r\ncontent-length: 100\r\n\r\n{\"team\": ")
         await w.drain()
         started = time.monotonic()
