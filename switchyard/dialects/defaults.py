@@ -40,6 +40,7 @@ DIALECT_DEFAULTS: dict[str, dict[str, Any]] = {
     },
     "sgp": {},
     "chat": {"max_tokens": None},
+    "responses": {"max_tokens": None},
 }
 
 

@@ -15,7 +15,7 @@ from switchyard.dialects import passthrough
 from switchyard.dialects.chat import chat_emits
 from switchyard.dialects.constraints import Unsupported
 from switchyard.dialects.defaults import sampling_defaults
-from switchyard.dialects.registry import DIALECTS
+from switchyard.dialects.registry import DIALECTS, INBOUND
 from switchyard.dialects.spec import Dialect
 
 # Canonical fields gathered from several dialect fields: the group their rows write to.
@@ -47,7 +47,7 @@ _OVERFLOW_ERRS = frozenset({"openai", "vllm"})
 
 def caller_param(req: CanonicalRequest, field: str) -> str:
     """The name the caller used for a canonical field (for error messages)."""
-    dialect = DIALECTS.get(req.dialect)
+    dialect = DIALECTS.get(req.dialect) or INBOUND.get(req.dialect)
     if dialect is None:
         return field
     group = _GROUP_OF.get(field)

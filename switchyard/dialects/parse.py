@@ -20,6 +20,9 @@ def parse_request(dialect: Dialect, body: Any, *, kind: RequestKind,
                   strict: bool = False) -> CanonicalRequest:
     if not isinstance(body, dict):
         raise InvalidRequest("the request body must be a JSON object", param="body")
+    dropped: dict[str, Any] = {}
+    if dialect.prepare is not None:
+        body, dropped = dialect.prepare(body)
     values: dict[str, Any] = {}
     groups: dict[str, Group] = {}
     extra: dict[str, Any] = {}
@@ -45,17 +48,18 @@ def parse_request(dialect: Dialect, body: Any, *, kind: RequestKind,
         target, value = _ASSEMBLERS[group](parts)
         if value is not None:
             values[target] = value
-    _require(values, kind)
-    req = CanonicalRequest(kind=kind, dialect=dialect.name, extra=extra, **values)
+    _require(values, kind, dialect)
+    req = CanonicalRequest(kind=kind, dialect=dialect.name, extra={**extra, **dropped}, **values)
     _cross_checks(req)
     return req
 
 
-def _require(values: dict[str, Any], kind: RequestKind) -> None:
+def _require(values: dict[str, Any], kind: RequestKind, dialect: Dialect) -> None:
     if "model" not in values:
         raise InvalidRequest("model is required", param="model")
     field = "prompt" if kind == "completion" else "messages"
     if field not in values:
+        field = dialect.required.get(field, field)
         raise InvalidRequest(f"{field} is required", param=field)
 
 

@@ -11,10 +11,33 @@ from switchyard.dialects.fireworks import FIREWORKS
 from switchyard.dialects.llamacpp import LLAMACPP
 from switchyard.dialects.mistralrs import MISTRALRS
 from switchyard.dialects.openai import OPENAI, VLLM
+from switchyard.dialects.render import (
+    ChatRenderer,
+    FireworksRenderer,
+    LlamaNativeRenderer,
+    Renderer,
+    SGPChatRenderer,
+    SGPRenderer,
+    SGPv5ChatRenderer,
+    SGPv5Renderer,
+)
+from switchyard.dialects.responses import RESPONSES
+from switchyard.dialects.responses_render import ResponsesRenderer
 from switchyard.dialects.sgp import SGP
 from switchyard.dialects.spec import Dialect
 
+# The /v1/completions dialects (x-switchyard-dialect names one) and the upstream dialects.
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (OPENAI, VLLM, LLAMACPP, MISTRALRS, FIREWORKS, SGP)}
+# Inbound-only dialects that read into chat requests: looked up for their parameter names.
+INBOUND: dict[str, Dialect] = {CHAT.name: CHAT, RESPONSES.name: RESPONSES}
+
+# Answer shapes by name (an endpoint's renderer; default: its dialect's name).
+RENDERERS: dict[str, type[Renderer]] = {
+    "openai": Renderer, "vllm": Renderer, "llamacpp": Renderer, "mistralrs": Renderer,
+    "fireworks": FireworksRenderer, "sgp": SGPRenderer, "sgp_v5": SGPv5Renderer,
+    "sgp_chat": SGPChatRenderer, "sgp_v5_chat": SGPv5ChatRenderer, "chat": ChatRenderer,
+    "llamacpp_native": LlamaNativeRenderer, "responses": ResponsesRenderer,
+}
 
 DIALECT_HEADER = "x-switchyard-dialect"
 
@@ -67,4 +90,4 @@ def sniff_completion_dialect(body: Any, headers: Mapping[str, str]) -> Dialect:
     return OPENAI
 
 
-__all__ = ["CHAT", "DIALECTS", "sniff_completion_dialect"]
+__all__ = ["CHAT", "DIALECTS", "INBOUND", "RENDERERS", "sniff_completion_dialect"]

@@ -243,11 +243,3 @@ class LlamaNativeRenderer(Renderer):
 def _native_probs(lps: list[TokenLogprob]) -> list[dict[str, Any]]:
     return [{"content": lp.token, "logprob": lp.logprob,
              "top_logprobs": [{"token": t.token, "logprob": t.logprob} for t in lp.top]} for lp in lps]
-
-
-RENDERERS: dict[str, type[Renderer]] = {
-    "openai": Renderer, "vllm": Renderer, "llamacpp": Renderer, "mistralrs": Renderer,
-    "fireworks": FireworksRenderer, "sgp": SGPRenderer, "sgp_v5": SGPv5Renderer,
-    "sgp_chat": SGPChatRenderer, "sgp_v5_chat": SGPv5ChatRenderer, "chat": ChatRenderer,
-    "llamacpp_native": LlamaNativeRenderer,
-}

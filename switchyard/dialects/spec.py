@@ -116,6 +116,11 @@ class Dialect:
     named_errors: ErrorShape | None = None
     # The server's own stop semantics: True when the returned text keeps the stop sequence.
     stop_in_output: bool = False
+    # What rows cannot express (cross-field rewrites): body -> (the body the rows read, fields
+    # accepted but dropped, by name, for the warning header; strict keys do not refuse them).
+    prepare: Callable[[dict[str, Any]], tuple[dict[str, Any], dict[str, Any]]] | None = None
+    # The dialect's name for a required canonical field, where it differs ("messages": "input").
+    required: dict[str, str] = field(default_factory=dict)
     # Derived from params: each row by the dialect's field name, for parsing.
     by_name: dict[str, Param] = field(default_factory=dict, compare=False)
 

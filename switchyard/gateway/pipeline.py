@@ -29,8 +29,8 @@ from switchyard.dialects.defaults import sampling_defaults
 from switchyard.dialects.errors import error_bytes, error_json
 from switchyard.dialects.parse import parse_request
 from switchyard.dialects.passthrough import vendor_fields
-from switchyard.dialects.registry import DIALECT_HEADER, sniff_completion_dialect
-from switchyard.dialects.render import RENDERERS, Renderer
+from switchyard.dialects.registry import DIALECT_HEADER, RENDERERS, sniff_completion_dialect
+from switchyard.dialects.render import Renderer
 from switchyard.dialects.spec import Dialect
 from switchyard.gateway.context import REQUEST_ID, RequestContext
 from switchyard.gateway.requests import decode_body, model_name, warning_header

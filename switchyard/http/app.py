@@ -9,15 +9,17 @@ import msgspec
 from litestar import Litestar, Request, Response, get
 from litestar.exceptions import HTTPException
 from litestar.openapi import OpenAPIConfig
+from litestar.params import FromPath
 
 from switchyard.core.config import Config
-from switchyard.core.errors import GatewayError, PayloadTooLarge
+from switchyard.core.errors import GatewayError, NotFound, PayloadTooLarge
 from switchyard.dialects.chat import CHAT
 from switchyard.dialects.errors import error_bytes
 from switchyard.dialects.fireworks import FIREWORKS
 from switchyard.dialects.llamacpp import LLAMACPP, LLAMACPP_NATIVE
 from switchyard.dialects.mistralrs import MISTRALRS
 from switchyard.dialects.openai import OPENAI, VLLM
+from switchyard.dialects.responses import RESPONSES
 from switchyard.dialects.sgp import SGP
 from switchyard.dialects.spec import Dialect
 from switchyard.gateway.pipeline import Endpoint, Gateway
@@ -41,6 +43,7 @@ SGP_V5_CHAT = Endpoint("chat", CHAT, renderer="sgp_v5_chat")
 LLAMACPP_COMPLETION = Endpoint("completion", LLAMACPP_NATIVE, renderer="llamacpp_native",
                                model_optional=True)
 CHAT_COMPLETIONS = Endpoint("chat", CHAT)
+RESPONSES_CREATE = Endpoint("chat", RESPONSES, renderer="responses")
 
 
 # The completion endpoints: path -> (endpoint, OpenAPI summary, the dialects its body may speak).
@@ -57,6 +60,8 @@ HOT: dict[str, tuple[Endpoint, str, list[Dialect]]] = {
     "/completion": (LLAMACPP_COMPLETION, "llama.cpp native completion", [LLAMACPP_NATIVE]),
     "/v1/chat/completions": (CHAT_COMPLETIONS, "Chat completions", [CHAT]),
     "/inference/v1/chat/completions": (CHAT_COMPLETIONS, "Chat completions (Fireworks path)", [CHAT]),
+    "/v1/responses": (RESPONSES_CREATE, "OpenAI Responses, stateless: answered by any backend through "
+                      "chat; nothing is stored", [RESPONSES]),
 }
 
 
@@ -81,6 +86,18 @@ def create_app(config: Config, *, router: Router | None = None,
                 if principal.may_use(m.name) and not name.endswith("*")]
         return Response(msgspec.json.encode({"object": "list", "data": data}),
                         media_type="application/json")
+
+    @get("/v1/responses/{response_id:str}")
+    async def stored_response(request: Request[Any, Any, Any], response_id: FromPath[str]) -> Response[Any]:
+        """Responses are not stored (the Responses API here is stateless): 404 to any key."""
+        err: GatewayError = NotFound("responses are not stored by this gateway (its Responses API is "
+                                     "stateless)", param="response_id")
+        try:
+            await gw.authenticate(request.headers)
+        except GatewayError as e:
+            err = e
+        status, body = error_bytes("responses", err)
+        return Response(body, status_code=status, headers=err.headers, media_type="application/json")
 
     @get("/health")
     async def health() -> dict[str, str]:
@@ -127,7 +144,8 @@ def create_app(config: Config, *, router: Router | None = None,
 
         gw.tracing = Tracing(config.tracing, package_version())
         gw.observers.append(gw.tracing.end)
-    handlers = [models, health, ready, policies.admin_router(), *console_routes(gw, router, policies)]
+    handlers: list[Any] = [models, stored_response, health, ready, policies.admin_router(),
+                *console_routes(gw, router, policies)]
     if exporter is not None:
 
         @get("/metrics", include_in_schema=False)

@@ -122,6 +122,10 @@ class FakeUpstream:
             return web.json_response(out)
         resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
         await resp.prepare(request)
+        call = _tool_call(body) if chat else None
+        if call is not None:  # streamed as OpenAI does: the call's head, then its arguments in two
+            await _stream_call(resp, body, call)
+            return resp
         sent = 0
         for i in range(n):
             for j, p in enumerate(pieces):
@@ -165,6 +169,26 @@ def _tool_call(body: dict[str, Any]) -> dict[str, Any] | None:
     args = {k: (props.get(k) or {}).get("enum", ["w0"])[0]
             for k in (fn.get("parameters") or {}).get("required") or []}
     return {"id": "call_up", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+
+async def _stream_call(resp: web.StreamResponse, body: dict[str, Any], call: dict[str, Any]) -> None:
+    args = call["function"]["arguments"]
+    half = len(args) // 2
+    deltas = [{"role": "assistant", "content": None, "tool_calls": [
+                  {"index": 0, "id": call["id"], "type": "function",
+                   "function": {"name": call["function"]["name"], "arguments": ""}}]},
+              {"tool_calls": [{"index": 0, "function": {"arguments": args[:half]}}]},
+              {"tool_calls": [{"index": 0, "function": {"arguments": args[half:]}}]}]
+    for j, delta in enumerate(deltas):
+        choice = {"index": 0, "delta": delta, "finish_reason": "tool_calls" if j == len(deltas) - 1 else None}
+        await resp.write(b"data: " + json.dumps({"id": "cmpl-up", "model": body.get("model"),
+                                                 "choices": [choice]}).encode() + b"\n\n")
+    if (body.get("stream_options") or {}).get("include_usage"):
+        usage = {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}
+        await resp.write(b"data: " + json.dumps({"id": "cmpl-up", "choices": [], "usage": usage}).encode()
+                         + b"\n\n")
+    await resp.write(b"data: [DONE]\n\n")
+    await resp.write_eof()
 
 
 def _echo(body: dict[str, Any], lp: dict[str, Any] | None) -> str:
