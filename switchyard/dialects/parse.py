@@ -57,7 +57,7 @@ def parse_request(dialect: Dialect, body: Any, *, kind: RequestKind,
 def _require(values: dict[str, Any], kind: RequestKind, dialect: Dialect) -> None:
     if "model" not in values:
         raise InvalidRequest("model is required", param="model")
-    field = "prompt" if kind == "completion" else "messages"
+    field = "messages" if kind == "chat" else "prompt"
     if field not in values:
         field = dialect.required.get(field, field)
         raise InvalidRequest(f"{field} is required", param=field)

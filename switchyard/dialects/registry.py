@@ -7,6 +7,7 @@ from typing import Any
 
 from switchyard.core.errors import InvalidRequest
 from switchyard.dialects.chat import CHAT
+from switchyard.dialects.embeddings import EMBEDDINGS, EmbeddingsRenderer
 from switchyard.dialects.fireworks import FIREWORKS
 from switchyard.dialects.llamacpp import LLAMACPP
 from switchyard.dialects.mistralrs import MISTRALRS
@@ -29,7 +30,7 @@ from switchyard.dialects.spec import Dialect
 # The /v1/completions dialects (x-switchyard-dialect names one) and the upstream dialects.
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (OPENAI, VLLM, LLAMACPP, MISTRALRS, FIREWORKS, SGP)}
 # Inbound-only dialects that read into chat requests: looked up for their parameter names.
-INBOUND: dict[str, Dialect] = {CHAT.name: CHAT, RESPONSES.name: RESPONSES}
+INBOUND: dict[str, Dialect] = {d.name: d for d in (CHAT, RESPONSES, EMBEDDINGS)}
 
 # Answer shapes by name (an endpoint's renderer; default: its dialect's name).
 RENDERERS: dict[str, type[Renderer]] = {
@@ -37,6 +38,7 @@ RENDERERS: dict[str, type[Renderer]] = {
     "fireworks": FireworksRenderer, "sgp": SGPRenderer, "sgp_v5": SGPv5Renderer,
     "sgp_chat": SGPChatRenderer, "sgp_v5_chat": SGPv5ChatRenderer, "chat": ChatRenderer,
     "llamacpp_native": LlamaNativeRenderer, "responses": ResponsesRenderer,
+    "embeddings": EmbeddingsRenderer,
 }
 
 DIALECT_HEADER = "x-switchyard-dialect"

@@ -211,6 +211,8 @@ class Gateway:
     @staticmethod
     def _reservation(req: CanonicalRequest, route: Route, prompt_tokens: int) -> int:
         """Completion tokens to hold against the limits until the real count is known."""
+        if req.kind == "embedding":
+            return 0  # an embedding produces no tokens: only its input counts
         max_tokens = req.max_tokens
         if max_tokens is None or max_tokens < 0:
             default = sampling_defaults(req.dialect).get("max_tokens") if req.kind == "completion" else None

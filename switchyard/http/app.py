@@ -14,6 +14,7 @@ from litestar.params import FromPath
 from switchyard.core.config import Config
 from switchyard.core.errors import GatewayError, NotFound, PayloadTooLarge
 from switchyard.dialects.chat import CHAT
+from switchyard.dialects.embeddings import EMBEDDINGS
 from switchyard.dialects.errors import error_bytes
 from switchyard.dialects.fireworks import FIREWORKS
 from switchyard.dialects.llamacpp import LLAMACPP, LLAMACPP_NATIVE
@@ -44,6 +45,7 @@ LLAMACPP_COMPLETION = Endpoint("completion", LLAMACPP_NATIVE, renderer="llamacpp
                                model_optional=True)
 CHAT_COMPLETIONS = Endpoint("chat", CHAT)
 RESPONSES_CREATE = Endpoint("chat", RESPONSES, renderer="responses")
+EMBEDDINGS_CREATE = Endpoint("embedding", EMBEDDINGS, renderer="embeddings")
 
 
 # The completion endpoints: path -> (endpoint, OpenAPI summary, the dialects its body may speak).
@@ -62,6 +64,8 @@ HOT: dict[str, tuple[Endpoint, str, list[Dialect]]] = {
     "/inference/v1/chat/completions": (CHAT_COMPLETIONS, "Chat completions (Fireworks path)", [CHAT]),
     "/v1/responses": (RESPONSES_CREATE, "OpenAI Responses, stateless: answered by any backend through "
                       "chat; nothing is stored", [RESPONSES]),
+    "/v1/embeddings": (EMBEDDINGS_CREATE, "Embeddings: OpenAI-family upstreams and the built-in embedder",
+                       [EMBEDDINGS]),
 }
 
 

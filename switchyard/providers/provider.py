@@ -24,7 +24,7 @@ from switchyard.providers.client import make_transport
 from switchyard.providers.emulation import Emulator
 from switchyard.providers.exchange import Answered, Exchange, make_exchange
 from switchyard.providers.failures import Scrubber, error_in_answer, error_message, http_error
-from switchyard.providers.parse import chunks_of, decode_answer
+from switchyard.providers.parse import chunks_of, decode_answer, embeddings_of
 from switchyard.providers.sse import sse_batches
 
 _decode = msgspec.json.decode
@@ -32,7 +32,7 @@ _encode = msgspec.json.encode
 
 # Path below base_url, per upstream dialect and request kind.
 _PATHS = {"sgp": {"completion": "/beta/completions", "chat": "/beta/chat/completions"}}
-_DEFAULT_PATHS = {"completion": "/completions", "chat": "/chat/completions"}
+_DEFAULT_PATHS = {"completion": "/completions", "chat": "/chat/completions", "embedding": "/embeddings"}
 
 
 class UpstreamBackend:
@@ -87,7 +87,22 @@ class UpstreamBackend:
             name = sorted(self._own_headers.intersection(req.extra_headers))[0]
             raise InvalidRequest(f"{passthrough.HEADERS_FIELD}.{name}: deployment {dep.name} sets this "
                                  "header itself", param=f"{passthrough.HEADERS_FIELD}.{name}")
+        if req.kind == "embedding":
+            return self._embedding_body(req, upstream_model), Emulation()
         return render_request(self.dialect, req, upstream_model, dep.allow_extra_params)
+
+    def _embedding_body(self, req: CanonicalRequest, upstream_model: str) -> dict[str, Any]:
+        """OpenAI's embeddings body, as the caller wrote it (every OpenAI-family server reads it)."""
+        if "embedding" not in self._urls:
+            raise InvalidRequest(f"model {req.model} does not serve embeddings: its upstream speaks the "
+                                 f"{self.dialect.name} dialect", param="model")
+        prompts = req.prompt or []
+        body: dict[str, Any] = {"model": upstream_model,
+                                "input": prompts[0] if len(prompts) == 1 else prompts}
+        for field in ("dimensions", "encoding_format", "user"):
+            if (v := getattr(req, field)) is not None:
+                body[field] = v
+        return body
 
     async def _run(self, req: CanonicalRequest, upstream_model: str) -> AsyncIterator[Chunk]:
         body, emulation = self._render(req, upstream_model)
@@ -133,6 +148,9 @@ class UpstreamBackend:
             await resp.aclose()
 
     async def _whole(self, req: CanonicalRequest, resp: Answered) -> AsyncIterator[list[Chunk]]:
+        if req.kind == "embedding":
+            yield [embeddings_of(self.deployment.name, await resp.read(), len(req.prompt or ()))]
+            return
         try:
             obj = decode_answer(await resp.read())
         except msgspec.DecodeError:

@@ -31,7 +31,7 @@ class Caps:
 
 
 def caps_of(dep: DeploymentConfig) -> Caps:
-    if dep.backend == "engine":
+    if dep.backend != "upstream":
         return Caps()
     from switchyard.dialects.chat import chat_emits
     from switchyard.dialects.registry import DIALECTS
@@ -107,6 +107,13 @@ class RunInfo:
 
 
 def build_backend(model: ModelConfig, dep: DeploymentConfig) -> Backend:
+    if dep.backend == "embedder":
+        if importlib.util.find_spec("torch") is None:
+            raise ConfigError(f"models.{model.name}: deployment {dep.name} uses the built-in embedder, "
+                              f"which needs the 'engine' extra ({install_hint('engine')})")
+        from switchyard.engine import EmbedderBackend
+
+        return EmbedderBackend(dep)  # one per worker under --workers (it is small)
     if dep.backend == "engine":
         # The engine process imports torch; a proxy-only install finds out here, not at first use.
         if importlib.util.find_spec("torch") is None:
