@@ -241,5 +241,7 @@ RESPONSES = Dialect(
             Param("text", "constraint", OBJECT, parse=_text)),
     errors=ErrorShape(validation_status=400),
     prepare=prepare,
+    prepared=("instructions", "parallel_tool_calls", *_STATEFUL, "background", *sorted(_QUIET),
+              *sorted(_DROPPED)),
     required={"messages": "input"},
 )

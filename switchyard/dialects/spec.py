@@ -119,6 +119,8 @@ class Dialect:
     # What rows cannot express (cross-field rewrites): body -> (the body the rows read, fields
     # accepted but dropped, by name, for the warning header; strict keys do not refuse them).
     prepare: Callable[[dict[str, Any]], tuple[dict[str, Any], dict[str, Any]]] | None = None
+    # The fields ``prepare`` reads (beside the rows): for the OpenAPI document and error checks.
+    prepared: tuple[str, ...] = ()
     # The dialect's name for a required canonical field, where it differs ("messages": "input").
     required: dict[str, str] = field(default_factory=dict)
     # Derived from params: each row by the dialect's field name, for parsing.

@@ -33,6 +33,8 @@ def dialect_schema(dialects: list[Dialect], models: list[str] | None = None) -> 
     for d in dialects:
         for p in d.params:
             props.setdefault(p.name, param_schema(p))
+        for name in d.prepared:
+            props.setdefault(name, Schema(description="read by the dialect's own pass (docs/dialects.md)"))
     if models and "model" in props:
         props["model"].examples = list(models)  # the configured names (wildcards take any)
     return Schema(type=OpenAPIType.OBJECT, properties=props, required=["model"])
