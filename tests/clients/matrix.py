@@ -115,6 +115,14 @@ def write_doc(results: dict[tuple[str, str, str], tuple[str, str]]) -> None:
     lines += ["- also (`test_fireworks_names.py`): the fireworks-ai SDK and LiteLLM's `fireworks_ai/` "
               "provider naming `accounts/fireworks/models/<name>` reach a fireworks route through its alias "
               "pattern, and its upstream gets that name"]
+    lines += ["- also (`tests/gateway/test_responses.py`, `tests/engine/test_gateway_engine.py`): the openai "
+              "SDK's `responses.create` and `responses.stream`, whole and streamed, a function-tool round "
+              "trip (the call, then its `function_call_output`), on an upstream route and on the engine",
+              "- also (`tests/gateway/test_embeddings.py`, `tests/engine/test_embedder.py`): the openai "
+              "SDK's `embeddings.create` in float, base64 and its default (base64, decoded by the SDK), and "
+              "LangChain's `OpenAIEmbeddings` (with `check_embedding_ctx_length=False`: by default it sends "
+              "tiktoken cl100k ids, which only OpenAI's own models read), on an upstream route and on the "
+              "built-in all-MiniLM-L6-v2"]
     lines += ["", "How each SDK is pointed at the gateway:", ""]
     lines += [f"- {client}: {HOW[client]}" for client in clients]
     text = "\n".join(lines) + "\n"
