@@ -40,12 +40,15 @@ chromium:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && apt-get install -y -q chromium; \
 	  else sudo apt-get update -q && sudo apt-get install -y -q chromium; fi; }
 
-test: $(VENV)/.dev chromium
-	$(VENV)/bin/ruff check .
+test: lint chromium
 	$(PY) -m pytest -q -p no:cacheprovider
 
+# ruff; the layers (http > gateway > routing > providers | engine | policies > dialects > core,
+# pyproject's import-linter contract); mypy over switchyard/.
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

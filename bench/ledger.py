@@ -141,8 +141,8 @@ def gateway_run(procs: Procs, up: int, redis: str, ledger: str | None, n: int,
     path = Path(tempfile.mkdtemp()) / "gw.json"
     path.write_text(json.dumps(cfg))
     port = free_port()
-    gw = procs.start([sys.executable, "-m", "gateway", "serve", "--config", str(path), "--port", str(port)],
-                     cwd=ROOT)
+    gw = procs.start([sys.executable, "-m", "switchyard", "serve", "--config", str(path),
+                      "--port", str(port)], cwd=ROOT)
     wait_http(port)
     asyncio.run(load(port, 300))  # warm-up
     cpu0, pg0 = cpu_seconds(gw.pid), pg_cpu(postmaster)

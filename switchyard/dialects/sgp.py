@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from switchyard.core.errors import InvalidRequest
+from switchyard.core.headers import TOKEN, denied_header, header_problem
 from switchyard.dialects import common as c
 from switchyard.dialects import constraints as k
-from switchyard.dialects import passthrough
 from switchyard.dialects.spec import (
     BOOL,
     BOOL_OR_INT,
@@ -23,6 +24,35 @@ from switchyard.dialects.spec import (
     Param,
 )
 
+HEADERS_FIELD = "inference_extra_headers"
+PARAMS_FIELD = "inference_extra_params"
+MAX_EXTRA_HEADERS = 32
+
+
+def extra_headers(value: Any) -> dict[str, str]:
+    """``inference_extra_headers``, checked (a ``Param.parse``)."""
+    if len(value) > MAX_EXTRA_HEADERS:
+        raise InvalidRequest(f"{HEADERS_FIELD} allows at most {MAX_EXTRA_HEADERS} headers "
+                             f"(got {len(value)})", param=HEADERS_FIELD)
+    out: dict[str, str] = {}
+    for name, v in value.items():
+        shown = name.encode("unicode_escape").decode()[:64]  # control characters escaped too
+        where = f"{HEADERS_FIELD}.{shown}"
+        if not TOKEN.fullmatch(name):
+            raise InvalidRequest(f"{where}: {header_problem(name, '')}", param=where)
+        low = name.lower()
+        if denied_header(low):
+            raise InvalidRequest(f"{where}: the {low} header is never taken from a caller", param=where)
+        if not isinstance(v, str):
+            raise InvalidRequest(f"{where} must be a string", param=where)
+        why = header_problem(name, v)
+        if why is not None:
+            raise InvalidRequest(f"{where}: {why}", param=where)
+        if low in out:
+            raise InvalidRequest(f"{where}: given twice", param=where)
+        out[low] = v
+    return out
+
 
 def _logprobs(top: int) -> dict[str, Any]:
     out: dict[str, Any] = {"logprobs": True, "return_token_log_probs": True}
@@ -32,7 +62,6 @@ def _logprobs(top: int) -> dict[str, Any]:
 
 
 def _timeout(v: Any) -> float:
-    from switchyard.core.errors import InvalidRequest
     if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
         raise InvalidRequest("inference_timeout must be a positive number of seconds",
                              param="inference_timeout")
@@ -59,8 +88,8 @@ SGP = Dialect(
             Param("guided_grammar", "constraint.grammar", STR, parse=k.gbnf("guided_grammar")),
             Param("response_format", "constraint.rf", OBJECT, parse=k.response_format),
             Param("inference_timeout", "timeout", parse=_timeout),
-            Param("inference_extra_params", "extra_params", OBJECT, parse=passthrough.extra_params),
-            Param("inference_extra_headers", "extra_headers", OBJECT, parse=passthrough.extra_headers),
+            Param("inference_extra_params", "extra_params", OBJECT),  # owned fields: parse._cross_checks
+            Param("inference_extra_headers", "extra_headers", OBJECT, parse=extra_headers),
             Param("repetition_penalty", "repetition_penalty", NUMBER, gt=0, le=2),),
     # SGP documents no echo: the gateway emulates it (the "echo" emitter is left out).
     emits={**{f: e for f, e in c.OPENAI_EMITS.items() if f != "echo"},

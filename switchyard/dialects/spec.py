@@ -3,7 +3,7 @@
 A dialect is a tuple of ``Param`` rows (name, canonical target, type, range, transform), plus a
 table of ``emit`` functions for the other direction (canonical field -> the dialect's body keys).
 Composite canonical values (mirostat, DRY, logprobs, the constraint) are gathered under dotted
-targets such as ``"mirostat.tau"`` and assembled once all rows are read (``assemble.py``).
+targets such as ``"mirostat.tau"`` and assembled once all rows are read (the assemblers in ``parse.py``).
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ OBJECT = (dict,)
 BOOL_OR_INT = (bool, int)
 ANY: tuple[type, ...] = ()
 
-_TYPE_NAMES = {NUMBER: "a number", INT: "an integer", BOOL: "a boolean", STR: "a string",
-               LIST: "an array", OBJECT: "an object", BOOL_OR_INT: "a boolean or an integer"}
+_TYPE_NAMES: dict[tuple[type, ...], str] = {
+    NUMBER: "a number", INT: "an integer", BOOL: "a boolean", STR: "a string", LIST: "an array",
+    OBJECT: "an object", BOOL_OR_INT: "a boolean or an integer"}
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,16 +12,15 @@ import os
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
-from switchyard.core import errors
 from switchyard.core.canonical import CanonicalRequest, Chunk
 from switchyard.core.config import DeploymentConfig, EngineConfig
-from switchyard.core.errors import GatewayError, InvalidRequest, Unavailable
+from switchyard.core.errors import InvalidRequest, Unavailable
 from switchyard.engine import tools
-from switchyard.engine.channel import AsyncChannel
+from switchyard.engine.channel import AsyncChannel, error_of
 
 log = logging.getLogger(__name__)
 _ROOT = Path(__file__).resolve().parents[2]
@@ -71,7 +70,7 @@ class EngineBackend:
         return self._proc.pid if self._proc is not None else None
 
     async def generate(self, req: CanonicalRequest,
-                       upstream_model: str | None = None) -> AsyncIterator[Chunk]:
+                       upstream_model: str | None = None) -> AsyncGenerator[Chunk, None]:
         """``upstream_model`` (a wildcard route's name) means nothing here: one model is loaded."""
         if req.kind not in self.kinds:
             what = "serves embeddings only" if req.kind != "embedding" else "does not serve embeddings"
@@ -93,7 +92,7 @@ class EngineBackend:
                     return
                 else:
                     finished = True
-                    err = _error(msg)
+                    err = error_of(msg)
                     if tool_plan is not None and tool_plan.mode == "required" and err.param == "constraint":
                         err.param = "tools"  # the grammar came from the tools' parameter schemas
                     raise err
@@ -112,7 +111,7 @@ class EngineBackend:
         finally:
             self._streams.pop(rid, None)
         if msg[0] != "count":
-            raise _error(msg)
+            raise error_of(msg)
         return int(msg[2])
 
     async def aclose(self) -> None:
@@ -229,10 +228,3 @@ class EmbedderBackend(EngineBackend):
     process = "switchyard.engine.embedder"
     kinds = frozenset({"embedding"})
 
-
-def _error(msg: tuple[Any, ...]) -> GatewayError:
-    _, _, name, message, param = msg
-    cls = getattr(errors, name, None)
-    if not (isinstance(cls, type) and issubclass(cls, GatewayError)):
-        cls = GatewayError
-    return cls(message, param=param)

@@ -13,6 +13,8 @@ import struct
 import threading
 from typing import Any
 
+from switchyard.core.errors import GatewayError, InvalidRequest, Unavailable
+
 _LEN = struct.Struct(">I")
 
 
@@ -71,3 +73,20 @@ class AsyncChannel:
 
     def close(self) -> None:
         self.writer.close()
+
+
+# The errors that may cross the pipe from the engine process, by name. Any other class crosses
+# as a plain GatewayError (a 500), so nothing raised in the engine can pose as another status.
+CROSSING: dict[str, type[GatewayError]] = {c.__name__: c for c in (GatewayError, InvalidRequest, Unavailable)}
+
+
+def error_message(rid: int, e: GatewayError) -> tuple[Any, ...]:
+    """The message that carries ``e`` to the gateway's side."""
+    name = type(e).__name__
+    return ("error", rid, name if CROSSING.get(name) is type(e) else "GatewayError", e.message, e.param)
+
+
+def error_of(msg: tuple[Any, ...]) -> GatewayError:
+    """The error an ``error_message`` carried."""
+    _, _, name, message, param = msg
+    return CROSSING.get(name, GatewayError)(message, param=param)

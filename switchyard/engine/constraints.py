@@ -18,7 +18,7 @@ from switchyard.core.errors import InvalidRequest
 NEG_INF = float("-inf")
 # Compact JSON: with flexible whitespace a small model can pad forever between tokens. A schema
 # may still override this through its "x-guidance" key.
-JSON_OPTIONS: llguidance.JsonCompileOptions = {"whitespace_flexible": False}
+JSON_OPTIONS: llguidance.JsonCompileOptions = {"whitespace_flexible": False}  # type: ignore[name-defined]  # in the stub only
 
 
 def grammar_for(c: Constraint) -> str:

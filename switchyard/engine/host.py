@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import socket
@@ -23,7 +24,7 @@ from switchyard.core.canonical import CanonicalRequest
 from switchyard.core.config import DeploymentConfig
 from switchyard.core.errors import GatewayError
 from switchyard.engine.backend import EngineBackend
-from switchyard.engine.channel import AsyncChannel
+from switchyard.engine.channel import AsyncChannel, error_message
 from switchyard.engine.process import Meter
 
 # {"<group>/<deployment>": "/path/to/socket"}, set by the supervisor for its workers.
@@ -77,7 +78,7 @@ class EngineHost:
                 elif kind in ("submit", "count"):
                     job = asyncio.create_task(self._job(chan, kind, msg[1], msg[2]))
                     jobs[msg[1]] = job
-                    job.add_done_callback(lambda _, rid=msg[1]: jobs.pop(rid, None))
+                    job.add_done_callback(functools.partial(_forget, jobs, msg[1]))
         finally:
             announce.cancel()
             for job in list(jobs.values()):
@@ -111,7 +112,7 @@ class EngineHost:
                 await gen.aclose()  # a cancelled job frees the engine's sequence
             chan.send(("done", rid))
         except GatewayError as e:
-            chan.send(("error", rid, type(e).__name__, e.message, e.param))
+            chan.send(error_message(rid, e))
 
 
 class HostedEngine(EngineBackend):
@@ -177,3 +178,8 @@ def hosting(config: Any, directory: str) -> Iterator[None]:
             asyncio.run_coroutine_threadsafe(stop(), loop).result(15)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
+
+
+def _forget(jobs: dict[int, asyncio.Task[None]], rid: int, _: object) -> None:
+    """A job's done-callback: it no longer needs cancelling."""
+    jobs.pop(rid, None)

@@ -84,7 +84,7 @@ def load(cfg: EngineConfig) -> Loaded:
     if (folder / "tokenizer.json").is_file():
         from transformers import PreTrainedTokenizerFast as cls
     else:
-        from transformers import AutoTokenizer as cls
+        from transformers import AutoTokenizer as cls  # type: ignore[assignment]  # either builds a tokenizer
     tok = cls.from_pretrained(str(folder))
     return Loaded(model=load_model(folder, dtype, device), tokenizer=tok)
 

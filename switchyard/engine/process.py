@@ -19,7 +19,7 @@ from typing import Any
 
 from switchyard.core.config import EngineConfig
 from switchyard.core.errors import GatewayError
-from switchyard.engine.channel import SyncChannel
+from switchyard.engine.channel import SyncChannel, error_message
 from switchyard.engine.libc import malloc_trim
 
 
@@ -126,7 +126,7 @@ def _count(chan: SyncChannel, engine: Any, rid: int, req: Any) -> None:
     try:
         chan.send(("count", rid, engine.count_tokens(req)))
     except GatewayError as e:
-        chan.send(("error", rid, type(e).__name__, e.message, e.param))
+        chan.send(error_message(rid, e))
     except Exception as e:
         chan.send(("error", rid, "GatewayError", f"token count failed: {e}", None))
 

@@ -128,6 +128,7 @@ def fit(req: CanonicalRequest, prompt: Prompt, context: int) -> int:
             where = "messages" if req.kind == "chat" else "prompt"
             raise InvalidRequest(_too_long(context, p, 0), param=where)
         return context - p
+    assert mt is not None  # not open-ended
     if p + mt <= context:
         return mt
     if policy == "truncate_max_tokens" and p < context:

@@ -14,6 +14,7 @@ this machine (``attention.py``).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -68,7 +69,7 @@ class Pass:
         self.runner = runner
         self._items: list[tuple[Group | torch.Tensor, bool]] = []  # (group or its logits, kept)
 
-    def add(self, groups: list[Group], keep: bool = True) -> None:
+    def add(self, groups: Sequence[Group], keep: bool = True) -> None:
         self._items += [(g, keep) for g in groups]
 
     def add_logits(self, logits: torch.Tensor) -> None:
@@ -78,14 +79,14 @@ class Pass:
     def flush(self) -> None:
         todo = [i for i, (x, _) in enumerate(self._items) if not isinstance(x, torch.Tensor)]
         if todo:
-            out = self.runner.run([self._items[i][0] for i in todo])  # type: ignore[misc]
+            out = self.runner.run([self._items[i][0] for i in todo])  # type: ignore[misc]  # only groups are left to run
             for i, logits in zip(todo, out, strict=True):
                 self._items[i] = (logits, self._items[i][1])
 
     def logits(self) -> torch.Tensor:
         self.flush()
         kept = [x for x, keep in self._items if keep]
-        return _flat(kept)  # type: ignore[arg-type]
+        return _flat(kept)  # type: ignore[arg-type]  # flushed: every kept item is logits
 
 
 class Runner:
@@ -157,7 +158,7 @@ class Runner:
                      [(first + r, p) for r, p in enumerate(prompts)])]
 
     @torch.inference_mode()
-    def run(self, groups: list[Group]) -> list[torch.Tensor]:
+    def run(self, groups: Sequence[Group]) -> list[torch.Tensor]:
         """One forward over every group's rows (the matrix products see them all at once; each
         group attends over its own slots), a replayed graph for a ``Replay``; returns each
         group's logits (float)."""

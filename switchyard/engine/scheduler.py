@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -109,7 +109,8 @@ class Engine:
         rows: list[Seq] = []
         step = Pass(self.runner)  # decode rows, admitted prompts and a chunk: one forward
         if self.active:
-            step.add(self.runner.plan_decode([s.pending for s in self.active]))
+            # Every active row has its last sampled token pending.
+            step.add(self.runner.plan_decode(cast("list[int]", [s.pending for s in self.active])))
             rows.extend(self.active)
         # A long prompt runs ``chunk`` tokens a step while others decode (chunked prefill keeps
         # their inter-token gap), more when nothing waits on it. Shorter prompts join whole, up
@@ -232,6 +233,7 @@ class Engine:
             return ids[reuse:]  # run by the caller, batched with the other admissions
         logits = self.runner.prefill(slot, ids[reuse:], all_logits=True)
         if seq.choice == 0:
+            assert job.req.logprobs is not None  # echo_lp
             job.prompt_logprobs[seq.prompt_index] = lp.prompt_logprobs(
                 self.table, logits, ids, job.req.logprobs)
         return logits[-1]
@@ -286,7 +288,7 @@ class Engine:
         tokens = self.pipeline.sample(logits, states)
         raw_of = dict(zip(want, range(len(want)), strict=True))
         for i, s in enumerate(rows):
-            logp = raw[raw_of[i]] if i in raw_of else None
+            logp = raw[raw_of[i]] if raw is not None and i in raw_of else None
             self._advance(s, tokens[i], logp)
 
     def _advance(self, s: Seq, tok: int, logp: torch.Tensor | None) -> None:

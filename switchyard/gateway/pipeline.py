@@ -16,9 +16,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import msgspec
 
@@ -40,9 +40,6 @@ from switchyard.policies.factory import Policies
 from switchyard.policies.tokens import count_prompt_tokens
 from switchyard.routing import Route, Router
 
-if TYPE_CHECKING:
-    from switchyard.http.tracing import Tracing
-
 log = logging.getLogger("switchyard")
 
 # Tokens reserved for a request that names no max_tokens and whose model's window is unknown;
@@ -58,6 +55,19 @@ class Endpoint:
     dialect: Dialect | None  # None: told by the body (``/v1/completions`` serves several)
     renderer: str | None = None  # default: the dialect's name
     model_optional: bool = False  # llama.cpp's native endpoint serves its one model unnamed
+
+
+class Tracer(Protocol):
+    """A request's trace (``switchyard.http.tracing`` implements it over OpenTelemetry)."""
+
+    def begin(self, ctx: RequestContext, headers: Iterable[tuple[bytes, bytes]]) -> None:
+        """Open the request's span, continuing the caller's trace if its headers carry one."""
+
+    def end(self, ctx: RequestContext) -> None:
+        """Close it when the request has ended (a ``Gateway`` observer)."""
+
+    def shutdown(self) -> None:
+        """Flush what is buffered (the app's shutdown)."""
 
 
 class Responder(Protocol):
@@ -103,7 +113,7 @@ class Gateway:
         self.policies = policies
         # Called with every finished request's context (access log, metrics, tracing).
         self.observers: list[Callable[[RequestContext], None]] = []
-        self.tracing: Tracing | None = None  # set when tracing.otlp_endpoint is configured
+        self.tracing: Tracer | None = None  # set when tracing.otlp_endpoint is configured
         self.inflight = 0  # requests between their first byte in and their settlement
         self._idle: asyncio.Event | None = None  # set when inflight drops to 0 (drain waits on it)
 
@@ -172,7 +182,7 @@ class Gateway:
         timeout = req.timeout if req.timeout is not None else principal.timeout
         if timeout is not None:
             ctx.deadline = ctx.started + timeout
-            if req.timeout is None:  # the router's own deadline reads it (until it reads ctx)
+            if req.timeout is None:  # the router bounds each attempt by req.timeout
                 req = replace(req, timeout=timeout)
         prompt_tokens = await self._count(req, route)
         ctx.run.prompt_tokens = prompt_tokens
@@ -272,7 +282,7 @@ class Gateway:
             await chunks.aclose()
             await self._settle(ctx)
 
-    async def _whole(self, ctx: RequestContext, renderer: Renderer, chunks: AsyncIterator[Chunk],
+    async def _whole(self, ctx: RequestContext, renderer: Renderer, chunks: AsyncGenerator[Chunk, None],
                      headers: dict[str, str], out: Responder) -> None:
         tally = ctx.tally
         assert tally is not None
@@ -290,7 +300,7 @@ class Gateway:
         ctx.status = 200
         await out.whole(200, headers, body)
 
-    async def _stream(self, ctx: RequestContext, renderer: Renderer, chunks: AsyncIterator[Chunk],
+    async def _stream(self, ctx: RequestContext, renderer: Renderer, chunks: AsyncGenerator[Chunk, None],
                       headers: dict[str, str], out: Responder) -> None:
         tally = ctx.tally
         assert tally is not None

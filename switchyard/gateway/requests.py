@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from switchyard.core.errors import GatewayError, InvalidRequest
+from switchyard.core.errors import GatewayError, InvalidRequest, UnsupportedMediaType
 
 _decode = msgspec.json.decode
 
@@ -21,11 +21,6 @@ MAX_MODEL_NAME = 256
 # log lines and metric labels.
 _MODEL = re.compile(rf"[!-~]{{1,{MAX_MODEL_NAME}}}")
 _WARNING_NAMES = 8  # at most this many dropped names are listed in x-switchyard-warning
-
-
-class UnsupportedMediaType(GatewayError):
-    status = 415
-    type = "invalid_request_error"
 
 
 def decode_body(raw: bytes, headers: Mapping[str, str]) -> tuple[Any, GatewayError | None]:

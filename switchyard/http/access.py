@@ -18,8 +18,8 @@ from typing import Any
 
 import msgspec
 
+from switchyard.core.logs import iso
 from switchyard.gateway.context import RequestContext
-from switchyard.http.logs import iso
 
 FLUSH_AFTER = 0.05  # seconds a line may wait for others
 BATCH = 256  # lines written together at most

@@ -10,6 +10,7 @@ from litestar import Litestar, Request, Response, get
 from litestar.exceptions import HTTPException
 from litestar.openapi import OpenAPIConfig
 from litestar.params import FromPath
+from litestar.types import ControllerRouterHandler
 
 from switchyard.core.config import Config
 from switchyard.core.errors import GatewayError, NotFound, PayloadTooLarge
@@ -20,17 +21,21 @@ from switchyard.dialects.fireworks import FIREWORKS
 from switchyard.dialects.llamacpp import LLAMACPP, LLAMACPP_NATIVE
 from switchyard.dialects.mistralrs import MISTRALRS
 from switchyard.dialects.openai import OPENAI, VLLM
+from switchyard.dialects.passthrough import check_config
 from switchyard.dialects.responses import RESPONSES
 from switchyard.dialects.sgp import SGP
 from switchyard.dialects.spec import Dialect
 from switchyard.gateway.pipeline import Endpoint, Gateway
 from switchyard.http.access import AccessLog
-from switchyard.http.admin import error_response
+from switchyard.http.admin import admin_router, error_response
+from switchyard.http.admin_auth import AdminAuth
 from switchyard.http.asgi import Switchyard, endpoint_app
 from switchyard.http.console import console_routes
 from switchyard.http.logs import settings as log_settings
 from switchyard.http.openapi import add_completion_paths
 from switchyard.http.scrape import CONTENT_TYPE, Exporter
+from switchyard.http.sessions import Sessions
+from switchyard.http.version import package_version
 from switchyard.policies.factory import Policies, build_policies
 from switchyard.policies.store import StoreDown
 from switchyard.routing import Router
@@ -71,10 +76,12 @@ HOT: dict[str, tuple[Endpoint, str, list[Dialect]]] = {
 
 def create_app(config: Config, *, router: Router | None = None,
                policies: Policies | None = None) -> Switchyard:
+    check_config(config)
     router = router or Router(config)
     policies = policies or build_policies(config)
     router.use_store(policies.store)  # the usage strategy counts where the limits are counted
     gw = Gateway(config, router, policies)
+    auth = AdminAuth(config.master_key, Sessions(policies.store))  # /admin, /ui and /metrics
 
     @get("/v1/models")
     async def models(request: Request[Any, Any, Any]) -> Response[Any]:
@@ -135,7 +142,7 @@ def create_app(config: Config, *, router: Router | None = None,
             f"request body exceeds the limit of {limit} bytes", param="body"))
         return Response(body, status_code=status, media_type="application/json")
 
-    exporter = Exporter(gw) if config.metrics.enabled else None
+    exporter = Exporter(gw, auth) if config.metrics.enabled else None
     if exporter is not None:
         gw.observers.append(exporter.recorder.observe)
     access = AccessLog(log_settings(None, None, config.logging.level, config.logging.format)[1]) \
@@ -143,13 +150,13 @@ def create_app(config: Config, *, router: Router | None = None,
     if access is not None:
         gw.observers.append(access.observe)
     if config.tracing.otlp_endpoint is not None:
-        from switchyard.http.cli import package_version
         from switchyard.http.tracing import Tracing  # the otel extra: only imported when configured
 
         gw.tracing = Tracing(config.tracing, package_version())
         gw.observers.append(gw.tracing.end)
-    handlers: list[Any] = [models, stored_response, health, ready, policies.admin_router(),
-                *console_routes(gw, router, policies)]
+    handlers: list[ControllerRouterHandler] = [
+        models, stored_response, health, ready, admin_router(policies.registry, policies.usage, auth),
+        *console_routes(gw, router, policies, auth)]
     if exporter is not None:
 
         @get("/metrics", include_in_schema=False)
@@ -186,7 +193,7 @@ def create_app(config: Config, *, router: Router | None = None,
         route_handlers=handlers,
         on_startup=[startup], on_shutdown=[shutdown],
         exception_handlers={HTTPException: http_error},
-        openapi_config=OpenAPIConfig(title="Switchyard", version="0.1.0", path="/schema"),
+        openapi_config=OpenAPIConfig(title="Switchyard", version=package_version(), path="/schema"),
         request_max_body_size=config.server.max_body_bytes,
         debug=False,
         logging_config=None,  # Litestar's default logs at INFO through a queue: a cost per request

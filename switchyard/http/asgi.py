@@ -10,32 +10,29 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import MutableMapping
 from typing import Any
 
-from switchyard.core.errors import GatewayError, InvalidRequest, MethodNotAllowed, PayloadTooLarge
+from switchyard.core.errors import (
+    GatewayError,
+    InvalidRequest,
+    MethodNotAllowed,
+    PayloadTooLarge,
+    RequestTimeout,
+)
+from switchyard.core.logs import REQUEST
 from switchyard.core.propagation import OUTGOING
 from switchyard.dialects.errors import error_bytes
 from switchyard.gateway.context import REQUEST_ID, RequestContext, request_id
 from switchyard.gateway.pipeline import JSON, Endpoint, Gateway
 from switchyard.http.access import AccessLog
-from switchyard.http.logs import REQUEST
-from switchyard.http.server import DISCONNECT, Disconnect
-
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+from switchyard.http.disconnect import DISCONNECT, Disconnect
+from switchyard.http.types import ASGIApp, Receive, Scope, Send
 
 # Credentials must come once: with two, which one a proxy or a log saw is anybody's guess.
 _SINGLE = (b"authorization", b"x-api-key")
 # CR, LF and NUL never reach the wire in a header value, whoever wrote it.
 _UNSAFE = str.maketrans({"\r": " ", "\n": " ", "\0": " "})
-
-
-class RequestTimeout(GatewayError):
-    status = 408
-    type = "invalid_request_error"
 
 
 class ClientGone(Exception):

@@ -7,18 +7,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from importlib.metadata import PackageNotFoundError, version
 
 from switchyard.core.config import ConfigError, load_config
+from switchyard.dialects.passthrough import check_config
 from switchyard.http.logs import FORMAT_ENV, FORMATS, LEVEL_ENV, LEVELS
 from switchyard.http.logs import settings as log_settings
-
-
-def package_version() -> str:
-    try:
-        return version("switchyard")
-    except PackageNotFoundError:  # running from a checkout that was never installed
-        return "0+unknown"
+from switchyard.http.version import package_version
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     path = args.config if args.command == "serve" else args.path
     try:
         config = load_config(path)
+        check_config(config)  # what only the dialect tables know (fields a caller may not pass)
     except ConfigError as e:
         print(f"switchyard: bad config\n{e}", file=sys.stderr)
         return 2
@@ -58,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"switchyard: {e} (${LEVEL_ENV}, ${FORMAT_ENV})", file=sys.stderr)
         return 2
     os.environ[LEVEL_ENV], os.environ[FORMAT_ENV] = level, fmt  # worker processes read these
-    from switchyard.http.server import serve as run
+    from switchyard.http.server import serve as run  # check-config and --version need no server
 
     return run(config, path, args.host or config.server.host,
                args.port if args.port is not None else config.server.port, args.workers)

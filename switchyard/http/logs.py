@@ -12,30 +12,18 @@ import logging
 import os
 import sys
 import time
-from contextvars import ContextVar
 from typing import Any
 
 import msgspec
+
+from switchyard.core.logs import REQUEST, iso
 
 LEVEL_ENV = "SWITCHYARD_LOG_LEVEL"
 FORMAT_ENV = "SWITCHYARD_LOG_FORMAT"
 LEVELS = ("debug", "info", "warning", "error")
 FORMATS = ("json", "console")
-# The request being served in this task, for every line logged on its behalf.
-REQUEST: ContextVar[str | None] = ContextVar("switchyard_request", default=None)
 
 _encode = msgspec.json.Encoder().encode
-
-
-_second: list[Any] = [-1, ""]  # the last second formatted: strftime costs a microsecond
-
-
-def iso(ts: float) -> str:
-    """UTC, millisecond precision: 2026-11-24T19:06:06.123Z."""
-    sec = int(ts)
-    if sec != _second[0]:
-        _second[:] = [sec, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))]
-    return f"{_second[1]}.{int((ts - sec) * 1000):03d}Z"
 
 
 class JsonFormatter(logging.Formatter):
@@ -88,33 +76,9 @@ def configure_logging(level: str = "info", fmt: str = "json") -> None:
         root.removeHandler(h)
     root.addHandler(handler)
     root.setLevel(logging.WARNING)  # libraries: warnings and worse
-    for name in ("switchyard", "gateway", "backends", "policies"):  # ours (some log by module name)
+    for name in ("switchyard",):  # ours: "switchyard" and every module logger under it
         logging.getLogger(name).setLevel(level.upper())
     # httpx logs every request at INFO: a measurable cost per request on the hot path.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     # Our 'started' line replaces uvicorn's; its errors still show.
     logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
-
-
-class Throttled:
-    """At most one line per ``every`` seconds for each key (a deployment), saying how
-    many were held back since: an outage must not print a line per request."""
-
-    def __init__(self, logger: logging.Logger, every: float) -> None:
-        self.logger = logger
-        self.every = every
-        self._next: dict[str, float] = {}
-        self._held: dict[str, int] = {}
-
-    def warning(self, key: str, msg: str, *args: object) -> None:
-        now = time.monotonic()
-        if now < self._next.get(key, 0.0):
-            self._held[key] = self._held.get(key, 0) + 1
-            return
-        held = self._held.pop(key, 0)
-        if len(self._next) > 10_000:  # keys are configured names; this only bounds a bug
-            self._next.clear()
-        self._next[key] = now + self.every
-        if held:
-            msg += f" ({held} more like it in the last {self.every:g} s)"
-        self.logger.warning(msg, *args)

@@ -10,6 +10,7 @@ from litestar.openapi.spec import (
     OpenAPIType,
     Operation,
     PathItem,
+    Reference,
     RequestBody,
     Schema,
 )
@@ -29,14 +30,16 @@ def param_schema(p: Param) -> Schema:
 
 
 def dialect_schema(dialects: list[Dialect], models: list[str] | None = None) -> Schema:
-    props: dict[str, Schema] = {}
+    props: dict[str, Schema | Reference] = {}
     for d in dialects:
         for p in d.params:
             props.setdefault(p.name, param_schema(p))
         for name in d.prepared:
             props.setdefault(name, Schema(description="read by the dialect's own pass (docs/dialects.md)"))
     if models and "model" in props:
-        props["model"].examples = list(models)  # the configured names (wildcards take any)
+        model = props["model"]
+        assert isinstance(model, Schema)
+        model.examples = list(models)  # the configured names (wildcards take any)
     return Schema(type=OpenAPIType.OBJECT, properties=props, required=["model"])
 
 

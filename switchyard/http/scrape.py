@@ -22,6 +22,7 @@ import msgspec
 from prometheus_client import CollectorRegistry, generate_latest
 
 from switchyard.gateway.pipeline import Gateway
+from switchyard.http.admin_auth import AdminAuth
 from switchyard.http.metrics import Families, Key, Recorder, Snapshot, gauges
 from switchyard.policies.quotas import quota_family
 from switchyard.policies.store import StoreDown
@@ -63,8 +64,9 @@ def _alive(pid: int) -> bool:
 
 
 class Exporter:
-    def __init__(self, gw: Gateway) -> None:
+    def __init__(self, gw: Gateway, auth: AdminAuth) -> None:
         self.gw = gw
+        self.auth = auth  # the master key opens /metrics too
         self.recorder = Recorder(gw.config)
         self.dir = metrics_dir()
         self.token = gw.config.metrics.token
@@ -79,7 +81,7 @@ class Exporter:
             return False
         given = given.strip()
         ok = hmac.compare_digest(given.encode(), self.token.encode())
-        ok |= self.gw.policies.auth.is_master_key(given)  # both compared, whichever matched
+        ok |= self.auth.is_master_key(given)  # both compared, whichever matched
         return ok
 
     async def render(self) -> bytes:

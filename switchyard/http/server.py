@@ -19,7 +19,6 @@ import signal
 import socket
 import sys
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +26,14 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from switchyard.core.config import Config, ConfigError, ServerConfig, load_config
+from switchyard.http.app import create_app
+from switchyard.http.disconnect import DISCONNECT, Disconnect
 from switchyard.http.logs import configure_logging, settings
 from switchyard.http.scrape import METRICS_DIR, metrics_dir, prepare_dir
+from switchyard.http.version import package_version
 
 log = logging.getLogger("switchyard")
 CONFIG_ENV = "SWITCHYARD_CONFIG"  # the config file a worker process loads
-# The scope extension through which a request hears that its client hung up (gateway.asgi).
-DISCONNECT = "switchyard.disconnect"
 _TIMEOUT_REPLY = b"HTTP/1.1 408 Request Timeout\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
 
 
@@ -48,23 +48,6 @@ class ServeConfig(uvicorn.Config):
         self.body_timeout = server.body_timeout + 5.0
 
 
-class Disconnect:
-    """Calls its callback when the connection is lost: how a request learns that its client left
-    without a task of its own blocked in ``receive()`` (which costs tens of microseconds a
-    request)."""
-
-    __slots__ = ("callback", "done")
-
-    def __init__(self) -> None:
-        self.callback: Callable[[], None] | None = None
-        self.done = False  # the request no longer listens
-
-    def fire(self) -> None:
-        cb, self.callback = self.callback, None
-        if cb is not None and not self.done:
-            cb()
-
-
 class GuardedHttp(HttpToolsProtocol):
     """uvicorn's httptools protocol with a deadline for a request's headers (from the connection's
     first byte, or the previous response, to the end of the headers) and for its body. Without
@@ -72,7 +55,7 @@ class GuardedHttp(HttpToolsProtocol):
     Each request's scope also carries a ``Disconnect`` hook (extension ``switchyard.disconnect``)."""
 
     def __init__(self, config: ServeConfig, *args: Any, **kw: Any) -> None:
-        super().__init__(config, *args, **kw)  # type: ignore[arg-type]
+        super().__init__(config, *args, **kw)
         self._limits = config
         self._deadline: asyncio.TimerHandle | None = None
         self._hooks: list[Disconnect] = []
@@ -104,7 +87,7 @@ class GuardedHttp(HttpToolsProtocol):
                              b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
         self.transport.close()
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn types it as asyncio.Transport
         super().connection_made(transport)
         self._arm(self._limits.header_timeout)
 
@@ -122,7 +105,7 @@ class GuardedHttp(HttpToolsProtocol):
         # Requests that stopped listening need no hook any more; pipelined ones keep theirs.
         self._hooks = [h for h in self._hooks if not h.done]
         self._hooks.append(hook)
-        self.scope["extensions"] = {DISCONNECT: hook}
+        self.scope["extensions"] = {DISCONNECT: hook}  # type: ignore[dict-item]  # our own extension: an object
 
     def on_headers_complete(self) -> None:
         self._arm(self._limits.body_timeout)
@@ -154,8 +137,6 @@ def _tune_gc() -> None:
 def worker_app() -> Any:
     """The app of one worker process (uvicorn calls this in each; the config path comes in the
     environment)."""
-    from switchyard.http.app import create_app
-
     config = load_config(os.environ[CONFIG_ENV])
     configure_logging(*settings(None, None, config.logging.level, config.logging.format))
     app = create_app(config)
@@ -175,8 +156,6 @@ def serve(config: Config, config_path: str, host: str, port: int, workers: int =
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)
     if workers == 1:
-        from switchyard.http.app import create_app
-
         given = metrics_dir()
         if given is not None:  # a folder set for several processes: no earlier run's figures in it
             prepare_dir(given)
@@ -211,7 +190,6 @@ def serve(config: Config, config_path: str, host: str, port: int, workers: int =
 
 
 def _started(config: Config, host: str, port: int, workers: int) -> None:
-    from switchyard.http.cli import package_version
 
     log.info("switchyard started", extra={"fields": {
         "version": package_version(), "address": f"http://{host}:{port}", "workers": workers,

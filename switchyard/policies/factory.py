@@ -1,7 +1,7 @@
 """Everything the gateway needs from policies, built from the config in one call.
 
     policies = build_policies(config)
-    app = Litestar(route_handlers=[..., policies.admin_router()], on_shutdown=[policies.aclose])
+    app = Litestar(..., on_startup=[policies.start], on_shutdown=[policies.aclose])
     principal = await policies.keys.lookup(raw_key)            # None -> 401
     ticket = await policies.policy.admit(principal, model, prompt_tokens=n, max_tokens=m,
                                          fail_open=deployment.on_store_error == "open")
@@ -13,12 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from litestar import Router
-
 from switchyard.core.config import Config
-from switchyard.http.admin import admin_router
-from switchyard.http.admin_auth import AdminAuth
-from switchyard.http.sessions import Sessions
 from switchyard.policies.keys import KeyRing
 from switchyard.policies.limits import Limiter
 from switchyard.policies.memory import MemoryStore
@@ -48,11 +43,7 @@ class Policies:
     policy: Limiter
     registry: Registry
     usage: UsageSource
-    auth: AdminAuth
     ledger: Ledger | None = None
-
-    def admin_router(self) -> Router:
-        return admin_router(self.registry, self.usage, self.auth)
 
     async def start(self) -> None:
         """Background work that needs the event loop (the ledger's feed)."""
@@ -80,6 +71,5 @@ def build_policies(config: Config, *, ns: str = "sy", key_cache_ttl: float = 1.0
 
         ledger = build_ledger(config.usage, store, registry.team_names)
         usage = ledger.usage
-    auth = AdminAuth(config.master_key, Sessions(store))
     return Policies(config=config, store=store, keys=keys, policy=policy, registry=registry,
-                    usage=usage, auth=auth, ledger=ledger)
+                    usage=usage, ledger=ledger)

@@ -291,9 +291,9 @@ class Limiter:
             local = [(t.plan, t.lease_id) for t in self._live.values() if t.local]
             with contextlib.suppress(StoreDown):
                 if shared:
-                    await self.store.renew(shared, self.lease_ttl_ms)  # type: ignore[arg-type]
+                    await self.store.renew(shared, self.lease_ttl_ms)  # type: ignore[arg-type]  # live tickets have lease ids
             if local:
-                await self.fallback.renew(local, self.lease_ttl_ms)  # type: ignore[arg-type]
+                await self.fallback.renew(local, self.lease_ttl_ms)  # type: ignore[arg-type]  # live tickets have lease ids
 
     @property
     def backlog(self) -> int:

@@ -7,6 +7,7 @@ event loop is single-threaded and nothing here awaits, so each call is atomic li
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import time
 from collections import defaultdict, deque
@@ -84,7 +85,7 @@ class MemoryStore:
                     return Admission(False, now, i, "rpm", math.ceil(new - now - WINDOW_MS), rpm)
                 if req is None or rem < req[1]:
                     req = (rpm, rem, math.ceil(new - now))
-                writes.append(lambda k=rq, v=new: self._tat.__setitem__(k, v))
+                writes.append(functools.partial(self._tat.__setitem__, rq, new))
             if tpm != NONE:
                 if tokens > tpm:
                     return Admission(False, now, i, "too_large", 60_000, tpm)
@@ -93,14 +94,14 @@ class MemoryStore:
                     return Admission(False, now, i, "tpm", math.ceil(new - now - WINDOW_MS), tpm)
                 if tok is None or rem < tok[1]:
                     tok = (tpm, rem, math.ceil(new - now))
-                writes.append(lambda k=tk, v=new: self._tat.__setitem__(k, v))
+                writes.append(functools.partial(self._tat.__setitem__, tk, new))
             if conc != NONE and lease_id is not None:
                 held = self._leases[cc]
                 for lid in [lid for lid, exp in held.items() if exp <= now]:
                     del held[lid]
                 if len(held) >= conc:
                     return Admission(False, now, i, "concurrency", 1000, conc)
-                writes.append(lambda h=held: h.__setitem__(lease_id, now + lease_ttl_ms))
+                writes.append(functools.partial(held.__setitem__, lease_id, now + lease_ttl_ms))
             if any(v != NONE for v in (tpd, tpmo, spd, spmo)):
                 h = self._quota[q]
                 same_day, same_month = h.get("d") == day, h.get("m") == month
@@ -114,7 +115,7 @@ class MemoryStore:
                 ):
                     if lim != NONE and used + cost > lim:
                         return Admission(False, now, i, kind, reset - now, lim)
-                writes.append(lambda h=h: self._charge(h, day, month, tokens, spend))
+                writes.append(functools.partial(self._charge, h, day, month, tokens, spend))
         for w in writes:
             w()
         return Admission(True, now, req=req, tok=tok)

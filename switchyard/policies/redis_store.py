@@ -81,7 +81,7 @@ class _Packed:
 
 def _script(name: str) -> tuple[str, str]:
     """A script's text, with the shared calendar functions first, and its SHA1 for EVALSHA."""
-    scripts = resources.files("policies").joinpath("scripts")
+    scripts = resources.files("switchyard.policies").joinpath("scripts")
     text = scripts.joinpath("calendar.lua").read_text() + scripts.joinpath(f"{name}.lua").read_text()
     return text, hashlib.sha1(text.encode()).hexdigest()
 
@@ -110,12 +110,12 @@ class RedisStore:
         self._conn_kw: dict[str, Any] = {}
         if self._cluster:
             self._endpoint = ("", 0)  # per slot, see _addr
-            self._conn_kw = {"password": client.nodes_manager.connection_kwargs.get("password"),  # type: ignore[union-attr]
-                             "username": client.nodes_manager.connection_kwargs.get("username")}  # type: ignore[union-attr]
-            if client.nodes_manager.connection_kwargs.get("ssl"):  # type: ignore[union-attr]
+            self._conn_kw = {"password": client.nodes_manager.connection_kwargs.get("password"),  # type: ignore[union-attr]  # a RedisCluster here (_cluster)
+                             "username": client.nodes_manager.connection_kwargs.get("username")}  # type: ignore[union-attr]  # a RedisCluster here
+            if client.nodes_manager.connection_kwargs.get("ssl"):  # type: ignore[union-attr]  # a RedisCluster here
                 self._endpoint = None
         else:
-            pool = client.connection_pool  # type: ignore[union-attr]
+            pool = client.connection_pool  # type: ignore[union-attr]  # a plain Redis here
             kw = pool.connection_kwargs
             if pool.connection_class is Connection:
                 self._endpoint = (kw.get("host", "localhost"), int(kw.get("port", 6379)))
@@ -182,15 +182,15 @@ class RedisStore:
         moved = self._moved.get(pk.slot)
         if moved is not None:
             return moved
-        nodes = self.client.nodes_manager.slots_cache.get(pk.slot)  # type: ignore[union-attr]
-        return (nodes[0].host, nodes[0].port) if nodes else None
+        nodes = self.client.nodes_manager.slots_cache.get(pk.slot)  # type: ignore[union-attr]  # a RedisCluster here
+        return (str(nodes[0].host), int(nodes[0].port)) if nodes else None
 
     def _write_now(self, pk: _Packed, packed: bytes, defer: bool = False) -> asyncio.Future[Any] | None:
         """Send now (``defer``: queue for the loop's next turn, still ahead of any later command)
         if the scripts are loaded and the node's connection is up; else None."""
         if not self._loaded:
             return None
-        c = self._conns.get(self._addr(pk))  # type: ignore[arg-type]
+        c = self._conns.get(self._addr(pk))  # type: ignore[arg-type]  # known once the scripts are loaded
         if c is None or c.lost:
             return None
         try:
@@ -253,7 +253,7 @@ class RedisStore:
         except TimeoutError as e:
             # A node that does not answer in time is treated as gone: drop its connection so
             # that calls queued behind it fail now, and the next call reconnects.
-            c = self._conns.get(self._addr(pk))  # type: ignore[arg-type]
+            c = self._conns.get(self._addr(pk))  # type: ignore[arg-type]  # known once the scripts are loaded
             if c is not None:
                 c.close()
             raise StoreDown(f"TimeoutError: {e}") from e

@@ -78,6 +78,7 @@ class RespConnection(asyncio.Protocol):
         if path:
             _, proto = await loop.create_unix_connection(cls, path)
         else:
+            assert host is not None and port is not None, "a TCP connection needs host and port"
             _, proto = await loop.create_connection(cls, host, port)
         try:
             if password:
@@ -92,7 +93,7 @@ class RespConnection(asyncio.Protocol):
 
     # -- asyncio.Protocol --
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]  # asyncio gives a stream protocol a Transport
 
     def data_received(self, data: bytes) -> None:
         buf = self._buf + data if self._buf else data

@@ -123,8 +123,10 @@ class Store(Protocol):
     ns: str  # key namespace
     # Where components that share state across replicas (the router's load counters) keep it:
     # the store's Redis client, or None for an in-process store. ``timeout`` bounds each call.
-    client: Redis | RedisCluster | None
     timeout: float
+
+    @property
+    def client(self) -> Redis | RedisCluster | None: ...
 
     async def admit(self, plan: Plan, *, tokens: int, spend: int, lease_id: str | None,
                     lease_ttl_ms: int, ticket: str) -> Admission:

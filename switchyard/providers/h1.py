@@ -55,7 +55,7 @@ class _Conn(asyncio.Protocol):
 
     # -- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]  # asyncio gives a stream protocol a Transport
 
     def data_received(self, data: bytes) -> None:
         if not self.busy or self.complete:
@@ -296,7 +296,7 @@ class H1Transport(httpx.AsyncBaseTransport):
                 conn = await self._connection(origin, connect_timeout or self.connect_timeout, fresh)
                 conn._reset()
                 conn.busy = True
-                conn.transport.write(wire)  # type: ignore[union-attr]
+                conn.transport.write(wire)  # type: ignore[union-attr]  # a busy connection is connected
                 if deadline is not None:
                     conn.watchdog = asyncio.get_running_loop().call_at(deadline, conn.expire)
                 try:
@@ -330,6 +330,7 @@ class H1Transport(httpx.AsyncBaseTransport):
                 c.close()  # a half-read body: the connection cannot be reused
             slots.release()
 
+        assert conn is not None
         return Answer(conn, done)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:

@@ -93,9 +93,10 @@ def chunks_of(ans: Answer, *, chat: bool, delta: bool) -> list[Chunk]:
         if chat:
             m = (c.delta if delta else c.message) or _EMPTY
             out.append(Chunk(index=c.index, text=m.content or "", role=m.role, tool_calls=m.tool_calls,
-                             finish_reason=c.finish_reason, logprobs=lp, tokens=tokens))
+                             finish_reason=c.finish_reason,  # type: ignore[arg-type]  # the upstream's word
+                             logprobs=lp, tokens=tokens))
         else:
-            out.append(Chunk(index=c.index, text=c.text or "", finish_reason=c.finish_reason,  # type: ignore[arg-type]
+            out.append(Chunk(index=c.index, text=c.text or "", finish_reason=c.finish_reason,  # type: ignore[arg-type]  # the upstream's word
                              logprobs=lp, tokens=tokens))
     usage = usage_of(ans.usage)
     if usage is not None:

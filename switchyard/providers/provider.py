@@ -7,7 +7,7 @@ adds cookies, redirects and auth hooks we do not use, at a cost of tens of micro
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import httpx
@@ -74,7 +74,8 @@ class UpstreamBackend:
             await self._exchange.aclose()
             self._exchange = None
 
-    def generate(self, req: CanonicalRequest, upstream_model: str | None = None) -> AsyncIterator[Chunk]:
+    def generate(self, req: CanonicalRequest,
+                 upstream_model: str | None = None) -> AsyncGenerator[Chunk, None]:
         # Everything, refusals included, happens inside the iterator: the router's bookkeeping
         # for an attempt starts when it asks for the first chunk.
         return self._run(req, upstream_model or self.upstream_model)
@@ -104,7 +105,7 @@ class UpstreamBackend:
                 body[field] = v
         return body
 
-    async def _run(self, req: CanonicalRequest, upstream_model: str) -> AsyncIterator[Chunk]:
+    async def _run(self, req: CanonicalRequest, upstream_model: str) -> AsyncGenerator[Chunk, None]:
         body, emulation = self._render(req, upstream_model)
         if self._exchange is None:
             await self.start()
@@ -147,7 +148,7 @@ class UpstreamBackend:
         finally:
             await resp.aclose()
 
-    async def _whole(self, req: CanonicalRequest, resp: Answered) -> AsyncIterator[list[Chunk]]:
+    async def _whole(self, req: CanonicalRequest, resp: Answered) -> AsyncGenerator[list[Chunk], None]:
         if req.kind == "embedding":
             yield [embeddings_of(self.deployment.name, await resp.read(), len(req.prompt or ()))]
             return
@@ -161,7 +162,7 @@ class UpstreamBackend:
             raise UpstreamError.broken(self.deployment.name, "sent an answer without any choice")
         yield chunks_of(obj, chat=req.kind == "chat", delta=False)
 
-    async def _stream(self, req: CanonicalRequest, resp: Answered) -> AsyncIterator[list[Chunk]]:
+    async def _stream(self, req: CanonicalRequest, resp: Answered) -> AsyncGenerator[list[Chunk], None]:
         """The chunks of each arrival of events. A stream must be one (its content type), its
         events must read, an ``error`` event is a failure (after what came before it), and a
         stream with no event, or cut before its end ([DONE] or a finish_reason), is no success."""

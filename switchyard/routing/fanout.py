@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, replace
 
 from switchyard.core.canonical import CanonicalRequest, Chunk, TokenLogprob, Usage
 from switchyard.routing.resolve import Caps
 
-Call = Callable[[CanonicalRequest], AsyncIterator[Chunk]]
+Call = Callable[[CanonicalRequest], AsyncGenerator[Chunk, None]]
 _DONE = object()
 
 
@@ -73,7 +73,7 @@ def _best_of(req: CanonicalRequest, caps: Caps) -> bool:
     return req.best_of is not None and req.best_of > (req.n or 1) and not caps.best_of
 
 
-async def fan_out(call: Call, req: CanonicalRequest, caps: Caps) -> AsyncIterator[Chunk]:
+async def fan_out(call: Call, req: CanonicalRequest, caps: Caps) -> AsyncGenerator[Chunk, None]:
     subs = plan(req, caps)
     if _best_of(req, caps):
         merged = _merge(call, subs, req.best_of or 1)
@@ -91,7 +91,7 @@ async def fan_out(call: Call, req: CanonicalRequest, caps: Caps) -> AsyncIterato
         await merged.aclose()
 
 
-async def _merge(call: Call, subs: list[Sub], n: int) -> AsyncIterator[Chunk]:
+async def _merge(call: Call, subs: list[Sub], n: int) -> AsyncGenerator[Chunk, None]:
     """Run every sub-call at once; yield their chunks re-indexed, then the summed usage. The first
     failure of any call fails the whole (the others are cancelled)."""
     queue: asyncio.Queue[tuple[int, object]] = asyncio.Queue()
@@ -142,7 +142,7 @@ def mean_logprob(lps: list[TokenLogprob] | None) -> float:
     return sum(scored) / len(scored) if scored else -math.inf
 
 
-async def _rank(merged: AsyncIterator[Chunk], req: CanonicalRequest) -> AsyncIterator[Chunk]:
+async def _rank(merged: AsyncGenerator[Chunk, None], req: CanonicalRequest) -> AsyncGenerator[Chunk, None]:
     """Gather every candidate, keep the best ``n`` of each prompt by mean token logprob."""
     k, n = req.best_of or 1, req.n or 1
     cands: dict[int, Chunk] = {}

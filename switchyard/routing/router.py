@@ -17,14 +17,14 @@ import logging
 import math
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from typing import TYPE_CHECKING
 
 from switchyard.core.backend import Backend
 from switchyard.core.canonical import CanonicalRequest, Chunk
 from switchyard.core.config import Config
 from switchyard.core.errors import GatewayError, RateLimited, Unavailable
-from switchyard.http.logs import Throttled
+from switchyard.core.logs import Throttled
 from switchyard.routing.fanout import fan_out, needs_fanout
 from switchyard.routing.health import OPEN, Health
 from switchyard.routing.resolve import Resolver, Route, RunInfo, Target
@@ -36,7 +36,7 @@ from switchyard.routing.window import fit_window
 if TYPE_CHECKING:
     from switchyard.policies.store import Store
 
-Attempt = tuple[AsyncIterator[Chunk], Chunk | None]
+Attempt = tuple[AsyncGenerator[Chunk, None], Chunk | None]
 log = logging.getLogger("switchyard.router")
 # An upstream that keeps failing is logged once per deployment every 10 s, with a count.
 FAILURES = Throttled(log, 10.0)
@@ -67,7 +67,7 @@ class Router:
 
     # -- running a request -------------------------------------------------------------------
 
-    async def stream(self, req: CanonicalRequest, route: Route, info: RunInfo) -> AsyncIterator[Chunk]:
+    async def stream(self, req: CanonicalRequest, route: Route, info: RunInfo) -> AsyncGenerator[Chunk, None]:
         """Run ``req`` on a deployment of ``route`` (or a fallback); yield its chunks."""
         deadline = self.clock() + req.timeout if req.timeout else None
         asked = route.group
@@ -158,7 +158,7 @@ class Router:
             info.upstream_start = time.monotonic()
         if info.spans is not None:
             info.spans.start(target.name)
-        gen: AsyncIterator[Chunk] | None = None
+        gen: AsyncGenerator[Chunk, None] | None = None
         try:
             if deadline is None:
                 gen = self._open(target, req, route)
@@ -202,6 +202,7 @@ class Router:
             if gen is not None:
                 await gen.aclose()
             raise
+        assert gen is not None  # opened before its first chunk was asked for
         h.breaker.success()
         h.observe(self.clock() - start)
         return gen, first
@@ -219,10 +220,10 @@ class Router:
                         target.name, breaker.retry_in(self.clock()), breaker.failures, e.message)
 
     @staticmethod
-    def _open(target: Target, req: CanonicalRequest, route: Route) -> AsyncIterator[Chunk]:
+    def _open(target: Target, req: CanonicalRequest, route: Route) -> AsyncGenerator[Chunk, None]:
         backend = target.backend
         um = route.upstream_model
-        call: Callable[[CanonicalRequest], AsyncIterator[Chunk]] = (
+        call: Callable[[CanonicalRequest], AsyncGenerator[Chunk, None]] = (
             (lambda r: backend.generate(r, um)) if um else backend.generate)
         if needs_fanout(req, target.caps):
             return fan_out(call, req, target.caps)

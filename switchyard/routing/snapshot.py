@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from switchyard.http.logs import iso
+from switchyard.core.logs import iso
 from switchyard.routing.health import CLOSED, HALF_OPEN, OPEN
 from switchyard.routing.resolve import Target
 

@@ -102,7 +102,7 @@ def test_not_yaml_and_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture
 
 def test_as_a_process(tmp_path: Path) -> None:
     p = write(tmp_path, GOOD.replace("dialect: llamacpp", "dialect: klingon"))
-    r = subprocess.run([sys.executable, "-m", "gateway", "check-config", str(p)], capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "switchyard", "check-config", str(p)], capture_output=True,
                        text=True, timeout=60, env={"SY_TEST_MASTER": "a", "SY_TEST_UPSTREAM": "b",
                                                    "SY_TEST_KEY": "c", "PATH": "/usr/bin:/bin"},
                        cwd=Path(__file__).resolve().parents[2])
@@ -117,3 +117,15 @@ def test_unknown_fallback_fails_the_check(tmp_path: Path, env: None,
     assert main(["check-config", str(path)]) == 2
     err = capsys.readouterr().err
     assert "models.0" in err and "vendor/gone" in err
+
+
+def test_an_owned_field_on_an_allow_list_fails_the_check(tmp_path: Path, env: None,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """The dialect tables know which fields the gateway owns; check-config asks them too."""
+    allow = "        allow_extra_params: [priority, max_new_tokens]\n"
+    key = "        api_key: env:SY_TEST_UPSTREAM\n"
+    text = GOOD.replace(key, key + allow)
+    assert main(["check-config", str(write(tmp_path, text))]) == 2
+    err = capsys.readouterr().err
+    assert "models.vendor/m.deployments.d1.allow_extra_params" in err and "'max_new_tokens'" in err
+    assert main(["check-config", str(write(tmp_path, text.replace(", max_new_tokens", "")))]) == 0

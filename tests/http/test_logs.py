@@ -151,7 +151,7 @@ async def test_console_format_and_level_from_the_environment(upstream, tmp_path)
     env = {**os.environ, "SWITCHYARD_LOG_FORMAT": "console", "SWITCHYARD_LOG_LEVEL": "warning"}
     port = yaml.safe_load(path.read_text())["server"]["port"]
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gateway", "serve", "--config", str(path), cwd=ROOT, env=env,
+        sys.executable, "-m", "switchyard", "serve", "--config", str(path), cwd=ROOT, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30,

@@ -89,7 +89,7 @@ def write_config(tmp_path: Path, upstream_url: str, redis_url: str, ns_team: str
 async def start(path: Path, *args: str) -> tuple[asyncio.subprocess.Process, int]:
     port = yaml.safe_load(path.read_text())["server"]["port"]
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gateway", "serve", "--config", str(path), *args, cwd=ROOT,
+        sys.executable, "-m", "switchyard", "serve", "--config", str(path), *args, cwd=ROOT,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     deadline = time.monotonic() + 60
     async with httpx.AsyncClient() as client:

@@ -89,7 +89,7 @@ async def test_four_replicas_share_limits_and_account_exactly():
                 ports = [free_port() for _ in range(REPLICAS)]
                 env = dict(os.environ, PYTHONPATH=os.getcwd())
                 logs = [open(Path(d) / f"gw-{p}.log", "wb") for p in ports]  # noqa: SIM115
-                procs = [subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(cfg),
+                procs = [subprocess.Popen([sys.executable, "-m", "switchyard", "serve", "--config", str(cfg),
                                            "--port", str(p)], env=env, stdout=log, stderr=log)
                          for p, log in zip(ports, logs, strict=True)]
                 for p in ports:

@@ -11,8 +11,7 @@ import pytest
 from switchyard.core.canonical import CanonicalRequest, Constraint, Dry, Mirostat
 from switchyard.core.errors import InvalidRequest
 from switchyard.dialects.outgoing import render_request
-from switchyard.dialects.passthrough import owned_fields
-from switchyard.dialects.registry import DIALECTS
+from switchyard.dialects.registry import DIALECTS, owned_fields
 
 # One value for every canonical field an upstream body can carry.
 SAID: dict[str, Any] = {

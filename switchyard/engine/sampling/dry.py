@@ -57,6 +57,7 @@ class DryPenalty(LogitsProcessor):
         for i in self.active:
             r = self.rows[i]
             d = r.params.dry
+            assert d is not None  # an active row has one (is_active)
             pen = dry_penalties(r.prompt_ids + r.output_ids, r.breaker_ids, d.multiplier, d.base,
                                 d.allowed_length)
             if pen:

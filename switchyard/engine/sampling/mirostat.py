@@ -29,14 +29,18 @@ class MirostatSampler(LogitsProcessor):
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         for i in self.active:
             r = self.rows[i]
-            logits[i] = truncate(logits[i], r.params.mirostat.mode, r.mu)
+            m = r.params.mirostat
+            assert m is not None  # an active row has one (is_active)
+            logits[i] = truncate(logits[i], m.mode, r.mu)
         return logits
 
     def on_sampled(self, tokens: list[int], logprobs: torch.Tensor) -> None:
         for i in self.active:
             r = self.rows[i]
             surprise = -float(logprobs[i, tokens[i]]) / math.log(2)
-            r.mu -= r.params.mirostat.eta * (surprise - r.params.mirostat.tau)
+            m = r.params.mirostat
+            assert m is not None
+            r.mu -= m.eta * (surprise - m.tau)
 
 
 def truncate(logits: torch.Tensor, mode: int, mu: float) -> torch.Tensor:

@@ -12,12 +12,13 @@ from switchyard.http.console.pages import console_pages
 
 if TYPE_CHECKING:
     from switchyard.gateway.pipeline import Gateway
+    from switchyard.http.admin_auth import AdminAuth
     from switchyard.policies.factory import Policies
     from switchyard.routing.router import Router as GatewayRouter
 
 __all__ = ["console_routes"]
 
 
-def console_routes(gw: Gateway, router: GatewayRouter, policies: Policies) -> list[Router]:
+def console_routes(gw: Gateway, router: GatewayRouter, policies: Policies, auth: AdminAuth) -> list[Router]:
     """The route handlers to add to the app: the pages, and /admin/{deployments,overview,usage/latency}."""
-    return [console_pages(policies.auth), console_api(gw, router, policies)]
+    return [console_pages(auth), console_api(gw, router, policies, auth)]

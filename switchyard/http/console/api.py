@@ -18,6 +18,7 @@ from switchyard.routing.snapshot import snapshot
 
 if TYPE_CHECKING:
     from switchyard.gateway.pipeline import Gateway
+    from switchyard.http.admin_auth import AdminAuth
     from switchyard.policies.factory import Policies
     from switchyard.routing.router import Router as GatewayRouter
 
@@ -66,7 +67,7 @@ async def overview(policies: Policies, rng: str, now: dt.datetime) -> dict[str, 
             "total": series["total"], "by_model": by_model["data"], "by_team": by_team["data"]}
 
 
-def console_api(gw: Gateway, router: GatewayRouter, policies: Policies) -> Router:
+def console_api(gw: Gateway, router: GatewayRouter, policies: Policies, auth: AdminAuth) -> Router:
     @get("/deployments")
     async def deployments() -> dict[str, Any]:
         """Each deployment's health, circuit, cooldown, latency estimate and recent errors."""
@@ -89,5 +90,5 @@ def console_api(gw: Gateway, router: GatewayRouter, policies: Policies) -> Route
                             window_s=int(RANGES[rng][0].total_seconds()))
         return out | {"latency": lat, "inflight": gw.inflight}
 
-    return Router(path="/admin", guards=[policies.auth.guard],
+    return Router(path="/admin", guards=[auth.guard],
                   route_handlers=[deployments, usage_latency, get_overview], exception_handlers=ADMIN_ERRORS)

@@ -89,8 +89,7 @@ class LedgerUsage:
         args: list[Any] = []
         where = _where(f, "ts", args)
         if f.cursor is not None:
-            ts = _EPOCH + dt.timedelta(microseconds=f.cursor[0])
-            args += [ts, f.cursor[1]]
+            args += [_EPOCH + dt.timedelta(microseconds=f.cursor[0]), f.cursor[1]]
             where += f" AND (ts, ticket_id) < (${len(args) - 1}, ${len(args)})"
         args.append(f.limit + 1)
         sql = (f"SELECT * FROM usage_records WHERE {where} ORDER BY ts DESC, ticket_id DESC "

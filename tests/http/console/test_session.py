@@ -7,6 +7,7 @@ import time
 import httpx
 from litestar import Litestar
 
+from switchyard.http.admin_auth import AdminAuth
 from switchyard.http.console.pages import CSP
 from switchyard.http.sessions import Sessions
 from switchyard.policies.factory import build_policies
@@ -67,7 +68,7 @@ async def test_signin_sets_a_hardened_cookie_and_only_its_hash_is_stored(upstrea
 async def test_the_cookie_is_secure_over_https():
     p = build_policies(console_config("http://127.0.0.1:9"))
     from switchyard.http.console.pages import console_pages
-    app = Litestar(route_handlers=[console_pages(p.auth)])
+    app = Litestar(route_handlers=[console_pages(AdminAuth(p.config.master_key, Sessions(p.store)))])
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="https://gw") as c:
         r = await c.post("/ui/login", data={"master_key": MASTER})
         assert r.status_code == 303 and "secure" in r.headers["set-cookie"].lower()

@@ -26,7 +26,7 @@ BODY = {"model": "gpt-4o", "max_tokens": 3, "messages": [{"role": "user", "conte
 
 def gateway(cfg: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
     out = open(log, "ab")  # noqa: SIM115 -- the child owns it
-    return subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(cfg),
+    return subprocess.Popen([sys.executable, "-m", "switchyard", "serve", "--config", str(cfg),
                              "--port", str(port)], env=dict(os.environ, PYTHONPATH=os.getcwd()),
                             stdout=out, stderr=out)
 

@@ -8,15 +8,23 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-from litestar import Litestar
+from litestar import Litestar, Router
 
 from switchyard.core.canonical import Usage
 from switchyard.core.errors import Forbidden, RateLimited
+from switchyard.http.admin import admin_router
+from switchyard.http.admin_auth import AdminAuth
+from switchyard.http.sessions import Sessions
 from switchyard.policies.base import Outcome
 from switchyard.policies.factory import Policies, build_policies
 from tests.policies.conftest import make_config
 
 AUTH = {"Authorization": "Bearer master-secret"}
+
+
+def admin_routes(p: Policies) -> Router:
+    """The admin API as the app mounts it, over these policies."""
+    return admin_router(p.registry, p.usage, AdminAuth(p.config.master_key, Sessions(p.store)))
 
 
 @pytest.fixture(params=["memory", "redis"])
@@ -38,7 +46,7 @@ async def replicas(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Polici
 @pytest.fixture
 async def client(replicas: tuple[Policies, Policies]) -> AsyncIterator[httpx.AsyncClient]:
     # httpx's ASGI transport runs the app on this test's event loop (the store's loop).
-    app = Litestar(route_handlers=[replicas[0].admin_router()])
+    app = Litestar(route_handlers=[admin_routes(replicas[0])])
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://gw") as c:
         yield c
 
@@ -55,7 +63,7 @@ async def test_the_master_key_guards_every_route(client):
 
 async def test_no_master_key_disables_admin():
     p = build_policies(make_config(master_key=None), ns=f"a{uuid.uuid4().hex[:8]}")
-    app = Litestar(route_handlers=[p.admin_router()])
+    app = Litestar(route_handlers=[admin_routes(p)])
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://gw") as c:
         r = await c.get("/admin/keys", headers={"Authorization": "Bearer None"})
         assert r.status_code == 401 and "disabled" in r.json()["error"]["message"]
