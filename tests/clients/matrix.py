@@ -123,6 +123,11 @@ def write_doc(results: dict[tuple[str, str, str], tuple[str, str]]) -> None:
               "LangChain's `OpenAIEmbeddings` (with `check_embedding_ctx_length=False`: by default it sends "
               "tiktoken cl100k ids, which only OpenAI's own models read), on an upstream route and on the "
               "built-in all-MiniLM-L6-v2"]
+    lines += ["- also (`test_codex.py`): the Codex CLI itself (npm `@openai/codex` 0.169.0, installed by "
+              "`make test`), `codex exec` headless with the gateway as a custom provider "
+              "(`wire_api = \"responses\"`): its 28 KB request (function, `namespace` and hosted "
+              "`web_search` tools, `reasoning`, `include`, developer messages) reaches an upstream as a chat "
+              "completion and Codex prints the answer"]
     lines += ["", "How each SDK is pointed at the gateway:", ""]
     lines += [f"- {client}: {HOW[client]}" for client in clients]
     text = "\n".join(lines) + "\n"
