@@ -56,12 +56,13 @@ def model_name(name: str) -> str:
 
 
 def warning_header(dropped: list[str]) -> str:
-    """``x-switchyard-warning`` for unknown fields: names are the caller's, so they are shown
+    """``x-switchyard-warning`` for dropped fields (unknown ones, and those a dialect accepts but no
+    backend runs, such as Responses' hosted tools): names are the caller's, so they are shown
     escaped (printable ASCII only) and a few at most."""
     shown = [n.encode("ascii", "backslashreplace").decode()[:64].translate(_CONTROL)
              for n in dropped[:_WARNING_NAMES]]
     more = f" and {len(dropped) - _WARNING_NAMES} more" if len(dropped) > _WARNING_NAMES else ""
-    return "unknown parameter(s) dropped: " + ", ".join(shown) + more
+    return "parameter(s) dropped: " + ", ".join(shown) + more
 
 
 _CONTROL = {c: "?" for c in (*range(32), 127)}
