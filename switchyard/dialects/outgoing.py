@@ -23,7 +23,9 @@ _GROUP_OF = {"max_tokens": "max", "stop": "stop", "mirostat": "mirostat", "dry":
              "logprobs": "lp", "constraint": "constraint"}
 _HANDLED = frozenset({"stop", "include_stop_str_in_output", "echo", "include_usage", "extra_params",
                       "extra_headers", "timeout"})
-# Upstreams that take stream_options: asked for usage always, so streams are accounted exactly.
+# Defaults for callers that give no provider row (tests, tools): the upstreams that take
+# stream_options (asked for usage always, so streams are accounted exactly). The provider rows
+# (switchyard/providers/rows.py) say it per row.
 _STREAM_USAGE = frozenset({"openai", "vllm", "llamacpp", "mistralrs"})
 
 
@@ -41,7 +43,7 @@ _CONSTRAINT_HINTS = {"regex": ("regex",), "choice": ("choice",), "grammar": ("gr
                      "lark": ("grammar",), "json_schema": ("json", "response_format"),
                      "json_object": ("response_format", "json")}
 # Upstreams whose own answer to an overflowing request is the error: overflow "error" needs
-# nothing sent.
+# nothing sent (default when no provider row says it).
 _OVERFLOW_ERRS = frozenset({"openai", "vllm"})
 
 
@@ -62,9 +64,15 @@ def caller_param(req: CanonicalRequest, field: str) -> str:
 
 
 def render_request(dialect: Dialect, req: CanonicalRequest, upstream_model: str,
-                   allow_params: list[str] | None = None) -> tuple[dict[str, Any], Emulation]:
+                   allow_params: list[str] | None = None, *, stream_usage: bool | None = None,
+                   overflow_is_error: bool | None = None) -> tuple[dict[str, Any], Emulation]:
     """The upstream body and what the gateway emulates. ``allow_params``: the deployment's
-    ``allow_extra_params`` (what passes through beyond the canonical request)."""
+    ``allow_extra_params`` (what passes through beyond the canonical request). ``stream_usage``
+    and ``overflow_is_error``: the provider row's capabilities (default: the dialect's)."""
+    if stream_usage is None:
+        stream_usage = dialect.name in _STREAM_USAGE
+    if overflow_is_error is None:
+        overflow_is_error = dialect.name in _OVERFLOW_ERRS
     chat = req.kind == "chat"
     emits = chat_emits(dialect) if chat else dialect.emits
     body: dict[str, Any] = {"model": upstream_model}
@@ -78,7 +86,7 @@ def render_request(dialect: Dialect, req: CanonicalRequest, upstream_model: str,
             continue
         emit = emits.get(field)
         if emit is None:
-            if _no_op(req, field, value, dialect):
+            if _no_op(req, field, value, overflow_is_error):
                 continue
             _refuse(req, field, dialect)
         try:
@@ -97,7 +105,7 @@ def render_request(dialect: Dialect, req: CanonicalRequest, upstream_model: str,
             _refuse(req, "echo", dialect)
     if req.stream:
         body["stream"] = True
-        if dialect.name in _STREAM_USAGE:
+        if stream_usage:
             body["stream_options"] = {"include_usage": True}
     if req.timeout is not None and "timeout" in emits:
         body.update(emits["timeout"](req.timeout))
@@ -150,12 +158,12 @@ def _stops(dialect: Dialect, req: CanonicalRequest, body: dict[str, Any], emits:
         emulation.include_stop = want
 
 
-def _no_op(req: CanonicalRequest, field: str, value: Any, dialect: Dialect) -> bool:
+def _no_op(req: CanonicalRequest, field: str, value: Any, overflow_is_error: bool) -> bool:
     """A value that asks for what the upstream does anyway: nothing to send, nothing to refuse."""
     if field == "best_of":
         return value <= (req.n or 1)
     if field == "overflow":
-        return value == "error" and dialect.name in _OVERFLOW_ERRS
+        return value == "error" and overflow_is_error
     # A caching hint changes no output: a server that cannot take it loses nothing.
     return field == "cache_prompt"
 

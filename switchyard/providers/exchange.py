@@ -11,9 +11,12 @@ from typing import Protocol
 
 import httpx
 
+from switchyard.core.canonical import RequestKind
 from switchyard.providers.h1 import H1Transport, header_lines, origin_of
 
-Kind = str  # "completion" | "chat"
+Kind = RequestKind
+Headers = list[tuple[str, str]]
+_MAX_TARGETS = 1024  # request prefixes kept per exchange (one per path: wildcard routes vary the model)
 
 
 class Answered(Protocol):
@@ -26,29 +29,50 @@ class Answered(Protocol):
 
 
 class Exchange(Protocol):
-    async def send(self, kind: Kind, body: bytes, extra_headers: dict[str, str] | None,
-                   timeout: float, connect_timeout: float) -> Answered: ...
+    """``target``: the path and query below the deployment's base URL (the provider row's path
+    for the request's kind, stream-ness and model). ``signed``: per-request headers computed over
+    this very body (SigV4); the caller's and the gateway's own come in ``extra_headers``."""
+
+    host: str
+
+    async def send(self, target: str, body: bytes, extra_headers: dict[str, str] | None,
+                   timeout: float, connect_timeout: float, signed: Headers | None = None) -> Answered: ...
 
     async def aclose(self) -> None: ...
 
 
-class WireExchange:
-    def __init__(self, transport: H1Transport, urls: dict[Kind, httpx.URL], headers: dict[str, str]) -> None:
-        self.transport = transport
-        self.origins = {k: origin_of(u) for k, u in urls.items()}
-        host = next(iter(urls.values())).netloc
-        fixed = header_lines((k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items())
-        self.prefix = {k: b"POST %s HTTP/1.1\r\nhost: %s\r\n%s" % (u.raw_path, host, fixed)
-                       for k, u in urls.items()}
+def _lines(headers: dict[str, str] | Headers | None) -> bytes:
+    if not headers:
+        return b""
+    items = headers.items() if isinstance(headers, dict) else headers
+    return header_lines((k.encode("latin-1"), v.encode("latin-1")) for k, v in items)
 
-    async def send(self, kind: Kind, body: bytes, extra_headers: dict[str, str] | None,
-                   timeout: float, connect_timeout: float) -> Answered:
+
+class WireExchange:
+    def __init__(self, transport: H1Transport, base: httpx.URL, headers: dict[str, str]) -> None:
+        self.transport = transport
+        self.origin = origin_of(base)
+        self.host = base.netloc.decode("ascii")
+        self.base_path = base.raw_path.rstrip(b"/")
+        self.fixed = b"host: %s\r\n%s" % (base.netloc, _lines(headers))
+        self.prefix: dict[str, bytes] = {}  # target -> request line and fixed headers
+
+    def _prefix(self, target: str) -> bytes:
+        p = self.prefix.get(target)
+        if p is None:
+            if len(self.prefix) >= _MAX_TARGETS:
+                self.prefix.clear()
+            p = self.prefix[target] = b"POST %s%s HTTP/1.1\r\n%s" % (
+                self.base_path, target.encode("ascii"), self.fixed)
+        return p
+
+    async def send(self, target: str, body: bytes, extra_headers: dict[str, str] | None,
+                   timeout: float, connect_timeout: float, signed: Headers | None = None) -> Answered:
         # Caller headers (checked when parsed) and, later, the gateway's own (request id, trace).
-        extra = header_lines((k.encode("latin-1"), v.encode("latin-1"))
-                             for k, v in extra_headers.items()) if extra_headers else b""
-        wire = b"%s%scontent-length: %d\r\n\r\n%s" % (self.prefix[kind], extra, len(body), body)
+        extra = _lines(extra_headers) + _lines(signed) if signed else _lines(extra_headers)
+        wire = b"%s%scontent-length: %d\r\n\r\n%s" % (self._prefix(target), extra, len(body), body)
         deadline = asyncio.get_running_loop().time() + timeout
-        return await self.transport.open(self.origins[kind], wire, deadline=deadline,
+        return await self.transport.open(self.origin, wire, deadline=deadline,
                                          connect_timeout=connect_timeout)
 
     async def aclose(self) -> None:
@@ -83,16 +107,18 @@ async def _once(data: bytes) -> AsyncIterator[bytes]:
 
 
 class HttpxExchange:
-    def __init__(self, transport: httpx.AsyncBaseTransport, urls: dict[Kind, httpx.URL],
-                 headers: dict[str, str]) -> None:
+    def __init__(self, transport: httpx.AsyncBaseTransport, base: httpx.URL, headers: dict[str, str]) -> None:
         self.transport = transport
-        self.urls = urls
+        self.base = str(base).rstrip("/")
+        self.host = base.netloc.decode("ascii")
         self.headers = headers
 
-    async def send(self, kind: Kind, body: bytes, extra_headers: dict[str, str] | None,
-                   timeout: float, connect_timeout: float) -> Answered:
-        headers = {**self.headers, **extra_headers} if extra_headers else self.headers
-        request = httpx.Request("POST", self.urls[kind], content=body, headers=headers, extensions={
+    async def send(self, target: str, body: bytes, extra_headers: dict[str, str] | None,
+                   timeout: float, connect_timeout: float, signed: Headers | None = None) -> Answered:
+        headers = {**self.headers, **extra_headers} if extra_headers else dict(self.headers)
+        if signed:
+            headers.update(signed)
+        request = httpx.Request("POST", self.base + target, content=body, headers=headers, extensions={
             "timeout": {"connect": connect_timeout, "read": timeout, "write": timeout, "pool": timeout}})
         return _HttpxAnswer(await self.transport.handle_async_request(request))
 
@@ -100,8 +126,7 @@ class HttpxExchange:
         await self.transport.aclose()
 
 
-def make_exchange(transport: httpx.AsyncBaseTransport, urls: dict[Kind, httpx.URL],
-                  headers: dict[str, str]) -> Exchange:
+def make_exchange(transport: httpx.AsyncBaseTransport, base: httpx.URL, headers: dict[str, str]) -> Exchange:
     if isinstance(transport, H1Transport):
-        return WireExchange(transport, urls, headers)
-    return HttpxExchange(transport, urls, headers)
+        return WireExchange(transport, base, headers)
+    return HttpxExchange(transport, base, headers)

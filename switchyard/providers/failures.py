@@ -3,8 +3,13 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from email.utils import parsedate_to_datetime
 from typing import Any
 
+import httpx
 import msgspec
 
 from switchyard.core.errors import UpstreamError
@@ -17,12 +22,13 @@ class Scrubber:
     """Removes the deployment's own secret from any upstream text the gateway relays (an upstream
     may quote the key it was sent, e.g. "Incorrect API key provided: sk-...")."""
 
-    def __init__(self, secret: str | None) -> None:
-        self.secret = secret or None
+    def __init__(self, *secrets: str | None) -> None:
+        self.secrets = tuple(s for s in secrets if s)
 
     def __call__(self, text: str) -> str:
-        if self.secret and self.secret in text:
-            text = text.replace(self.secret, "[redacted]")
+        for secret in self.secrets:
+            if secret in text:
+                text = text.replace(secret, "[redacted]")
         return text[:MAX_MESSAGE]
 
 
@@ -54,23 +60,66 @@ def message_of(obj: Any) -> str | None:
 
 
 def retry_after(value: str | None) -> float | None:
+    """Retry-After in seconds or as an HTTP date (RFC 9110), as seconds from now."""
+    if value is None:
+        return None
     try:
-        return float(value) if value is not None else None
+        return max(float(value), 0.0)
     except ValueError:
+        pass
+    try:
+        return max(parsedate_to_datetime(value).timestamp() - time.time(), 0.0)
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
 
 
-def http_error(deployment: str, status: int, raw: bytes, retry_after_header: str | None,
-               scrub: Scrubber) -> UpstreamError:
+def retry_after_of(header: Callable[[str], str | None]) -> float | None:
+    """``retry-after-ms`` (Azure, Anthropic, OpenAI send it beside the other) first, else
+    ``retry-after``."""
+    ms = header("retry-after-ms")
+    if ms is not None:
+        try:
+            return max(float(ms) / 1000, 0.0)
+        except ValueError:
+            pass
+    return retry_after(header("retry-after"))
+
+
+def http_error(deployment: str, status: int, raw: bytes, retry_after_s: float | None,
+               scrub: Scrubber, retry_statuses: frozenset[int] | None = None) -> UpstreamError:
     """An upstream's 4xx/5xx. Its text is relayed (scrubbed, shortened) except for credential
-    refusals, which ``from_status`` words itself."""
+    refusals, which ``from_status`` words itself. ``retry_statuses``: the provider's own
+    retryable statuses beyond the common ones (Anthropic's 529 overloaded)."""
     message = error_message(raw)
-    return UpstreamError.from_status(deployment, status, scrub(message) if message else None,
-                                     retry_after(retry_after_header))
+    err = UpstreamError.from_status(deployment, status, scrub(message) if message else None, retry_after_s)
+    if retry_statuses is not None and status in retry_statuses and not err.retryable:
+        err.retryable, err.deployment_fault, err.retry_after = True, True, retry_after_s
+        err.status, err.type = 503, "overloaded_error" if status == 529 else err.type
+    return err
 
 
-def error_in_answer(deployment: str, error: Any, scrub: Scrubber, *, mid_stream: bool) -> UpstreamError:
-    """An ``error`` object inside a 200 answer or a stream event."""
-    message = message_of({"error": error}) or "no message"
-    where = "reported an error mid-stream" if mid_stream else "answered 200 with an error"
-    return UpstreamError.broken(deployment, f"{where}: {scrub(message)}")
+@contextmanager
+def transport_errors(deployment: str, *, callers_deadline: bool,
+                     mid_response: bool = False) -> Iterator[None]:
+    """httpx's exceptions in the gateway's words (the one map at this I/O boundary, as httpx's
+    own ``map_httpcore_exceptions``): before an answer began, a timeout or an unreachable upstream
+    (both retried); after, a timeout or a broken-off response (not retried)."""
+    try:
+        yield
+    except httpx.TimeoutException:
+        raise UpstreamError.timed_out(deployment, callers_deadline=callers_deadline,
+                                      mid_response=mid_response) from None
+    except httpx.TransportError as e:
+        if mid_response:
+            raise UpstreamError.broken(deployment, f"broke off the response: {type(e).__name__}") from None
+        raise UpstreamError.unreachable(deployment, type(e).__name__) from None
+
+
+def wire_failure(deployment: str, what: str, said: str | None, scrub: Scrubber, *,
+                 retryable: bool = False, status: int = 502) -> UpstreamError:
+    """A codec's ``WireError`` in the gateway's words: an answer that is not a usable success.
+    Retryable only when the codec says nothing of it reached the caller (an in-band overload)."""
+    text = f"{what}: {scrub(said)}" if said else what
+    if retryable:
+        return UpstreamError(f"upstream {deployment} {text}", status=status, retryable=True)
+    return UpstreamError.broken(deployment, text)

@@ -18,43 +18,43 @@ from switchyard.core.config import DeploymentConfig
 from switchyard.core.errors import InvalidRequest, UpstreamError
 from switchyard.core.propagation import OUTGOING
 from switchyard.dialects import passthrough
-from switchyard.dialects.outgoing import Emulation, render_request
-from switchyard.dialects.registry import DIALECTS
+from switchyard.dialects.outgoing import Emulation
 from switchyard.providers.client import make_transport
 from switchyard.providers.emulation import Emulator
 from switchyard.providers.exchange import Answered, Exchange, make_exchange
-from switchyard.providers.failures import Scrubber, error_in_answer, error_message, http_error
-from switchyard.providers.parse import chunks_of, decode_answer, embeddings_of
+from switchyard.providers.failures import (
+    Scrubber,
+    error_message,
+    http_error,
+    retry_after_of,
+    transport_errors,
+    wire_failure,
+)
 from switchyard.providers.sse import sse_batches
+from switchyard.providers.wire import Wire, WireError, wire_for
 
-_decode = msgspec.json.decode
 _encode = msgspec.json.encode
-
-# Path below base_url, per upstream dialect and request kind.
-_PATHS = {"sgp": {"completion": "/beta/completions", "chat": "/beta/chat/completions"}}
-_DEFAULT_PATHS = {"completion": "/completions", "chat": "/chat/completions", "embedding": "/embeddings"}
 
 
 class UpstreamBackend:
     def __init__(self, deployment: DeploymentConfig, model_name: str, *,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.deployment = deployment
-        self.dialect = DIALECTS[deployment.dialect]
+        self.wire: Wire = wire_for(deployment)
+        self.codec = self.wire.codec
         # The name the upstream knows: configured, else the model_name part of vendor/model_name.
         self.upstream_model = deployment.model or model_name.split("/", 1)[-1]
         self._given_transport = transport
         self._exchange: Exchange | None = None
-        base = (deployment.base_url or "").rstrip("/")
-        paths = _PATHS.get(deployment.dialect, _DEFAULT_PATHS)
-        self._urls = {kind: httpx.URL(base + path) for kind, path in paths.items()}
-        self._headers = {"content-type": "application/json", **deployment.headers}
-        if deployment.api_key:
-            if deployment.dialect == "sgp":
-                self._headers["x-api-key"] = deployment.api_key
-            else:
-                self._headers["authorization"] = f"Bearer {deployment.api_key}"
-        self._own_headers = frozenset(k.lower() for k in self._headers)  # never from a caller
-        self._scrub = Scrubber(deployment.api_key)
+        self._base = httpx.URL((deployment.base_url or "").rstrip("/"))
+        self.auth = self.wire.auth(deployment)
+        self._headers = {"content-type": "application/json", **self.auth.fixed, **self.wire.headers,
+                         **deployment.headers}
+        # never from a caller: the credential headers (all of them, set or not) and what we send
+        self._own_headers = self.auth.owned | frozenset(k.lower() for k in self._headers)
+        self._targets: dict[tuple[str, bool, str], str] = {}
+        self._scrub = Scrubber(deployment.api_key, deployment.aws_secret_access_key,
+                               deployment.aws_session_token, *self.auth.fixed.values())
 
     ready = True
 
@@ -67,7 +67,7 @@ class UpstreamBackend:
     async def start(self) -> None:
         if self._exchange is None:
             transport = self._given_transport or make_transport(self.deployment)
-            self._exchange = make_exchange(transport, self._urls, self._headers)
+            self._exchange = make_exchange(transport, self._base, self._headers)
 
     async def aclose(self) -> None:
         if self._exchange is not None:
@@ -88,25 +88,24 @@ class UpstreamBackend:
             name = sorted(self._own_headers.intersection(req.extra_headers))[0]
             raise InvalidRequest(f"{passthrough.HEADERS_FIELD}.{name}: deployment {dep.name} sets this "
                                  "header itself", param=f"{passthrough.HEADERS_FIELD}.{name}")
-        if req.kind == "embedding":
-            return self._embedding_body(req, upstream_model), Emulation()
-        return render_request(self.dialect, req, upstream_model, dep.allow_extra_params)
+        return self.codec.render(req, upstream_model, dep)
 
-    def _embedding_body(self, req: CanonicalRequest, upstream_model: str) -> dict[str, Any]:
-        """OpenAI's embeddings body, as the caller wrote it (every OpenAI-family server reads it)."""
-        if "embedding" not in self._urls:
-            raise InvalidRequest(f"model {req.model} does not serve embeddings: its upstream speaks the "
-                                 f"{self.dialect.name} dialect", param="model")
-        prompts = req.prompt or []
-        body: dict[str, Any] = {"model": upstream_model,
-                                "input": prompts[0] if len(prompts) == 1 else prompts}
-        for field in ("dimensions", "encoding_format", "user"):
-            if (v := getattr(req, field)) is not None:
-                body[field] = v
-        return body
+    def _target(self, req: CanonicalRequest, upstream_model: str) -> str:
+        key = (req.kind, req.stream, upstream_model)
+        t = self._targets.get(key)
+        if t is None:
+            if (req.kind, req.stream) not in self.wire.paths:
+                kinds = sorted({k for k, _ in self.wire.paths})
+                raise InvalidRequest(f"model {req.model} serves {' and '.join(kinds)} only: its upstream "
+                                     f"({self.wire.name}) has no {req.kind} endpoint", param="model")
+            if len(self._targets) >= 1024:  # wildcard routes vary the model: keep it bounded
+                self._targets.clear()
+            t = self._targets[key] = self.wire.target(req.kind, req.stream, upstream_model)
+        return t
 
     async def _run(self, req: CanonicalRequest, upstream_model: str) -> AsyncGenerator[Chunk, None]:
         body, emulation = self._render(req, upstream_model)
+        target = self._target(req, upstream_model)
         if self._exchange is None:
             await self.start()
         assert self._exchange is not None
@@ -115,100 +114,80 @@ class UpstreamBackend:
         own = OUTGOING.get()  # the request id and trace context
         if own:
             extra = {**extra, **own} if extra else own
+        raw = _encode(body)
+        signed = self.auth.sign("POST", target, self._exchange.host, raw) if self.auth.signs else None
         # Whose clock runs out: the caller's deadline (its choice) or the deployment's timeout.
         callers = req.timeout is not None and req.timeout < dep.timeout
         timeout = min(req.timeout, dep.timeout) if req.timeout is not None else dep.timeout
+        with transport_errors(dep.name, callers_deadline=callers):
+            resp = await self._exchange.send(target, raw, extra, timeout, dep.connect_timeout, signed)
         try:
-            resp = await self._exchange.send(req.kind, _encode(body), extra, timeout, dep.connect_timeout)
-        except httpx.TimeoutException:
-            raise UpstreamError.timed_out(dep.name, callers_deadline=callers) from None
-        except httpx.TransportError as e:
-            raise UpstreamError.unreachable(dep.name, type(e).__name__) from None
-        try:
-            if resp.status >= 400:
-                raise http_error(dep.name, resp.status, await resp.read(), resp.header("retry-after"),
-                                 self._scrub)
-            answer = self._stream(req, resp) if req.stream else self._whole(req, resp)
-            stops = Emulator(emulation)
-            try:
-                async for batch in answer:  # the chunks of events that arrived together
-                    out = stops.apply(batch)
-                    for ch in out[:-1]:
-                        ch.more = True
-                    for ch in out:
-                        yield ch
-                    if stops.all_stopped(req):
-                        break  # every choice hit a gateway-applied stop: close the upstream
-            finally:
-                await answer.aclose()
-        except httpx.TimeoutException:
-            raise UpstreamError.timed_out(dep.name, callers_deadline=callers, mid_response=True) from None
-        except httpx.TransportError as e:
-            raise UpstreamError.broken(dep.name, f"broke off the response: {type(e).__name__}") from None
+            with transport_errors(dep.name, callers_deadline=callers, mid_response=True):
+                if resp.status >= 400:
+                    raise http_error(dep.name, resp.status, await resp.read(), retry_after_of(resp.header),
+                                     self._scrub, self.wire.retry_statuses)
+                answer = self._stream(req, resp) if req.stream else self._whole(req, resp)
+                stops = Emulator(emulation)
+                try:
+                    async for batch in answer:  # the chunks of events that arrived together
+                        out = stops.apply(batch)
+                        for ch in out[:-1]:
+                            ch.more = True
+                        for ch in out:
+                            yield ch
+                        if stops.all_stopped(req):
+                            break  # every choice hit a gateway-applied stop: close the upstream
+                finally:
+                    await answer.aclose()
         finally:
             await resp.aclose()
 
+    def _failure(self, e: WireError) -> UpstreamError:
+        return wire_failure(self.deployment.name, e.what, e.said, self._scrub, retryable=e.retryable,
+                            status=e.status)
+
     async def _whole(self, req: CanonicalRequest, resp: Answered) -> AsyncGenerator[list[Chunk], None]:
-        if req.kind == "embedding":
-            yield [embeddings_of(self.deployment.name, await resp.read(), len(req.prompt or ()))]
-            return
+        raw = await resp.read()
         try:
-            obj = decode_answer(await resp.read())
-        except msgspec.DecodeError:
-            raise UpstreamError.broken(self.deployment.name, "sent a malformed answer") from None
-        if obj.error is not None:
-            raise error_in_answer(self.deployment.name, obj.error, self._scrub, mid_stream=False)
-        if not obj.choices:
-            raise UpstreamError.broken(self.deployment.name, "sent an answer without any choice")
-        yield chunks_of(obj, chat=req.kind == "chat", delta=False)
+            chunks = self.codec.whole(raw, req)
+        except WireError as e:
+            raise self._failure(e) from None
+        yield chunks
 
     async def _stream(self, req: CanonicalRequest, resp: Answered) -> AsyncGenerator[list[Chunk], None]:
         """The chunks of each arrival of events. A stream must be one (its content type), its
-        events must read, an ``error`` event is a failure (after what came before it), and a
-        stream with no event, or cut before its end ([DONE] or a finish_reason), is no success."""
+        events must read, an error event is a failure (after what came before it), and a stream
+        that ends without its end (the codec's ``ending``) is no success."""
         name = self.deployment.name
+        wire = self.wire
         ctype = resp.header("content-type") or ""
-        if not ctype.lower().startswith(SSE):
+        if not ctype.lower().startswith(wire.stream_type):
             raw = await _read_some(resp, 4096)
             said = error_message(raw) if raw else None
             raise UpstreamError.broken(name, f"answered a streamed request with {ctype or 'no content type'}"
                                        f", not an event stream" + (f": {self._scrub(said)}" if said else ""))
-        chat = req.kind == "chat"
-        events = 0
-        finished = done = False
-        async for batch in sse_batches(aiter(resp)):
+        decoder = self.codec.stream(req)
+        frames = (wire.framing or sse_batches)(aiter(resp))
+        async for batch in frames:
             out: list[Chunk] = []
             failure: UpstreamError | None = None
-            for data in batch:
-                if data == b"[DONE]":
-                    done = True
-                    break
+            for event, data in batch:
                 try:
-                    ans = decode_answer(data)
-                except msgspec.DecodeError:
-                    failure = UpstreamError.broken(name, "sent a malformed stream event")
+                    out.extend(decoder.feed(event, data))
+                except WireError as e:
+                    failure = self._failure(e)
                     break
-                if ans.error is not None:
-                    failure = error_in_answer(name, ans.error, self._scrub, mid_stream=True)
+                if decoder.done:
                     break
-                if ans.choices is not None or ans.usage is not None:
-                    events += 1
-                    got = chunks_of(ans, chat=chat, delta=True)
-                    finished = finished or any(c.finish_reason for c in got)
-                    out.extend(got)
             if out:
                 yield out  # what was good still reaches the caller (and its usage counts)
             if failure is not None:
                 raise failure
-            if done:
+            if decoder.done:
                 break
-        if events == 0:
-            raise UpstreamError.broken(name, "sent a stream without any event")
-        if not (done or finished):  # the body ended (a close) before [DONE] or any finish_reason
-            raise UpstreamError.broken(name, "ended the stream before it finished")
-
-
-SSE = "text/event-stream"
+        why = decoder.ending()
+        if why is not None:
+            raise UpstreamError.broken(name, why)
 
 
 async def _read_some(resp: Answered, limit: int) -> bytes:

@@ -1,4 +1,4 @@
-"""Server-sent events from an upstream: ``data:`` payloads, one per event."""
+"""Server-sent events from an upstream: (``event:`` name or None, ``data:`` payload), one per event."""
 
 from __future__ import annotations
 
@@ -8,9 +8,13 @@ from collections.abc import AsyncIterator
 _EVENT_END = re.compile(rb"\r?\n\r?\n")
 
 
-async def sse_batches(chunks: AsyncIterator[bytes]) -> AsyncIterator[list[bytes]]:
-    """Yield, per arrival from the network, the data of each event completed by it (multi-line
-    data joined by newlines; comments and other fields skipped). Works on arbitrary chunk
+Event = tuple[bytes | None, bytes]
+
+
+async def sse_batches(chunks: AsyncIterator[bytes]) -> AsyncIterator[list[Event]]:
+    """Yield, per arrival from the network, the name and data of each event completed by it
+    (multi-line data joined by newlines; comments, ids and retry fields skipped; an event
+    without data skipped). Works on arbitrary chunk
     boundaries and splits each arrival once: an upstream often sends many events in one packet,
     and keeping them together lets the gateway relay them together."""
     buf = b""
@@ -20,18 +24,23 @@ async def sse_batches(chunks: AsyncIterator[bytes]) -> AsyncIterator[list[bytes]
             continue
         # bytes.split is several times faster than the regex; CRLF framing is rare
         *events, buf = _EVENT_END.split(buf) if b"\r" in buf else buf.split(b"\n\n")
-        batch = [d for ev in events if (d := _data(ev)) is not None]
+        batch = [d for ev in events if (d := _event(ev)) is not None]
         if batch:
             yield batch
     if buf.strip():
-        data = _data(buf)
-        if data is not None:
-            yield [data]
+        ev = _event(buf)
+        if ev is not None:
+            yield [ev]
 
 
-def _data(event: bytes) -> bytes | None:
+def _event(event: bytes) -> Event | None:
     if event.startswith(b"data:") and b"\n" not in event:  # the common case: one data line
-        return event[6:] if event[5:6] == b" " else event[5:]
-    parts = [line[6:] if line[5:6] == b" " else line[5:]
-             for line in event.splitlines() if line.startswith(b"data:")]
-    return b"\n".join(parts) if parts else None
+        return None, (event[6:] if event[5:6] == b" " else event[5:])
+    name = None
+    parts = []
+    for line in event.splitlines():
+        if line.startswith(b"data:"):
+            parts.append(line[6:] if line[5:6] == b" " else line[5:])
+        elif line.startswith(b"event:"):
+            name = line[6:].strip()
+    return (name, b"\n".join(parts)) if parts else None

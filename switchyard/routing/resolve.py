@@ -17,28 +17,14 @@ from typing import Protocol
 from switchyard.core.backend import Backend
 from switchyard.core.config import Config, ConfigError, DeploymentConfig, ModelConfig, RouterConfig
 from switchyard.core.errors import NotFound, install_hint
+from switchyard.providers.wire import Caps, wire_for
 from switchyard.routing.health import Health
 
 
-@dataclass(slots=True)
-class Caps:
-    """What a deployment's upstream can carry, so the router knows what to fan out."""
-
-    n: bool = True
-    chat_n: bool = True
-    best_of: bool = True
-    prompts: bool = True  # several prompts in one call
-
-
 def caps_of(dep: DeploymentConfig) -> Caps:
-    if dep.backend != "upstream":
-        return Caps()
-    from switchyard.dialects.chat import chat_emits
-    from switchyard.dialects.registry import DIALECTS
-
-    d = DIALECTS[dep.dialect]
-    return Caps(n="n" in d.emits, chat_n="n" in chat_emits(d), best_of="best_of" in d.emits,
-                prompts=d.name != "sgp")  # SGP takes exactly one string prompt
+    """What a deployment's upstream can carry (its provider row's), so the router knows what to
+    fan out; the engine carries everything."""
+    return Caps() if dep.backend != "upstream" else wire_for(dep).caps
 
 
 @dataclass(slots=True, eq=False)

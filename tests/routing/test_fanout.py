@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import AsyncIterator
 
@@ -12,6 +13,12 @@ from switchyard.routing.resolve import Caps
 from tests.fakes.upstream import Behaviour
 from tests.gateway.conftest import serve
 from tests.routing.conftest import completion, config, dep, group, records
+
+
+def _no_n(router) -> None:
+    """As if the deployment's provider row could not carry n (caps are a frozen row value)."""
+    t = router.resolve("m/x").targets[0]
+    t.caps = dataclasses.replace(t.caps, n=False)
 
 
 def req(**kw) -> CanonicalRequest:
@@ -79,7 +86,7 @@ async def test_n_to_an_upstream_without_n_runs_n_calls_at_once(upstreams):
     up = upstreams[0]
     up.default = Behaviour(stall=0.2)
     router = Router(config(group("m/x", dep("a", up.url))))
-    router.resolve("m/x").targets[0].caps.n = False  # as if its dialect could not carry n
+    _no_n(router)  # as if its dialect could not carry n
     async with serve(router.config, router=router) as client:
         r = await client.post("/v1/completions", json=completion("m/x", n=3))
     assert r.status_code == 200, r.text
@@ -94,7 +101,7 @@ async def test_streaming_fanout_interleaves_reindexed_chunks(upstreams):
     up = upstreams[0]
     up.default = Behaviour(chunk_delay=0.01)
     router = Router(config(group("m/x", dep("a", up.url))))
-    router.resolve("m/x").targets[0].caps.n = False
+    _no_n(router)
     async with serve(router.config, router=router) as client:
         r = await client.post("/v1/completions", json=completion("m/x", n=2, stream=True,
                                                                  stream_options={"include_usage": True}))
@@ -113,7 +120,7 @@ async def test_a_failed_call_of_a_fanout_retries_the_whole_attempt(upstreams):
     up = upstreams[0]
     up.script.append(Behaviour(status=500))
     router = Router(config(group("m/x", dep("a", up.url))))
-    router.resolve("m/x").targets[0].caps.n = False
+    _no_n(router)
     async with serve(router.config, router=router) as client:
         r = await client.post("/v1/completions", json=completion("m/x", n=2))
     assert r.status_code == 200, r.text
@@ -139,7 +146,7 @@ async def test_best_of_without_n_ranks_parallel_calls(upstreams):
     up.script += [Behaviour(text="meh answer", logprob=-2.0), Behaviour(text="best answer", logprob=-0.1),
                   Behaviour(text="bad answer", logprob=-5.0)]
     router = Router(config(group("m/x", dep("l", up.url, dialect="llamacpp"))))
-    router.resolve("m/x").targets[0].caps.n = False
+    _no_n(router)
     async with serve(router.config, router=router) as client:
         r = await client.post("/v1/completions", json=completion("m/x", best_of=3, logprobs=1))
     assert r.status_code == 200, r.text
@@ -158,7 +165,7 @@ async def test_best_of_with_echo_logprobs_ranks_past_the_null_first_prompt_token
     up = upstreams[0]
     up.script += [Behaviour(text="meh answer", logprob=-2.0), Behaviour(text="best answer", logprob=-0.1)]
     router = Router(config(group("m/x", dep("l", up.url, dialect="fireworks"))))
-    router.resolve("m/x").targets[0].caps.n = False
+    _no_n(router)
     async with serve(router.config, router=router) as client:
         r = await client.post("/v1/completions", json=completion("m/x", prompt="say it", best_of=2,
                                                                  echo=True, logprobs=0))

@@ -1,0 +1,106 @@
+"""The OpenAI codec: bodies written from the dialect tables (``switchyard.dialects.outgoing``),
+answers read as OpenAI's (``parse.py``). Every OpenAI-compatible server speaks it: OpenAI, vLLM,
+llama.cpp, mistral.rs, Fireworks, SGP, Azure, Mistral and Cohere's compatibility API; the rows in
+rows.py differ only in paths, auth and capabilities."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from switchyard.core.canonical import CanonicalRequest, Chunk
+from switchyard.core.config import DeploymentConfig
+from switchyard.dialects.outgoing import Emulation, render_request
+from switchyard.dialects.spec import Dialect
+from switchyard.providers.failures import message_of
+from switchyard.providers.parse import chunks_of, decode_answer, embeddings_of
+from switchyard.providers.wire import Caps, WireError
+
+
+def _error_text(error: Any) -> str:
+    return message_of({"error": error}) or "no message"
+
+
+def embeddings_body(req: CanonicalRequest, model: str) -> dict[str, Any]:
+    """OpenAI's embeddings body, as the caller wrote it (every OpenAI-family server reads it; the
+    answer comes back in either encoding and is written in the caller's)."""
+    prompts = req.prompt or []
+    body: dict[str, Any] = {"model": model, "input": prompts[0] if len(prompts) == 1 else prompts}
+    for name in ("dimensions", "encoding_format", "user"):
+        if (v := getattr(req, name)) is not None:
+            body[name] = v
+    return body
+
+
+@dataclass(frozen=True, slots=True)
+class OpenAICodec:
+    dialect: Dialect  # the body's field names (the upstream's own dialect table)
+    caps: Caps
+
+    def render(self, req: CanonicalRequest, model: str,
+               dep: DeploymentConfig) -> tuple[dict[str, Any], Emulation]:
+        if req.kind == "embedding":
+            return embeddings_body(req, model), Emulation()
+        return render_request(self.dialect, req, model, dep.allow_extra_params,
+                              stream_usage=self.caps.stream_usage,
+                              overflow_is_error=self.caps.overflow_is_error)
+
+    def whole(self, raw: bytes, req: CanonicalRequest) -> list[Chunk]:
+        if req.kind == "embedding":
+            try:
+                return [embeddings_of(raw, len(req.prompt or ()))]
+            except ValueError as e:
+                raise WireError(str(e)) from None
+        try:
+            obj = decode_answer(raw)
+        except msgspec.DecodeError:
+            raise WireError("sent a malformed answer") from None
+        if obj.error is not None:
+            raise WireError("answered 200 with an error", _error_text(obj.error))
+        if not obj.choices:
+            raise WireError("sent an answer without any choice")
+        return chunks_of(obj, chat=req.kind == "chat", delta=False)
+
+    def stream(self, req: CanonicalRequest) -> OpenAIStream:
+        return OpenAIStream(req.kind == "chat")
+
+
+class OpenAIStream:
+    """Data-only events ending at ``[DONE]``; a stream cut before it (or before a finish_reason)
+    is no success. Azure's first event (``choices: []`` with prompt_filter_results) counts as an
+    event and yields nothing."""
+
+    __slots__ = ("chat", "done", "events", "finished")
+
+    def __init__(self, chat: bool) -> None:
+        self.chat = chat
+        self.done = False
+        self.finished = False
+        self.events = 0
+
+    def feed(self, name: bytes | None, data: bytes) -> list[Chunk]:
+        if data == b"[DONE]":
+            self.done = True
+            return []
+        try:
+            ans = decode_answer(data)
+        except msgspec.DecodeError:
+            raise WireError("sent a malformed stream event") from None
+        if ans.error is not None:
+            raise WireError("reported an error mid-stream", _error_text(ans.error))
+        if ans.choices is None and ans.usage is None:
+            return []
+        self.events += 1
+        got = chunks_of(ans, chat=self.chat, delta=True)
+        if not self.finished:
+            self.finished = any(c.finish_reason for c in got)
+        return got
+
+    def ending(self) -> str | None:
+        if self.events == 0:
+            return "sent a stream without any event"
+        if not (self.done or self.finished):  # the body ended (a close) before [DONE] or a finish_reason
+            return "ended the stream before it finished"
+        return None

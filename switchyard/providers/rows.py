@@ -1,0 +1,77 @@
+"""The built-in provider rows. The OpenAI-family servers differ only in paths, auth and
+capabilities; Azure is data (a deployments path, a query and its own key header); Mistral and
+Cohere are their OpenAI-compatible APIs with their capabilities. Providers with a codec of
+their own register from their package (anthropic/ here; bedrock, gemini and vertex the same way)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+
+from switchyard.core.canonical import RequestKind
+from switchyard.core.config import DeploymentConfig
+from switchyard.dialects.chat import chat_emits
+from switchyard.dialects.registry import DIALECTS
+from switchyard.dialects.spec import Dialect
+from switchyard.providers.openai import OpenAICodec
+from switchyard.providers.wire import BEARER, Auth, Caps, Wire, header_auth, paths, register
+
+OPENAI_PATHS = paths("/chat/completions", "/completions", "/embeddings")
+
+
+def _caps(d: Dialect, **kw: bool) -> Caps:
+    """What the dialect table can write decides n and best_of; the rest is the row's."""
+    return Caps(n="n" in d.emits, chat_n="n" in chat_emits(d), best_of="best_of" in d.emits, **kw)
+
+
+def _row(name: str, dialect: Dialect, caps: Caps,
+         where: Mapping[tuple[RequestKind, bool], str] = OPENAI_PATHS,
+         auth: Callable[[DeploymentConfig], Auth] = BEARER) -> Wire:
+    return Wire(name, OpenAICodec(dialect, caps), where, auth=auth, caps=caps, native_dialect=dialect.name)
+
+
+_D = DIALECTS
+for _name, _caps_kw in {
+    "openai": {"stream_usage": True, "overflow_is_error": True},
+    "vllm": {"stream_usage": True, "overflow_is_error": True},
+    "llamacpp": {"stream_usage": True},
+    "mistralrs": {"stream_usage": True},
+    "fireworks": {},  # usage comes in the last event unasked
+}.items():
+    register(_name, _row(_name, _D[_name], _caps(_D[_name], **_caps_kw)))
+
+# Scale GenAI Platform: /beta paths, its key in x-api-key, one string prompt per call.
+register("sgp", _row("sgp", _D["sgp"], _caps(_D["sgp"], prompts=False),
+                     paths("/beta/chat/completions", "/beta/completions"), header_auth("x-api-key")))
+
+# Mistral: OpenAI's body but the seed is random_seed; it refuses stream_options (usage comes
+# in the last event anyway).
+_MISTRAL = dataclasses.replace(_D["openai"], emits={**_D["openai"].emits,
+                                                  "seed": lambda v: {"random_seed": v}})
+register("mistral", _row("mistral", _MISTRAL, _caps(_MISTRAL),
+                         paths("/chat/completions", embedding="/embeddings")))
+# Cohere's compatibility API: chat only, no stream_options, no n.
+register("cohere", _row("cohere", _D["openai"], Caps(n=False, chat_n=False, best_of=False),
+                        paths("/chat/completions")))
+
+
+# Azure OpenAI: the classic API with api_version (the deployment name in the path, its key in
+# api-key), else the v1 API at /openai/v1/ where the body's model is the deployment name.
+_AZURE_AUTH = header_auth("api-key")
+_AZURE_CAPS = _caps(_D["openai"], stream_usage=True, overflow_is_error=True)
+_AZURE_V1 = _row("azure", _D["openai"], _AZURE_CAPS,
+                 paths("/openai/v1/chat/completions", "/openai/v1/completions", "/openai/v1/embeddings"),
+                 _AZURE_AUTH)
+
+
+def _azure(dep: DeploymentConfig) -> Wire:
+    if dep.api_version is None:
+        return _AZURE_V1
+    return dataclasses.replace(
+        _AZURE_V1, paths=paths("/openai/deployments/{model}/chat/completions",
+                               "/openai/deployments/{model}/completions",
+                               "/openai/deployments/{model}/embeddings"),
+        query={"api-version": dep.api_version})
+
+
+register("azure", _azure)

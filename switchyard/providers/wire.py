@@ -1,0 +1,188 @@
+"""A provider as a value: what differs between upstream APIs, as data plus two small protocols.
+
+``UpstreamBackend._run`` (provider.py) is the one driver for every provider: it renders the body
+with the row's ``Codec``, adds the row's ``Auth`` headers, sends it over the pooled ``Exchange`` to
+the row's path, and reads the answer (whole, or streamed through the row's ``framing``) back into
+canonical chunks with the same ``Codec``. A new provider is a ``Wire`` row registered by name
+(``register``), plus a codec when its API is not OpenAI-shaped, plus an auth when its credential
+is not one static header.
+
+The two protocols, for whoever writes a codec or an auth:
+
+``Auth`` (one per deployment, built by ``Wire.auth(deployment)``)
+    ``owned``: lower-case header names the gateway sets; a caller may never send them.
+    ``fixed``: headers baked once into every request (``x-api-key: K``).
+    ``signs``: whether ``sign`` must be called; ``sign(method, target, host, body)`` returns the
+    per-request headers (SigV4 over the exact body and time); ``[]`` unless signing.
+
+``Codec`` (stateless, shared by every deployment of its API)
+    ``render(req, model, dep) -> (body, Emulation)``: the upstream body from the canonical request;
+    anything the API cannot carry is emulated (``Emulation``) or refused with ``InvalidRequest``
+    naming the caller's own field (``switchyard.dialects.outgoing.caller_param``).
+    ``whole(raw, req) -> list[Chunk]``: a whole (non-streamed) 200 answer.
+    ``stream(req) -> StreamDecoder``: a fresh decoder per streamed answer; ``feed(name, data)`` takes
+    one event (``name``: the SSE ``event:`` field or the frame's event type, None when absent) and
+    returns its chunks; ``done`` turns true at the stream's own end marker; ``ending()`` at the
+    end of the body says what is wrong with how it ended (None: a clean end).
+    A codec reports an unusable answer by raising ``WireError`` (the driver words it with the
+    deployment's name and scrubs any upstream text); ``retryable=True`` only when nothing of the
+    answer can have reached the caller (an in-band overload before any content).
+    ``native(body, req, model) -> body`` (optional): the native lane. When the caller spoke this
+    API itself, the caller's body is kept as sent except the fields the gateway owns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+from urllib.parse import quote, urlencode
+
+from switchyard.core.canonical import CanonicalRequest, Chunk, RequestKind
+from switchyard.core.config import DeploymentConfig
+from switchyard.core.errors import RETRY_STATUSES
+from switchyard.dialects.outgoing import Emulation
+
+Frames = Callable[[AsyncIterator[bytes]], AsyncIterator[list[tuple[bytes | None, bytes]]]]
+SSE = "text/event-stream"
+
+
+@dataclass(frozen=True, slots=True)
+class Caps:
+    """What an upstream carries: the router fans out what it cannot (``n``, ``best_of``, several
+    prompts); the codec asks for usage on streams only where the upstream takes the option."""
+
+    n: bool = True  # completions
+    chat_n: bool = True
+    best_of: bool = True
+    prompts: bool = True  # several prompts in one call
+    stream_usage: bool = False  # takes stream_options.include_usage
+    overflow_is_error: bool = False  # its own answer to an overflowing request is the error
+
+
+class WireError(Exception):
+    """An answer that is not a usable success, in the codec's words (``what``: "sent ...";
+    ``said``: the upstream's own text, scrubbed by the driver before it is shown)."""
+
+    def __init__(self, what: str, said: str | None = None, *, retryable: bool = False,
+                 status: int = 502) -> None:
+        super().__init__(what)
+        self.what, self.said, self.retryable, self.status = what, said, retryable, status
+
+
+class Auth(Protocol):
+    @property
+    def owned(self) -> frozenset[str]: ...
+    @property
+    def fixed(self) -> Mapping[str, str]: ...
+    @property
+    def signs(self) -> bool: ...
+
+    def sign(self, method: str, target: str, host: str, body: bytes) -> list[tuple[str, str]]: ...
+
+
+class StreamDecoder(Protocol):
+    @property
+    def done(self) -> bool: ...
+
+    def feed(self, name: bytes | None, data: bytes) -> list[Chunk]: ...
+
+    def ending(self) -> str | None: ...
+
+
+class Codec(Protocol):
+    def render(self, req: CanonicalRequest, model: str,
+               dep: DeploymentConfig) -> tuple[dict[str, Any], Emulation]: ...
+
+    def whole(self, raw: bytes, req: CanonicalRequest) -> list[Chunk]: ...
+
+    def stream(self, req: CanonicalRequest) -> StreamDecoder: ...
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderAuth:
+    """A static credential in one header: ``Authorization: Bearer K``, ``x-api-key: K``, ``api-key: K``."""
+
+    fixed: Mapping[str, str]
+    owned: frozenset[str]
+    signs: bool = False
+
+    def sign(self, method: str, target: str, host: str, body: bytes) -> list[tuple[str, str]]:
+        return []
+
+
+def header_auth(name: str, prefix: str = "",
+                also_owned: tuple[str, ...] = ()) -> Callable[[DeploymentConfig], Auth]:
+    """An ``Auth`` factory: the deployment's api_key in header ``name`` (none without a key). The
+    other credential headers stay owned so a caller cannot add a second credential."""
+    owned = frozenset({name, "authorization", *also_owned})
+
+    def make(dep: DeploymentConfig) -> Auth:
+        return HeaderAuth({name: prefix + dep.api_key} if dep.api_key else {}, owned)
+    return make
+
+
+BEARER = header_auth("authorization", "Bearer ")
+
+
+@dataclass(frozen=True, slots=True)
+class Wire:
+    """One upstream API. ``paths``: (kind, stream) -> path below base_url, ``{model}`` filled with
+    the percent-encoded upstream model; ``query``: added to every path."""
+
+    name: str
+    codec: Codec
+    paths: Mapping[tuple[RequestKind, bool], str]
+    query: Mapping[str, str] = field(default_factory=dict)
+    auth: Callable[[DeploymentConfig], Auth] = BEARER
+    headers: Mapping[str, str] = field(default_factory=dict)  # fixed, e.g. anthropic-version
+    framing: Frames | None = None  # None: server-sent events (sse.sse_batches)
+    stream_type: str = SSE  # the content type a streamed answer must have
+    retry_statuses: frozenset[int] = RETRY_STATUSES
+    caps: Caps = Caps()
+    native_dialect: str | None = None  # the caller dialect whose bodies this API takes as sent
+
+    def target(self, kind: RequestKind, stream: bool, model: str) -> str:
+        path = self.paths[(kind, stream)]
+        if "{model}" in path:
+            path = path.replace("{model}", quote(model, safe=""))
+        return f"{path}?{urlencode(self.query)}" if self.query else path
+
+
+def paths(chat: str | None, completion: str | None = None,
+          embedding: str | None = None) -> dict[tuple[RequestKind, bool], str]:
+    """The same path streamed or not (the body says which); embeddings never stream."""
+    out: dict[tuple[RequestKind, bool], str] = {}
+    if chat is not None:
+        out[("chat", False)] = out[("chat", True)] = chat
+    if completion is not None:
+        out[("completion", False)] = out[("completion", True)] = completion
+    if embedding is not None:
+        out[("embedding", False)] = embedding
+    return out
+
+
+# -- the registry: a row per provider name, or a function of the deployment --------------------
+
+Row = Wire | Callable[[DeploymentConfig], Wire]
+_ROWS: dict[str, Row] = {}
+
+
+def register(name: str, row: Row) -> None:
+    _ROWS[name] = row
+
+
+def wire_for(dep: DeploymentConfig) -> Wire:
+    """The row of the deployment's provider (``provider:``, or ``dialect:`` as its synonym)."""
+    from switchyard.providers import rows  # noqa: F401  (registers the built-in rows)
+
+    row = _ROWS.get(dep.provider)
+    if row is None:
+        raise LookupError(f"provider {dep.provider!r} has no wire row in this build")
+    return row if isinstance(row, Wire) else row(dep)
+
+
+def provider_names() -> list[str]:
+    from switchyard.providers import rows  # noqa: F401
+
+    return sorted(_ROWS)
