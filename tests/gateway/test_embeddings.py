@@ -122,3 +122,18 @@ async def test_unauthenticated(cfg, gateway_for) -> None:
         r = await httpx.AsyncClient().post(str(gw.base_url) + "/v1/embeddings",
                                            json={"model": "vendor/embed", "input": "x"})
     assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+
+
+@pytest.mark.parametrize(("api_version", "path"), [
+    (None, "/openai/v1/embeddings"), ("2024-10-21", "/openai/deployments/emb-deploy/embeddings")])
+async def test_azure_paths_and_key(upstream, gateway_for, api_version, path) -> None:
+    dep = {"name": "az", "backend": "upstream", "provider": "azure", "base_url": upstream.root,
+           "api_key": "sk-azure-upstream", "model": "emb-deploy", "api_version": api_version}
+    cfg = base_config([{"name": "azure/emb", "deployments": [dep]}], router={"retries": 0})
+    async with gateway_for(cfg) as gw:
+        r = await client_for(gw).embeddings.create(model="azure/emb", input=["a", "b"])
+    assert [d.embedding for d in r.data] == [pytest.approx(fake_vector(t), abs=1e-6) for t in "ab"]
+    sent = upstream.requests[0]
+    assert sent.path == path and sent.headers["api-key"] == "sk-azure-upstream"
+    assert "authorization" not in {k.lower() for k in sent.headers}
+    assert sent.body["model"] == "emb-deploy" and sent.body["input"] == ["a", "b"]
