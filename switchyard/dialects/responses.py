@@ -101,7 +101,8 @@ def _items(items: list[Any], dropped: dict[str, Any], where: str) -> list[dict[s
             raise InvalidRequest(f"{at} must be an object", param=at)
         t = item.get("type", "message")
         if t == "message":
-            role = _ROLES.get(item.get("role"))  # type: ignore[arg-type]  # checked just below
+            given = item.get("role")
+            role = _ROLES.get(given) if isinstance(given, str) else None
             if role is None:
                 raise InvalidRequest(f"{at}.role must be one of user, assistant, system, developer",
                                      param=f"{at}.role")
@@ -155,7 +156,7 @@ def _content(content: Any, at: str) -> Any:
         if not isinstance(part, dict):
             raise InvalidRequest(f"{at}[{j}] must be an object", param=f"{at}[{j}]")
         t = part.get("type")
-        if t in _TEXT_PARTS:
+        if isinstance(t, str) and t in _TEXT_PARTS:
             text = part.get("text", part.get("refusal"))
             if not isinstance(text, str):
                 raise InvalidRequest(f"{at}[{j}].text must be a string", param=f"{at}[{j}].text")

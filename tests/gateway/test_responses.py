@@ -172,6 +172,8 @@ async def test_codex_request_is_accepted_and_warns(cfg, gateway_for, upstream) -
     ({"input": 3}, "input"),
     ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0]"),
     ({"input": [{"role": "robot", "content": "x"}]}, "input[0].role"),
+    ({"input": [{"role": {"a": 1}, "content": "x"}]}, "input[0].role"),  # unhashable: found by the fuzzer
+    ({"input": [{"role": "user", "content": [{"type": ["x"], "text": "a"}]}]}, "input[0].content[0].type"),
     ({"input": [{"type": "function_call_output", "output": "x"}]}, "input[0].call_id"),
     ({"max_output_tokens": 0}, "max_output_tokens"),
     ({"text": {"format": {"type": "xml"}}}, "text.format.type"),
