@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from switchyard.core.config import parse_config  # noqa: E402
-from switchyard.http.console.api import overview  # noqa: E402
+from switchyard.http.console.overview import overview  # noqa: E402
 from switchyard.policies.factory import build_policies  # noqa: E402
 from switchyard.policies.latency import latency  # noqa: E402
 from switchyard.policies.usage_filter import parse_filter  # noqa: E402

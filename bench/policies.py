@@ -34,6 +34,7 @@ from switchyard.policies.limits import Limiter
 from switchyard.policies.memory import MemoryStore
 from switchyard.policies.pricing import Pricing
 from switchyard.policies.redis_store import RedisStore
+from switchyard.policies.refusals import Refusals
 from switchyard.policies.resp import RespConnection
 from switchyard.policies.store import Store
 
@@ -90,6 +91,25 @@ async def measure(store: Store, n: int, who: Principal = WHO, landed: bool = Tru
     return {"admit": admits, "settle": settles, "admit+settle": both}
 
 
+async def refusals(store: Store, n: int) -> dict[str, list[float]]:
+    """A refused request's record (what the gateway adds to a refusal's path): the call returns
+    once the command is queued, as settle does; "landed" waits for the previous one first."""
+    rf = Refusals(store)
+    out: list[float] = []
+
+    async def one() -> None:
+        await rf.flush()
+        t0 = time.perf_counter_ns()
+        rf.refused(WHO, model="openai/gpt-4o", status=429, reason="rate_limit:rpm@key", latency_ms=0.3,
+                   request_id="0123456789abcdef0123456789abcdef", endpoint="/v1/chat/completions",
+                   dialect="chat", requested_model="gpt-4o")
+        out.append((time.perf_counter_ns() - t0) / 1e6)
+
+    k = len(await timed(n, one))
+    await rf.flush()
+    return {"refusal record": out[-k:]}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -121,9 +141,11 @@ async def main() -> None:
         results |= {f"redis typical {k}": v for k, v in (await measure(store, args.n, TYPICAL)).items()}
         b2b = await measure(store, args.n, TYPICAL, landed=False)
         results |= {f"redis typical b2b {k}": b2b[k] for k in ("admit", "admit+settle")}
+        results |= {f"redis {k}": v for k, v in (await refusals(store, args.n)).items()}
         await store.client.flushdb()
         await store.aclose()
         results |= {f"memory {k}": v for k, v in (await measure(MemoryStore(ns="bench"), args.n)).items()}
+        results |= {f"memory {k}": v for k, v in (await refusals(MemoryStore(ns="bench"), args.n)).items()}
     finally:
         if proc is not None:
             proc.terminate()

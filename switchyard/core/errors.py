@@ -16,6 +16,9 @@ class GatewayError(Exception):
     retryable: bool = False
     deployment_fault: bool = False
     retry_after: float | None = None
+    # Which check refused, for usage records and the console ("" = derived from the class:
+    # ``switchyard.policies.refusals.reason_of``).
+    reason: str = ""
 
     def __init__(
         self,
@@ -88,6 +91,7 @@ class RateLimited(GatewayError):
     status = 429
     type = "rate_limit_error"
     limit = ""  # which limit refused ("rpm", "tpm", "concurrency", a quota ...), for /metrics
+    scope = ""  # whose: "key", "team" or "model" (the team's limits for one model)
 
 
 class Unavailable(GatewayError):

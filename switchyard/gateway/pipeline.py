@@ -37,6 +37,7 @@ from switchyard.gateway.requests import decode_body, model_name, warning_header
 from switchyard.gateway.streaming import Tally, gather
 from switchyard.policies.base import Outcome, Principal
 from switchyard.policies.factory import Policies
+from switchyard.policies.refusals import reason_of
 from switchyard.policies.tokens import count_prompt_tokens
 from switchyard.routing import Route, Router
 
@@ -130,10 +131,14 @@ class Gateway:
     async def authenticate(self, headers: Mapping[str, str]) -> Principal:
         raw = bearer_key(headers)
         if raw is None:
-            raise Unauthorized("missing API key: send Authorization: Bearer <key> or x-api-key")
+            e = Unauthorized("missing API key: send Authorization: Bearer <key> or x-api-key")
+            e.reason = "missing_key"
+            raise e
         principal = await self.policies.keys.lookup(raw)
         if principal is None:
-            raise Unauthorized("invalid API key")  # never echo the key
+            e = Unauthorized("invalid API key")  # never echo the key
+            e.reason = "expired_key" if await self.policies.keys.expired(raw) else "invalid_key"
+            raise e
         return principal
 
     def finished(self, ctx: RequestContext) -> None:
@@ -154,8 +159,27 @@ class Gateway:
             req = await self._prepare(ctx, ep, headers, raw)
         except GatewayError as e:
             await self.send_error(ctx, out, e)
+            self.refused(ctx, e)
             return
         await self._run(ctx, req, out)
+
+    def refused(self, ctx: RequestContext, e: GatewayError) -> None:
+        """A request refused before admission (here, or by the HTTP layer before its key was
+        read): a record for a known key, a count per reason otherwise."""
+        p = ctx.principal
+        if p is None:
+            self.policies.refusals.unauthenticated(reason_of(e))
+            return
+        # The model a record is aggregated under is a configured one (never what a caller
+        # made up); what the caller named is kept as requested_model.
+        model = ctx.route.group if ctx.route is not None else ""
+        if not model and ctx.requested_model:
+            with contextlib.suppress(GatewayError):
+                model = self.router.resolve(ctx.requested_model).group
+        self.policies.refusals.refused(
+            p, model=model, status=ctx.status or e.status,
+            reason=reason_of(e), latency_ms=ctx.latency * 1000, request_id=ctx.id, endpoint=ctx.endpoint,
+            dialect=ctx.dialect, requested_model=ctx.requested_model)
 
     # -- steps before admission ------------------------------------------------------------
 
@@ -354,10 +378,16 @@ class Gateway:
             deployment=run.deployment or "", latency_ms=ctx.latency * 1000,
             ttfb_ms=-1.0 if ttfb is None else ttfb * 1000, attempts=run.attempts, cut=ctx.cut,
             request_id=ctx.id, endpoint=ctx.endpoint, dialect=ctx.dialect,
-            requested_model=ctx.requested_model)
+            requested_model=ctx.requested_model, reason=_reason(ctx))
         ctx.usage = outcome.usage
         await self.policies.policy.settle(ticket, outcome)
         ctx.settled_at = time.monotonic()
+
+
+def _reason(ctx: RequestContext) -> str:
+    if ctx.error is not None:
+        return reason_of(ctx.error)
+    return {499: "client_closed", 500: "internal_error"}.get(ctx.status or 499, "")
 
 
 def _charged(tally: Tally, status: int) -> Usage:

@@ -174,12 +174,15 @@ def endpoint_app(gw: Gateway, ep: Endpoint, path: str) -> ASGIApp:
         try:
             if scope["method"] != "POST":
                 ctx.shape = "chat"
-                return await gw.send_error(ctx, out, MethodNotAllowed(f"{path} takes POST"))
+                e: GatewayError = MethodNotAllowed(f"{path} takes POST")
+                await gw.send_error(ctx, out, e)
+                return gw.refused(ctx, e)  # counted as a request with no valid key: none was read
             try:
                 headers = headers_of(scope)
                 raw = await read_body(receive, server.max_body_bytes, server.body_timeout)
             except GatewayError as e:
-                return await gw.send_error(ctx, out, e)
+                await gw.send_error(ctx, out, e)
+                return gw.refused(ctx, e)
             except ClientGone:
                 ctx.status = 499
                 return

@@ -88,6 +88,7 @@ class Outcome:
     endpoint: str = ""
     dialect: str = ""
     requested_model: str = ""
+    reason: str = ""  # what failed, for an error (``switchyard.policies.refusals.reason_of``)
 
 
 class Policy(Protocol):

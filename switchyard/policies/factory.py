@@ -18,6 +18,7 @@ from switchyard.policies.keys import KeyRing
 from switchyard.policies.limits import Limiter
 from switchyard.policies.memory import MemoryStore
 from switchyard.policies.pricing import Pricing
+from switchyard.policies.refusals import Refusals
 from switchyard.policies.registry import Registry
 from switchyard.policies.store import Store
 from switchyard.policies.usage import UsageQuery, UsageSource
@@ -43,6 +44,7 @@ class Policies:
     policy: Limiter
     registry: Registry
     usage: UsageSource
+    refusals: Refusals
     ledger: Ledger | None = None
 
     async def start(self) -> None:
@@ -52,6 +54,7 @@ class Policies:
 
     async def aclose(self) -> None:
         await self.policy.aclose()  # settlements reach the store first, then the ledger drains
+        await self.refusals.flush()
         if self.ledger is not None:
             await self.ledger.aclose()
         await self.store.aclose()
@@ -72,4 +75,4 @@ def build_policies(config: Config, *, ns: str = "sy", key_cache_ttl: float = 1.0
         ledger = build_ledger(config.usage, store, registry.team_names)
         usage = ledger.usage
     return Policies(config=config, store=store, keys=keys, policy=policy, registry=registry,
-                    usage=usage, ledger=ledger)
+                    usage=usage, refusals=Refusals(store), ledger=ledger)

@@ -83,6 +83,11 @@ class KeyRing:
             return None
         return p
 
+    async def expired(self, raw_key: str) -> bool:
+        """Whether ``raw_key`` names a key past its expiry (for the refusal's reason; cached)."""
+        p = await self._lookup(raw_key)
+        return p is not None and p.expires_ms is not None and time.time() * 1000 >= p.expires_ms
+
     async def _lookup(self, raw_key: str) -> Principal | None:
         # A digest is compared as a dict key: the attacker controls the input to sha256, not its
         # output, so the lookup's timing reveals nothing about a stored key.

@@ -198,6 +198,7 @@ class Limiter:
         headers.update(ratelimit_headers(Admission(False, adm.now_ms, req=req, tok=tok)))
         e = RateLimited(f"{scope.label}: {what}{tail}", headers=headers)
         e.limit = adm.kind
+        e.scope = scope.label.split(" ")[0] if " model " not in scope.label else "model"
         return e
 
     async def settle(self, ticket: Ticket, outcome: Outcome) -> None:
@@ -217,7 +218,7 @@ class Limiter:
                           latency_ms=round(outcome.latency_ms, 3), request_id=outcome.request_id,
                           ticket_id=ticket.id, endpoint=outcome.endpoint, dialect=outcome.dialect,
                           requested_model=outcome.requested_model, attempts=outcome.attempts,
-                          ttfb_ms=round(outcome.ttfb_ms, 3), cut=outcome.cut)
+                          ttfb_ms=round(outcome.ttfb_ms, 3), cut=outcome.cut, reason=outcome.reason)
         kw: dict[str, Any] = dict(plan=plan, admitted_ms=ticket.admitted_ms,
                                   token_delta=usage.total_tokens - ticket.reserved_tokens,
                                   spend_delta=cost - ticket.reserved_spend, lease_id=ticket.lease_id,

@@ -15,7 +15,16 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from switchyard.policies.plan import KINDS, NONE, Plan
-from switchyard.policies.store import DAY_MS, Admission, UsageRecord, agg_increments, month_of
+from switchyard.policies.store import (
+    DAY_MS,
+    HOUR_MS,
+    MINUTE_MS,
+    Admission,
+    UsageRecord,
+    agg_increments,
+    minute_field,
+    month_of,
+)
 
 WINDOW_MS = 60_000.0
 
@@ -57,6 +66,9 @@ class MemoryStore:
         self._leases: dict[str, dict[str, int]] = defaultdict(dict)
         self._quota: dict[str, dict[str, int]] = defaultdict(dict)
         self._aggs: dict[tuple[str, int], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        # (team, epoch hour) -> minute sums; hours older than the last two are dropped as new come.
+        self._mins: dict[tuple[str, int], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        self._unauth: dict[str, int] = defaultdict(int)
         self._logs: dict[str, deque[UsageRecord]] = defaultdict(lambda: deque(maxlen=max_records))
         self._docs: dict[str, dict[str, Any]] = {}
         self._doc_exp: dict[str, int] = {}  # doc name -> expiry (ms) for docs put with a ttl
@@ -167,13 +179,52 @@ class MemoryStore:
                 self._leases[cc].pop(lease_id, None)
             if any(v != NONE for v in (tpd, tpmo, spd, spmo)):
                 self._charge(self._quota[q], day, month, token_delta, spend_delta)
-        aggs = self._aggs[(plan.team, record.ts_ms // DAY_MS)]
+        self._record(plan.team, record)
+        return True, None
+
+    def _record(self, team: str, record: UsageRecord) -> None:
+        aggs = self._aggs[(team, record.ts_ms // DAY_MS)]
+        hour = record.ts_ms // HOUR_MS
+        mins = self._mins.get((team, hour))
+        if mins is None:
+            for old in [k for k in self._mins if k[0] == team and k[1] < hour - 2]:
+                del self._mins[old]
+            mins = self._mins[(team, hour)]
+        minute = record.ts_ms // MINUTE_MS
         for field, inc in agg_increments(record):
             aggs[field] += inc
-        self._logs[plan.team].append(record)
+            mins[minute_field(field, minute)] += inc
+        self._logs[team].append(record)
         if self.journal is not None:
             self.journal(record)
-        return True, None
+
+    def refuse_nowait(self, team: str, record: UsageRecord) -> Awaitable[None] | None:
+        self._record(team, record)
+        return None
+
+    async def count_unauthenticated(self, reason: str, now_ms: int) -> None:
+        day, minute = now_ms // DAY_MS, now_ms // MINUTE_MS
+        self._unauth[f"d{day}\x1f{reason}"] += 1
+        self._unauth[f"m{minute}\x1f{reason}"] += 1
+        if len(self._unauth) > 4096:  # minutes older than two hours go
+            floor = minute - 120
+            for k in [k for k in self._unauth if k[0] == "m" and int(k[1:].split("\x1f")[0]) < floor]:
+                del self._unauth[k]
+
+    async def unauthenticated(self, days: list[int], hours: list[int]) -> dict[str, int]:
+        want = {f"d{d}" for d in days}
+        out = {}
+        for k, v in self._unauth.items():
+            head = k.split("\x1f")[0]
+            if head in want or (head[0] == "m" and int(head[1:]) * MINUTE_MS // HOUR_MS in hours):
+                out[k] = v
+        return out
+
+    async def minutes(self, team: str, hours: list[int]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for h in hours:
+            out.update(self._mins.get((team, h), {}))
+        return out
 
     async def cancel(self, plan: Plan, *, ticket: str, tokens: int, spend: int, lease_id: str | None) -> None:
         return None  # an admission here never outlives its caller's wait: nothing to undo

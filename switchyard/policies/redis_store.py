@@ -28,7 +28,15 @@ from redis.exceptions import NoScriptError, RedisError
 
 from switchyard.policies.plan import KINDS, Plan, tag
 from switchyard.policies.resp import ReplyError, RespConnection
-from switchyard.policies.store import DAY_MS, Admission, StoreDown, UsageRecord, agg_increments
+from switchyard.policies.store import (
+    DAY_MS,
+    HOUR_MS,
+    MINUTE_MS,
+    Admission,
+    StoreDown,
+    UsageRecord,
+    agg_increments,
+)
 
 # Anything from the client is "the store is down" to the policy: never a 500. (redis-py's cluster
 # client can also raise AttributeError on a connection it dropped mid-flight.)
@@ -66,7 +74,7 @@ class _Packed:
         # Then the ticket's mark, as the last key of either script.
         n = 3 + len(plan.keys) + 1 + 5 + len(plan.vector)
         self.admit_head = b"*%d\r\n" % n + resp(("EVALSHA", admit_sha, len(plan.keys) + 1)) + self.keys
-        self.settle_head = resp(("EVALSHA", settle_sha, len(plan.keys) + 3)) + self.keys
+        self.settle_head = resp(("EVALSHA", settle_sha, len(plan.keys) + 4)) + self.keys
         self.log = bulk(plan.log)
         self.fields: dict[str, bytes] = {}  # aggregate field names, encoded
 
@@ -97,6 +105,7 @@ class RedisStore:
         self._admit = _script("admit")
         self._settle = _script("settle")
         self._renew = _script("renew")
+        self._record = _script("record")
         self._loaded = False
         self._loading = asyncio.Lock()
         self._cluster = isinstance(client, RedisCluster)
@@ -147,7 +156,7 @@ class RedisStore:
         # replies makes redis-py's async cluster client drop connections.
         async with self._loading:
             if not self._loaded:
-                for text, _ in (self._admit, self._settle, self._renew):
+                for text, _ in (self._admit, self._settle, self._renew, self._record):
                     await self.client.script_load(text)
                 self._loaded = True
 
@@ -185,12 +194,14 @@ class RedisStore:
         nodes = self.client.nodes_manager.slots_cache.get(pk.slot)  # type: ignore[union-attr]  # a RedisCluster here
         return (str(nodes[0].host), int(nodes[0].port)) if nodes else None
 
-    def _write_now(self, pk: _Packed, packed: bytes, defer: bool = False) -> asyncio.Future[Any] | None:
+    def _write_now(self, pk: _Packed | None, packed: bytes,
+                   defer: bool = False) -> asyncio.Future[Any] | None:
         """Send now (``defer``: queue for the loop's next turn, still ahead of any later command)
         if the scripts are loaded and the node's connection is up; else None."""
         if not self._loaded:
             return None
-        c = self._conns.get(self._addr(pk))  # type: ignore[arg-type]  # known once the scripts are loaded
+        # The node is known once the scripts are loaded.
+        c = self._conns.get(self._addr(pk) if pk is not None else self._endpoint)  # type: ignore[arg-type]
         if c is None or c.lost:
             return None
         try:
@@ -283,7 +294,7 @@ class RedisStore:
         (``StoreDown``); when not ``sent`` it does the whole call."""
         mode = (b"2" if refund_request else b"1") if rates else b"0"
         return self._settle_call(plan, record.ticket_id, mode, token_delta, spend_delta, lease_id,
-                                 admitted_ms, record.ts_ms // DAY_MS, agg_increments(record),
+                                 admitted_ms, record.ts_ms, agg_increments(record),
                                  list(record.as_fields().values()))
 
     async def cancel(self, plan: Plan, *, ticket: str, tokens: int, spend: int, lease_id: str | None) -> None:
@@ -292,12 +303,13 @@ class RedisStore:
             await result
 
     def _settle_call(self, plan: Plan, ticket: str, mode: bytes, token_delta: int, spend_delta: int,
-                     lease_id: str | None, admitted_ms: int, day: int, aggs: list[tuple[str, int]],
+                     lease_id: str | None, admitted_ms: int, ts_ms: int, aggs: list[tuple[str, int]],
                      rec: list[str]) -> tuple[bool, Awaitable[None] | None]:
-        keys = [*plan.keys, plan.agg_key(day), plan.log, plan.mark_prefix + ticket]
+        keys = [*plan.keys, plan.agg_key(ts_ms // DAY_MS), f"{plan.agg_prefix}m:{ts_ms // HOUR_MS}",
+                plan.log, plan.mark_prefix + ticket]
         pk = self._packed(plan)
         parts = [b"*%d\r\n" % (3 + len(keys) + 8 + len(plan.vector) + 2 * len(aggs) + 2 * len(rec)),
-                 pk.settle_head, bulk(keys[-3]), pk.log, bulk(keys[-1]), bulk(token_delta),
+                 pk.settle_head, bulk(keys[-4]), bulk(keys[-3]), pk.log, bulk(keys[-1]), bulk(token_delta),
                  bulk(spend_delta), bulk(lease_id or ""), bulk(admitted_ms), bulk(mode),
                  bulk(self.max_records), bulk(len(aggs)), bulk(self.skew_ms), pk.vector]
         for field, inc in aggs:
@@ -320,6 +332,74 @@ class RedisStore:
             self._inflight.add(fut)
             fut.add_done_callback(self._inflight.discard)
         return fut is not None, self._fast(pk, packed, self._settle, keys, args, fut)
+
+    def refuse_nowait(self, team: str, record: UsageRecord) -> Awaitable[None] | None:
+        """One EVALSHA of record.lua, on the hot path's connection when it is up (as settle)."""
+        t = f"{self.ns}:{tag(team)}"
+        keys = (f"{t}:agg:{record.ts_ms // DAY_MS}", f"{t}:aggm:{record.ts_ms // HOUR_MS}", f"{t}:log")
+        aggs = agg_increments(record)
+        args: list[Any] = [self.max_records, record.ts_ms // MINUTE_MS, len(aggs)]
+        for field, inc in aggs:
+            args += (field, inc)
+        for name, value in record.as_fields().items():
+            args += (name, value)
+        if self._endpoint is None or self._cluster:  # TLS, or a cluster's slot map: redis-py
+            return self._run(self._record, keys, args)
+        packed = b"*%d\r\n" % (6 + len(args)) + resp(("EVALSHA", self._record[1], 3, *keys, *args))
+        fut = self._write_now(None, packed, defer=True)
+        if fut is None:
+            return self._run(self._record, keys, args)
+        self._inflight.add(fut)
+        fut.add_done_callback(self._inflight.discard)
+        return self._reply(fut, keys, args)
+
+    async def _reply(self, fut: asyncio.Future[Any], keys: tuple[str, ...], args: list[Any]) -> None:
+        try:
+            async with asyncio.timeout(self.timeout):
+                await fut
+        except ReplyError as e:
+            if e.code != "NOSCRIPT":
+                raise StoreDown(f"ReplyError: {e}") from e
+            self._loaded = False  # a restarted node: load again, once
+            await self._run(self._record, keys, args)
+        except _ERRORS as e:
+            raise StoreDown(f"{type(e).__name__}: {e}") from e
+
+    def _unauth_keys(self) -> tuple[str, str]:
+        return f"{self.ns}:{{unauth}}:d", f"{self.ns}:{{unauth}}:m"
+
+    async def count_unauthenticated(self, reason: str, now_ms: int) -> None:
+        d, m = self._unauth_keys()
+        day, minute = now_ms // DAY_MS, now_ms // MINUTE_MS
+        try:
+            async with asyncio.timeout(self.timeout):
+                pipe = self.client.pipeline(transaction=False)
+                pipe.hincrby(f"{d}:{day}", reason, 1)
+                pipe.pexpire(f"{d}:{day}", 400 * DAY_MS)
+                pipe.hincrby(f"{m}:{minute * MINUTE_MS // HOUR_MS}", f"{minute}\x1f{reason}", 1)
+                pipe.pexpire(f"{m}:{minute * MINUTE_MS // HOUR_MS}", 2 * HOUR_MS + MINUTE_MS)
+                await pipe.execute()
+        except _ERRORS as e:
+            raise StoreDown(f"{type(e).__name__}: {e}") from e
+
+    async def unauthenticated(self, days: list[int], hours: list[int]) -> dict[str, int]:
+        d, m = self._unauth_keys()
+        out: dict[str, int] = {}
+        for day in days:
+            for k, v in (await self._call("HGETALL", f"{d}:{day}")).items():
+                out[f"d{day}\x1f{k.decode()}"] = int(v)
+        for hour in hours:
+            for k, v in (await self._call("HGETALL", f"{m}:{hour}")).items():
+                out[f"m{k.decode()}"] = int(v)
+        return out
+
+    async def minutes(self, team: str, hours: list[int]) -> dict[str, int]:
+        await self._settled()
+        out: dict[str, int] = {}
+        for hour in hours:
+            raw = await self._call("HGETALL", f"{self.ns}:{tag(team)}:aggm:{hour}")
+            out.update({k.decode(): int(v) for k, v in raw.items()})
+        return out
 
     async def settle(self, plan: Plan, *, admitted_ms: int, token_delta: int, spend_delta: int,
                      lease_id: str | None, record: UsageRecord, rates: bool = True,

@@ -63,6 +63,9 @@ class UsageRecord:
     attempts: int = 0
     ttfb_ms: float = -1.0  # -1: no byte of an answer was sent
     cut: bool = False  # a stream that ended before its last event (either side hung up)
+    # Why it was refused or failed ('' = answered): which check or limit, e.g. model_not_allowed,
+    # rate_limit:rpm, quota:spend_day, bad_request:<param> (``switchyard.policies.refusals``).
+    reason: str = ""
 
     def as_fields(self) -> dict[str, str]:
         return {k: _str(getattr(self, k)) for k in self.__dataclass_fields__}
@@ -90,20 +93,36 @@ _FIELD_TYPES: dict[str, type] = {
     **dict.fromkeys(("latency_ms", "ttfb_ms"), float),
     "cut": bool,
     **dict.fromkeys(("key_id", "team", "model", "deployment", "request_id", "ticket_id", "endpoint",
-                     "dialect", "requested_model"), str),
+                     "dialect", "requested_model", "reason"), str),
 }
 
 
 # Aggregate metrics kept per (team, day, key, model); hash field = "<key>\x1f<model>\x1f<metric>".
-METRICS = ("requests", "errors", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_nano")
+# The same sums per (team, minute, model) for the last two hours: "<minute>\x1f<model>\x1f<metric>"
+# in the hash of the minute's hour (the scripts derive these fields from the daily ones).
+METRICS = ("requests", "errors", "refused", "prompt_tokens", "completion_tokens", "cached_tokens",
+           "cost_nano")
 SEP = "\x1f"
+MINUTE_MS = 60_000
+HOUR_MS = 3_600_000
+MINUTES_KEPT_MS = 2 * HOUR_MS + MINUTE_MS  # a minute hash outlives its hour by this much
+
+
+def refused(status: int, attempts: int) -> bool:
+    """Refused by the gateway's own checks: a 4xx answered without calling any model."""
+    return 400 <= status < 500 and attempts == 0
 
 
 def agg_increments(r: UsageRecord) -> list[tuple[str, int]]:
     base = f"{r.key_id}{SEP}{r.model}{SEP}"
-    vals = (1, 1 if r.status >= 400 else 0, r.prompt_tokens, r.completion_tokens, r.cached_tokens,
-            r.cost_nano)
+    vals = (1, 1 if r.status >= 400 else 0, 1 if refused(r.status, r.attempts) else 0, r.prompt_tokens,
+            r.completion_tokens, r.cached_tokens, r.cost_nano)
     return [(base + m, v) for m, v in zip(METRICS, vals, strict=True) if v]
+
+
+def minute_field(field: str, minute: int) -> str:
+    """A daily aggregate field "<key>\x1f<model>\x1f<metric>" -> its minute field."""
+    return f"{minute}{SEP}{field.split(SEP, 1)[1]}"
 
 
 def month_of(ms: int) -> int:
@@ -172,8 +191,27 @@ class Store(Protocol):
 
     async def aggregates(self, team: str, days: list[int]) -> dict[int, dict[str, int]]: ...
 
+    async def minutes(self, team: str, hours: list[int]) -> dict[str, int]:
+        """The team's per-minute sums in the hours (epoch hour numbers) still kept (the last
+        two): {"<epoch minute>\x1f<model>\x1f<metric>": sum}."""
+        ...
+
     async def records(self, team: str, limit: int) -> list[UsageRecord]:
         """The team's newest usage records, newest first."""
+        ...
+
+    def refuse_nowait(self, team: str, record: UsageRecord) -> Awaitable[None] | None:
+        """Record a request refused before admission (no counter to move): append ``record``
+        to the team's stream and add it to the day's and the minute's aggregates. Sent at once
+        when it can be (None then, or a result to await for ``StoreDown``)."""
+        ...
+
+    async def count_unauthenticated(self, reason: str, now_ms: int) -> None:
+        """Count a request that named no valid key, by reason only (never the key)."""
+        ...
+
+    async def unauthenticated(self, days: list[int], hours: list[int]) -> dict[str, int]:
+        """Those counts: {"d<epoch day>\x1f<reason>": n, "m<epoch minute>\x1f<reason>": n}."""
         ...
 
     async def ping(self) -> None: ...

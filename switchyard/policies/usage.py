@@ -11,7 +11,7 @@ from typing import Any, Protocol
 from switchyard.core.errors import InvalidRequest
 from switchyard.policies.plan import NANO
 from switchyard.policies.registry import Registry
-from switchyard.policies.store import METRICS, SEP, Store
+from switchyard.policies.store import HOUR_MS, METRICS, MINUTE_MS, SEP, Store
 from switchyard.policies.usage_filter import UsageFilter
 
 _EPOCH = dt.date(1970, 1, 1)
@@ -51,8 +51,11 @@ class UsageQuery:
                                  param=bad[0].split("=")[0])
 
     async def query(self, f: UsageFilter) -> dict[str, Any]:
-        """Sums over the UTC days [start_day, end_day], filtered and grouped."""
+        """Sums over the UTC days [start_day, end_day], filtered and grouped; with
+        group_by=minute, over the minutes in [start, end) still kept (the last two hours)."""
         self._check(f)
+        if "minute" in f.group_by:
+            return await self._minutes(f)
         start, end = f.start_day, f.end_day
         assert start is not None and end is not None
         days = list(range((start - _EPOCH).days, (end - _EPOCH).days + 1))
@@ -72,6 +75,33 @@ class UsageQuery:
         data = [dict(zip(f.group_by, g, strict=True)) | usage_row(metrics)
                 for g, metrics in sorted(groups.items())]
         return {"from": start.isoformat(), "to": end.isoformat(), "group_by": list(f.group_by),
+                "data": data, "total": usage_row(total)}
+
+    async def _minutes(self, f: UsageFilter) -> dict[str, Any]:
+        # The minute sums are per (team, model): no key.
+        if f.key or "key" in f.group_by:
+            raise InvalidRequest("by minute the store keeps teams and models, not keys: add a ledger "
+                                 "(usage.ledger) for keys", param="key")
+        assert f.start is not None and f.end is not None
+        lo, hi = int(f.start.timestamp() * 1000), int(f.end.timestamp() * 1000)
+        hours = list(range(lo // HOUR_MS, (hi - 1) // HOUR_MS + 1))[-3:]
+        teams = [f.team] if f.team else await self.registry.team_names()
+        groups: dict[tuple[str, ...], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        total: dict[str, int] = defaultdict(int)
+        for t in teams:
+            for field, v in (await self.store.minutes(t, hours)).items():
+                minute, m, metric = field.split(SEP)
+                at = int(minute) * MINUTE_MS
+                if not lo <= at < hi or (f.model and m != f.model):
+                    continue
+                stamp = dt.datetime.fromtimestamp(at / 1000, dt.UTC).strftime("%Y-%m-%dT%H:%M:00Z")
+                attrs = {"team": t, "model": m, "minute": stamp, "day": stamp[:10]}
+                groups[tuple(attrs[g] for g in f.group_by)][metric] += int(v)
+                total[metric] += int(v)
+        data = [dict(zip(f.group_by, g, strict=True)) | usage_row(metrics)
+                for g, metrics in sorted(groups.items())]
+        return {"from": f.start.isoformat().replace("+00:00", "Z"),
+                "to": f.end.isoformat().replace("+00:00", "Z"), "group_by": list(f.group_by),
                 "data": data, "total": usage_row(total)}
 
     async def records(self, f: UsageFilter) -> dict[str, Any]:

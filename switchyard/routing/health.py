@@ -89,18 +89,22 @@ class Breaker:
 class Health:
     """What the router knows about one deployment. One per deployment, shared by every request."""
 
-    __slots__ = ("breaker", "errors", "ewma", "inflight")
+    __slots__ = ("breaker", "errors", "ewma", "inflight", "ttfb")
 
     def __init__(self, threshold: int, cooldown: float) -> None:
         self.breaker = Breaker(threshold, cooldown)
         self.inflight = 0
-        self.ewma: float | None = None  # seconds to the first chunk; None until measured
+        self.ewma: float | None = None  # seconds to the first chunk or a failure; None until measured
+        self.ttfb: float | None = None  # the same over answers only: None until one came
         # The last few failures blamed on the deployment: (wall-clock epoch s, status, message).
         self.errors: deque[tuple[float, int, str]] = deque(maxlen=5)
 
     def note_error(self, status: int, message: str) -> None:
         self.errors.append((time.time(), status, message[:300]))
 
-    def observe(self, seconds: float) -> None:
+    def observe(self, seconds: float, answered: bool = True) -> None:
         e = self.ewma
         self.ewma = seconds if e is None else e + EWMA_ALPHA * (seconds - e)
+        if answered:
+            t = self.ttfb
+            self.ttfb = seconds if t is None else t + EWMA_ALPHA * (seconds - t)

@@ -178,7 +178,8 @@ class Router:
             if gen is not None:
                 await gen.aclose()
             if e.deployment_fault:
-                h.observe(self.clock() - start)  # a failure is slow news too (the latency strategy)
+                # A failure is slow news too (the latency strategy), but no answer (the console).
+                h.observe(self.clock() - start, answered=False)
                 self._blame(target, e, target not in blamed)
                 blamed.add(target)
             else:

@@ -25,7 +25,9 @@ def target_snapshot(t: Target, now: float) -> dict[str, Any]:
         "healthy": t.backend.ready and b.allows(now),  # would take traffic now
         "circuit": CIRCUIT[b.state], "consecutive_failures": b.failures,
         "cooldown_s": round(cooldown, 3), "inflight": h.inflight,
-        "latency_ms": round(h.ewma * 1000, 1) if h.ewma is not None else None,
+        # Time to the first chunk of answers: a deployment that never answered has none (null),
+        # however long its failures took.
+        "latency_ms": round(h.ttfb * 1000, 1) if h.ttfb is not None else None,
         "recent_errors": [{"at": iso(at), "status": status, "message": msg}
                           for at, status, msg in reversed(h.errors)],
     }

@@ -105,8 +105,9 @@ async def test_four_replicas_share_limits_and_account_exactly():
                 assert RPM <= len(ok) <= RPM + int(elapsed / (60 / RPM)) + 1
                 assert limited[0].headers["retry-after"].isdigit()
                 assert "team burst: requests per minute limit 30 reached" in limited[0].text
-                total = await usage_of(ports[0], "burst", len(ok))
-                assert total["requests"] == len(ok)
+                # Every request is counted, the refused ones too (with no tokens).
+                total = await usage_of(ports[0], "burst", len(rs))
+                assert (total["requests"], total["refused"]) == (len(rs), len(limited))
                 assert total["prompt_tokens"] == sum(r.json()["usage"]["prompt_tokens"] for r in ok)
                 assert total["completion_tokens"] == sum(r.json()["usage"]["completion_tokens"] for r in ok)
 
@@ -118,8 +119,8 @@ async def test_four_replicas_share_limits_and_account_exactly():
                 assert spent <= SPEND + reservation
                 # All at once, every admission holds a full reservation: that many fit, no fewer.
                 assert len(ok) >= int(SPEND / reservation)
-                total = await usage_of(ports[2], "spend", len(ok))
-                assert total["requests"] == len(ok)
+                total = await usage_of(ports[2], "spend", len(rs))
+                assert (total["requests"], total["refused"]) == (len(rs), len(rs) - len(ok))
                 assert total["cost_usd"] == pytest.approx(spent, abs=1e-9)
                 assert total["prompt_tokens"] == sum(r.json()["usage"]["prompt_tokens"] for r in ok)
         finally:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from switchyard.core.errors import InvalidRequest
 from switchyard.policies.ledger.sink import PgSink
 from switchyard.policies.usage import usage_row
 from switchyard.policies.usage_filter import UsageFilter, encode_cursor
@@ -14,11 +15,14 @@ _GROUP_SQL = {
     "team": "team", "key": "key_id", "model": "model", "deployment": "deployment", "status": "status",
     "day": "to_char(hour AT TIME ZONE 'UTC', 'YYYY-MM-DD')",
     "hour": "to_char(hour AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:00:00\"Z\"')",
+    "minute": "to_char(minute AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:00\"Z\"')",
+    "reason": "reason",
 }
-_METRICS = ("requests", "errors", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_nano")
+_METRICS = ("requests", "errors", "refused", "prompt_tokens", "completion_tokens", "cached_tokens",
+            "cost_nano")
 _RECORD = ("ts_ms", "key_id", "team", "model", "deployment", "prompt_tokens", "completion_tokens",
            "cached_tokens", "cost_nano", "status", "latency_ms", "request_id", "ticket_id", "endpoint",
-           "dialect", "requested_model", "attempts", "ttfb_ms", "cut")
+           "dialect", "requested_model", "attempts", "ttfb_ms", "cut", "reason")
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
@@ -66,10 +70,14 @@ class LedgerUsage:
 
     async def query(self, f: UsageFilter) -> dict[str, Any]:
         args: list[Any] = []
-        where = _where(f, "hour", args)
+        # By minute: the minute rollup (the last two days; no deployment), else the hourly one.
+        table, time_col = ("usage_minute", "minute") if "minute" in f.group_by else ("usage_hourly", "hour")
+        if table == "usage_minute" and "deployment" in f.group_by:
+            raise InvalidRequest("group_by=minute cannot be combined with deployment", param="group_by")
+        where = _where(f, time_col, args)
         groups = [f"{_GROUP_SQL[g]} AS g{i}" for i, g in enumerate(f.group_by)]
         sums = [f"sum({m})::bigint AS {m}" for m in _METRICS] + ["sum(latency_ms) AS latency_ms"]
-        sql = f"SELECT {', '.join(groups + sums)} FROM usage_hourly WHERE {where}"
+        sql = f"SELECT {', '.join(groups + sums)} FROM {table} WHERE {where}"
         if groups:
             order = ", ".join(f"g{i}" for i in range(len(groups)))
             sql += f" GROUP BY {order} ORDER BY {order}"

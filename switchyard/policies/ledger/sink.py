@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -22,21 +23,26 @@ log = logging.getLogger("switchyard.ledger")
 
 COLUMNS = ("ticket_id", "ts", "request_id", "key_id", "team", "model", "requested_model", "deployment",
            "endpoint", "dialect", "status", "prompt_tokens", "completion_tokens", "cached_tokens",
-           "cost_nano", "latency_ms", "ttfb_ms", "attempts", "cut")
+           "cost_nano", "latency_ms", "ttfb_ms", "attempts", "cut", "reason")
 # The batch travels as one JSON array of records' fields, as strings, exactly as the store keeps
 # them (``UsageRecord.as_fields``): PostgreSQL converts them, so the gateway's process does
 # next to no work per row. Fields a record lacks (older records) take their defaults.
 _FIELDS = ("ticket_id text, ts_ms bigint, request_id text, key_id text, team text, model text, "
            "requested_model text, deployment text, endpoint text, dialect text, status smallint, "
            "prompt_tokens bigint, completion_tokens bigint, cached_tokens bigint, cost_nano bigint, "
-           "latency_ms float8, ttfb_ms float8, attempts smallint, cut boolean")
+           "latency_ms float8, ttfb_ms float8, attempts smallint, cut boolean, reason text")
 _VALUES = ("ticket_id, 'epoch'::timestamptz + ts_ms * interval '1 millisecond', "
            "coalesce(request_id, ''), key_id, team, model, coalesce(requested_model, ''), "
            "coalesce(deployment, ''), coalesce(endpoint, ''), coalesce(dialect, ''), status, "
            "prompt_tokens, completion_tokens, coalesce(cached_tokens, 0), cost_nano, latency_ms, "
-           "coalesce(ttfb_ms, -1), coalesce(attempts, 0), coalesce(cut, false)")
-_GROUP = "hour, team, key_id, model, deployment, status"
+           "coalesce(ttfb_ms, -1), coalesce(attempts, 0), coalesce(cut, false), coalesce(reason, '')")
+_GROUP = "hour, team, key_id, model, deployment, status, reason"
+_MGROUP = "minute, team, key_id, model, status, reason"
 _SUMS = ("prompt_tokens", "completion_tokens", "cached_tokens", "cost_nano", "latency_ms")
+# Refused: a 4xx answered without calling a model (store.refused).
+_COUNTS = ("count(*), count(*) FILTER (WHERE status >= 400), "
+           "count(*) FILTER (WHERE status BETWEEN 400 AND 499 AND attempts = 0)")
+_ADD = ", ".join(f"{c} = {{t}}.{c} + excluded.{c}" for c in ("requests", "errors", "refused", *_SUMS))
 
 INSERT = f"""
 WITH batch AS (
@@ -46,20 +52,25 @@ WITH batch AS (
   ON CONFLICT (ticket_id) DO NOTHING
   RETURNING *
 ), roll AS (
-  INSERT INTO usage_hourly ({_GROUP}, requests, errors, {", ".join(_SUMS)})
-  SELECT date_trunc('hour', ts, 'UTC') AS hour, team, key_id, model, deployment, status, count(*),
-         count(*) FILTER (WHERE status >= 400), {", ".join(f"sum({c})" for c in _SUMS)}
+  INSERT INTO usage_hourly ({_GROUP}, requests, errors, refused, {", ".join(_SUMS)})
+  SELECT date_trunc('hour', ts, 'UTC') AS hour, team, key_id, model, deployment, status, reason,
+         {_COUNTS}, {", ".join(f"sum({c})" for c in _SUMS)}
   FROM ins GROUP BY {_GROUP} ORDER BY {_GROUP}
-  ON CONFLICT ({_GROUP}) DO UPDATE SET
-    requests = usage_hourly.requests + excluded.requests,
-    errors = usage_hourly.errors + excluded.errors,
-    {", ".join(f"{c} = usage_hourly.{c} + excluded.{c}" for c in _SUMS)}
+  ON CONFLICT ({_GROUP}) DO UPDATE SET {_ADD.format(t="usage_hourly")}
+  RETURNING 1
+), rollm AS (
+  INSERT INTO usage_minute ({_MGROUP}, requests, errors, refused, {", ".join(_SUMS)})
+  SELECT date_trunc('minute', ts) AS minute, team, key_id, model, status, reason,
+         {_COUNTS}, {", ".join(f"sum({c})" for c in _SUMS)}
+  FROM ins GROUP BY {_MGROUP} ORDER BY {_MGROUP}
+  ON CONFLICT ({_MGROUP}) DO UPDATE SET {_ADD.format(t="usage_minute")}
   RETURNING 1
 )
 SELECT count(*) FROM ins
 """
 
 Fields = dict[str, str]
+PRUNE_EVERY_S = 600.0
 
 
 class PgSink:
@@ -70,6 +81,7 @@ class PgSink:
         self.timeout = timeout
         self._pool: Any = None
         self._opening = asyncio.Lock()
+        self._prune_at = 0.0
 
     async def pool(self) -> Any:
         """The connection pool, opened (and the schema migrated) on first use."""
@@ -103,7 +115,12 @@ class PgSink:
         payload = msgspec.json.encode(records).decode()
         pool = await self.pool()
         async with pool.acquire() as conn:
-            return int(await conn.fetchval(INSERT, payload))
+            n = int(await conn.fetchval(INSERT, payload))
+            now = time.monotonic()
+            if now >= self._prune_at:  # the minute rollup keeps two days
+                self._prune_at = now + PRUNE_EVERY_S
+                await conn.execute("DELETE FROM usage_minute WHERE minute < now() - interval '2 days'")
+            return n
 
     @contextlib.asynccontextmanager
     async def reading(self) -> AsyncIterator[Any]:

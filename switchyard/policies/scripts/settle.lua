@@ -1,6 +1,6 @@
 -- Settle one request: move its reservation to the real usage, free its lease, record it.
--- KEYS: 2 per scope (as admit.lua), then the team's day aggregate HASH, its record STREAM, and
---       the ticket's mark (see admit.lua).
+-- KEYS: 2 per scope (as admit.lua), then the team's day aggregate HASH, its minute aggregate HASH
+--       (of the admission's hour), its record STREAM, and the ticket's mark (see admit.lua).
 -- ARGV: token delta, spend delta (nano-USD), lease id ('' = none), admitted ms (dates the
 --       quota periods), rates (0 = quotas only, 1 = also move the tpm bucket, 2 = that and give
 --       the request back to the rpm limits: no model was called; c = cancel an admission whose
@@ -14,7 +14,7 @@ local lease, admitted, mode = ARGV[3], tonumber(ARGV[4]), ARGV[5]
 local rates, refund, cancel = mode ~= '0', mode == '2' or mode == 'c', mode == 'c'
 local maxrec, nagg, skew = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local WINDOW, DAY = 60000, 86400000
-local nscopes = (#KEYS - 3) / 2
+local nscopes = (#KEYS - 4) / 2
 local mark = KEYS[#KEYS]
 local at = redis.call('GET', mark)
 if at == 's' then return 0 end  -- settled already: this is a replay
@@ -98,12 +98,18 @@ end
 
 if cancel then return 1 end
 redis.call('SET', mark, 's', 'PX', 30000)  -- settled: nothing left to cancel or replay
-local agg, log = KEYS[#KEYS - 2], KEYS[#KEYS - 1]
+local agg, aggm, log = KEYS[#KEYS - 3], KEYS[#KEYS - 2], KEYS[#KEYS - 1]
 local p = 9 + nscopes * 7
+-- The minute's fields are the day's with the minute in place of the key (store.minute_field).
+local minute = tostring(math.floor(admitted / 60000))
 for j = 0, nagg - 1 do
-  redis.call('HINCRBY', agg, ARGV[p + 2 * j], ARGV[p + 2 * j + 1])
+  local f, inc = ARGV[p + 2 * j], ARGV[p + 2 * j + 1]
+  redis.call('HINCRBY', agg, f, inc)
+  local at = string.find(f, '\31', 1, true)  -- (start, end): keep the start only
+  redis.call('HINCRBY', aggm, minute .. string.sub(f, at), inc)
 end
 redis.call('PEXPIRE', agg, 400 * DAY)
+redis.call('PEXPIRE', aggm, 7260000)  -- store.MINUTES_KEPT_MS
 local rec = {}
 for j = p + 2 * nagg, #ARGV do rec[#rec + 1] = ARGV[j] end
 redis.call('XADD', log, 'MAXLEN', '~', maxrec, '*', unpack(rec))

@@ -37,13 +37,18 @@ async def test_overview_and_latency_count_the_requests_made(upstream):
         await c.app.state.gateway.drain()  # type: ignore[attr-defined]  # every settlement written
         for rng in ("1h", "24h", "30d"):
             o = (await c.get(f"/admin/overview?range={rng}", headers=MASTER_AUTH)).json()
-            assert o["source"] == "store" and o["bucket"] == "day"
+            # The last hour by minute, from the store's minute sums; longer ranges by day.
+            assert o["source"] == "store" and o["bucket"] == ("minute" if rng == "1h" else "day")
             assert o["total"]["requests"] == 6 and o["total"]["errors"] == 1, rng
+            assert o["total"]["refused"] == 0  # the upstream's 400 was not the gateway's refusal
             assert sum(s["requests"] for s in o["series"]) == 6
             assert [m["model"] for m in o["by_model"]] == ["openai/gpt-4o"]
             assert [(t["team"], t["requests"]) for t in o["by_team"]] == [("ml", 6)]
             assert o["latency"]["samples"] == 6 and o["inflight"] == 0
         assert len(o["series"]) in (30, 31)
+        o = (await c.get("/admin/overview?range=1h", headers=MASTER_AUTH)).json()
+        assert len(o["series"]) in (61, 62) and o["series"][-1]["t"].endswith(":00Z")
+        assert o["series"][-1]["requests"] + o["series"][-2]["requests"] == 6  # this minute (or the last)
         lat = (await c.get("/admin/usage/latency?window=600", headers=MASTER_AUTH)).json()
         assert lat["samples"] == 6 and lat["source"] == "store"
         assert 0 < lat["p50_ms"] <= lat["p95_ms"]

@@ -2,22 +2,29 @@
 "use strict";
 
 (() => {
-const {api, el, table, guarded, usd, ms, num, toInstant, formValues} = window.Core;
+const {api, el, table, guarded, usd, ms, num, utc, toInstant, formValues} = window.Core;
 const {barChart} = window.Charts;
 let range = "24h";
 let depTimer = null;
 
 // -- overview ------------------------------------------------------------------------------
+const PER = {minute: "per minute", hour: "per hour", day: "per day"};
+
 async function loadOverview() {
   const o = await api("GET", `/admin/overview?range=${range}`);
   document.querySelectorAll("[data-range]").forEach(b => b.classList.toggle("on", b.dataset.range === range));
-  // The store keeps daily sums only: without the ledger a short range shows whole UTC days.
+  // The store keeps daily sums, and minute sums for the last two hours: without the ledger the
+  // last day shows whole UTC days.
   document.getElementById("ov-source").textContent = o.source === "ledger"
-    ? `from the usage ledger, by ${o.bucket}`
-    : `from the store's daily aggregates${range === "30d" ? "" : " (whole UTC days: add a ledger for hours)"}`;
+    ? `from the usage ledger, ${PER[o.bucket]}`
+    : `from the store's aggregates, ${PER[o.bucket]}${o.bucket === "day" && range === "24h" ? " (whole UTC days: add a ledger for hours)" : ""}`;
+  document.querySelectorAll("#page-overview .bucket").forEach(e => { e.textContent = `(${PER[o.bucket]}, ${o.timezone})`; });
   const t = o.total;
+  const unauth = Object.values(o.unauthenticated).reduce((a, b) => a + b, 0);
   document.getElementById("stat-requests").textContent = num(t.requests);
   document.getElementById("stat-errors").textContent = num(t.errors);
+  document.getElementById("stat-refused").textContent = num(t.refused);
+  document.getElementById("stat-unauth").textContent = num(unauth);
   document.getElementById("stat-tokens").textContent = num(t.total_tokens);
   document.getElementById("stat-spend").textContent = usd(t.cost_usd);
   document.getElementById("stat-latency").textContent = `${ms(o.latency.p50_ms)} / ${ms(o.latency.p95_ms)}`;
@@ -25,17 +32,27 @@ async function loadOverview() {
   document.getElementById("stat-inflight").textContent = num(o.inflight);
   const labels = o.series.map(s => s.t);
   barChart(document.getElementById("chart-requests"), labels, [
-    {name: "ok", cls: "s-ok", values: o.series.map(s => s.requests - s.errors)},
-    {name: "errors", cls: "s-err", values: o.series.map(s => s.errors)}]);
+    {name: "answered", cls: "s-ok", values: o.series.map(s => s.requests - s.errors)},
+    {name: "errors", cls: "s-err", values: o.series.map(s => s.errors - s.refused)},
+    {name: "refused", cls: "s-refused", values: o.series.map(s => s.refused)}], {integer: true});
   barChart(document.getElementById("chart-tokens"), labels, [
     {name: "prompt", cls: "s-prompt", values: o.series.map(s => s.prompt_tokens)},
-    {name: "completion", cls: "s-completion", values: o.series.map(s => s.completion_tokens)}]);
+    {name: "completion", cls: "s-completion", values: o.series.map(s => s.completion_tokens)}], {integer: true});
   barChart(document.getElementById("chart-spend"), labels, [
-    {name: "spend", cls: "s-spend", values: o.series.map(s => s.cost_usd)}]);
+    {name: "spend (USD)", cls: "s-spend", values: o.series.map(s => s.cost_usd)}], {fmt: usd});
   const cols = name => [[name, r => r[name]], ["Requests", r => num(r.requests)], ["Errors", r => num(r.errors)],
-                        ["Tokens", r => num(r.total_tokens)], ["Spend", r => usd(r.cost_usd)]];
+                        ["Refused", r => num(r.refused)], ["Tokens", r => num(r.total_tokens)],
+                        ["Spend", r => usd(r.cost_usd)]];
   table(document.getElementById("ov-models"), cols("model"), o.by_model);
   table(document.getElementById("ov-teams"), cols("team"), o.by_team);
+  table(document.getElementById("ov-refused-now"), [["Team", r => r.team], ["Key", r => r.key],
+    ["Reason", r => el("code", {}, r.reason || "-")], ["Refused", r => num(r.refused)],
+    ["Last (UTC)", r => r.last.slice(11, 19)]], o.refused_now);
+  const reasons = o.refused.some(r => r.reason);
+  table(document.getElementById("ov-refused"), [["Team", r => r.team], ["Key", r => r.key],
+    ...(reasons ? [["Reason", r => el("code", {}, r.reason)]] : []), ["Refused", r => num(r.refused)]], o.refused);
+  table(document.getElementById("ov-unauth"), [["Reason", r => el("code", {}, r[0])], ["Requests", r => num(r[1])]],
+        Object.entries(o.unauthenticated));
 }
 
 // -- usage explorer ------------------------------------------------------------------------
@@ -72,12 +89,13 @@ async function loadUsage(reset) {
   document.getElementById("us-source").textContent = `source: ${a.source}`;
   document.getElementById("records-note").textContent = r.error || "";
   table(document.getElementById("usage-agg"), [[group, x => String(x[group])], ["Requests", x => num(x.requests)],
-    ["Errors", x => num(x.errors)], ["Prompt", x => num(x.prompt_tokens)], ["Completion", x => num(x.completion_tokens)],
-    ["Spend", x => usd(x.cost_usd)]], a.data);
+    ["Errors", x => num(x.errors)], ["Refused", x => num(x.refused)], ["Prompt", x => num(x.prompt_tokens)],
+    ["Completion", x => num(x.completion_tokens)], ["Spend", x => usd(x.cost_usd)]], a.data);
   table(document.getElementById("usage-records"), [
-    ["Time", x => new Date(x.ts_ms).toISOString().replace("T", " ").slice(0, 19)], ["Team", x => x.team],
-    ["Key", x => x.key_id], ["Model", x => x.model], ["Deployment", x => x.deployment],
-    ["Status", x => String(x.status)], ["Tokens", x => `${x.prompt_tokens} + ${x.completion_tokens}`],
+    ["Time (UTC)", x => utc(x.ts_ms)], ["Team", x => x.team],
+    ["Key", x => x.key_id], ["Model", x => x.model || x.requested_model], ["Deployment", x => x.deployment || "-"],
+    ["Status", x => String(x.status)], ["Reason", x => x.reason ? el("code", {}, x.reason) : ""],
+    ["Attempts", x => String(x.attempts)], ["Tokens", x => `${x.prompt_tokens} + ${x.completion_tokens}`],
     ["Spend", x => usd(x.cost_nano / 1e9)], ["Latency", x => ms(x.latency_ms)], ["TTFB", x => ms(x.ttfb_ms >= 0 ? x.ttfb_ms : null)],
     ["Request id", x => x.request_id]], r.data);
   cursors[pageNo + 1] = r.next_cursor || "";
@@ -87,17 +105,31 @@ async function loadUsage(reset) {
 }
 
 // -- deployments ---------------------------------------------------------------------------
+// Identical errors once, with how many times and the newest time: [{at, status, message, count}].
+function grouped(errors) {
+  const out = new Map();
+  for (const e of errors) {
+    const k = `${e.status} ${e.message}`;
+    const g = out.get(k);
+    if (g) { g.count += 1; if (e.at > g.at) g.at = e.at; } else out.set(k, {...e, count: 1});
+  }
+  return [...out.values()];
+}
+
 async function loadDeployments() {
   const d = await api("GET", "/admin/deployments");
   document.getElementById("dep-inflight").textContent = num(d.inflight);
   table(document.getElementById("deployments-table"), [
     ["Deployment", x => x.name], ["Backend", x => x.backend],
+    ["Base URL", x => x.base_url ? el("code", {}, x.base_url) : "-"], ["Upstream model", x => x.upstream_model],
+    ["Weight", x => String(x.weight)],
     ["Health", x => el("span", {class: `state ${x.healthy ? "active" : "revoked"}`}, x.healthy ? "healthy" : x.ready ? "unhealthy" : "loading")],
     ["Circuit", x => x.circuit], ["Failures in a row", x => String(x.consecutive_failures)],
     ["Cooldown", x => x.cooldown_s ? `${x.cooldown_s.toFixed(1)} s` : "-"], ["In flight", x => String(x.inflight)],
-    ["Latency (TTFB, EWMA)", x => ms(x.latency_ms)],
-    ["Recent errors", x => x.recent_errors.length
-      ? el("ul", {class: "errors"}, ...x.recent_errors.map(e => el("li", {}, `${e.at.slice(11, 19)} ${e.status}: ${e.message}`)))
+    ["Latency (TTFB, EWMA)", x => el("span", {"data-latency": x.name}, ms(x.latency_ms))],
+    ["Recent errors (UTC)", x => x.recent_errors.length
+      ? el("ul", {class: "errors"}, ...grouped(x.recent_errors).map(e => el("li", {},
+          `${e.at.slice(11, 19)} ${e.status}: ${e.message}`, e.count > 1 ? el("b", {class: "count"}, ` ×${e.count}`) : "")))
       : "none"]], d.data);
 }
 

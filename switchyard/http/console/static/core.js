@@ -49,12 +49,18 @@ async function guarded(fn) {
   try { flash(""); await fn(); } catch (e) { if (!(e instanceof ApiError && e.message === "signed out")) flash(e.message, true); }
 }
 
-const usd = v => "$" + (v < 0.01 && v > 0 ? v.toFixed(6) : v.toFixed(2));
-const ms = v => v === null || v === undefined ? "-" : `${Math.round(v)} ms`;
+// Money at one precision everywhere: dollars with four decimals ($0.0006, $2.0000, $1,234.5000).
+const usd = v => "$" + Number(v || 0).toLocaleString("en-US", {minimumFractionDigits: 4, maximumFractionDigits: 4});
+// "—": not measured (a deployment that never answered), never "0 ms".
+const ms = v => v === null || v === undefined ? "—" : `${Math.round(v)} ms`;
+// Instants are shown in UTC, as the page says: "2026-11-24 10:30:05".
+const utc = v => new Date(v).toISOString().replace("T", " ").slice(0, 19);
 const num = v => Number(v).toLocaleString("en-US");
 
-// "2026-11-24T10:30" (datetime-local, the browser's zone) -> RFC 3339 UTC, or "" when empty.
-const toInstant = v => v ? new Date(v).toISOString().replace(/\.\d{3}Z$/, "Z") : "";
+// "2026-11-24T10:30" (a datetime-local input, which the page labels UTC) -> RFC 3339, or "".
+const toInstant = v => v ? `${v.slice(0, 16)}:00Z` : "";
+// RFC 3339 -> a datetime-local input's value, in UTC.
+const utcInput = iso => new Date(iso).toISOString().slice(0, 16);
 
 function formValues(form) {
   const out = {};
@@ -73,4 +79,5 @@ function limitsFrom(values, names) {
 
 const modelList = v => v ? v.split(",").map(s => s.trim()).filter(Boolean) : null;
 
-window.Core = {CSRF, api, el, table, flash, guarded, usd, ms, num, toInstant, formValues, limitsFrom, modelList};
+window.Core = {CSRF, api, el, table, flash, guarded, usd, ms, num, utc, toInstant, utcInput, formValues, limitsFrom,
+               modelList};

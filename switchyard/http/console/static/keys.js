@@ -3,13 +3,39 @@
 "use strict";
 
 (() => {
-const {api, el, table, guarded, usd, num, toInstant, formValues, limitsFrom, modelList} = window.Core;
-const LIMITS = ["rpm", "tpm", "max_concurrency", "tokens_per_day", "spend_per_day", "spend_per_month"];
+const {api, el, table, guarded, usd, num, utc, toInstant, utcInput, formValues, limitsFrom, modelList} = window.Core;
+const LIMITS = ["rpm", "tpm", "max_concurrency", "tokens_per_day", "tokens_per_month", "spend_per_day",
+                "spend_per_month"];
+// Quotas: the limit, the usage it is held against ([period, metric]) and the words for "reached".
+const QUOTAS = {tokens_per_day: ["day", "total_tokens", "daily token quota"],
+                tokens_per_month: ["month", "total_tokens", "monthly token quota"],
+                spend_per_day: ["day", "cost_usd", "daily spend quota"],
+                spend_per_month: ["month", "cost_usd", "monthly spend quota"]};
+
+const limitText = (k, v) => `${k} ${k.startsWith("spend") ? usd(v) : num(v)}`;
 
 function limitsText(l) {
-  const parts = Object.entries(l || {}).filter(([, v]) => v !== null && v !== undefined)
-    .map(([k, v]) => `${k} ${k.startsWith("spend") ? usd(v) : num(v)}`);
+  const parts = Object.entries(l || {}).filter(([, v]) => v !== null && v !== undefined).map(([k, v]) => limitText(k, v));
   return parts.join(", ") || "none";
+}
+
+// What is in effect for a key: its own limits and its team's (both apply), each marked.
+function effectiveLimits(k, team) {
+  const rows = [];
+  for (const n of LIMITS) {
+    const own = k.limits[n], shared = team && team.limits[n];
+    if (own !== null && own !== undefined) rows.push(el("li", {}, limitText(n, own), el("small", {}, " key")));
+    if (shared !== null && shared !== undefined) rows.push(el("li", {}, limitText(n, shared), el("small", {}, " team")));
+  }
+  return rows.length ? el("ul", {class: "effective"}, ...rows) : "none";
+}
+
+function effectiveModels(k, team) {
+  const own = k.models, shared = team && team.models;
+  if (!own && !shared) return "any";
+  if (own && !shared) return el("span", {}, own.join(", "), el("small", {}, " key"));
+  if (!own) return el("span", {}, shared.join(", "), el("small", {}, " team"));
+  return el("span", {}, `${own.join(", ")} `, el("small", {}, "key"), ` and ${shared.join(", ")} `, el("small", {}, "team"));
 }
 
 function quotaBar(spent, quota, label) {
@@ -25,11 +51,22 @@ function monthStart() {
   return `${d.getUTCFullYear()}-${String(d.getUTCMonth() + 1).padStart(2, "0")}-01`;
 }
 
-async function spendBy(group, from) {
+async function usageBy(group, from) {
   const q = new URLSearchParams({group_by: group});
   if (from) { q.set("from", from); q.set("to", new Date().toISOString().slice(0, 10)); }
   const r = await api("GET", `/admin/usage?${q}`);
-  return Object.fromEntries(r.data.map(row => [row[group], row.cost_usd]));
+  return Object.fromEntries(r.data.map(row => [row[group], row]));
+}
+
+// The quotas of ``limits`` that ``used`` ({day, month} usage rows) has reached.
+function reached(limits, used) {
+  const out = [];
+  for (const [n, [period, metric, words]] of Object.entries(QUOTAS)) {
+    const q = limits && limits[n];
+    const u = used[period] ? used[period][metric] : 0;
+    if (q !== null && q !== undefined && u >= q) out.push(words);
+  }
+  return out;
 }
 
 function showNewKey(id, key) {
@@ -38,30 +75,61 @@ function showNewKey(id, key) {
   document.getElementById("new-key-box").hidden = false;
 }
 
-function keyState(k) {
-  if (k.revoked) return "revoked";
-  if (k.expires_at && new Date(k.expires_at) <= new Date()) return "expired";
-  return "active";
+// [state, why]: revoked, expired, blocked (a quota of the key or its team reached, or refusing
+// its requests in the last five minutes), limited (a rate limit refusing it now), or active.
+function keyState(k, teamBlocked, used, recent) {
+  if (k.revoked) return ["revoked", "revoked"];
+  if (k.expires_at && new Date(k.expires_at) <= new Date()) return ["expired", `expired ${utc(k.expires_at)} UTC`];
+  const own = reached(k.limits, used);
+  if (own.length) return ["blocked", `blocked: key's ${own.join(", ")} reached`];
+  if (teamBlocked.length) return ["blocked", `blocked: team's ${teamBlocked.join(", ")}`];
+  const quota = recent.filter(r => r.reason.startsWith("quota:"));
+  if (quota.length) return ["blocked", `blocked: ${quota.map(r => `${r.reason} (${r.refused} refused)`).join(", ")}`];
+  const rate = recent.filter(r => r.reason.startsWith("rate_limit:"));
+  if (rate.length) return ["limited", `limited: ${rate.map(r => `${r.reason} (${r.refused} refused)`).join(", ")}`];
+  return ["active", "active"];
 }
 
+const cost = row => (row ? row.cost_usd : 0);
+
 async function load() {
-  const [teams, keys, dayTeam, monthTeam, dayKey] = await Promise.all([
-    api("GET", "/admin/teams"), api("GET", "/admin/keys"), spendBy("team"), spendBy("team", monthStart()),
-    spendBy("key")]);
+  const month = monthStart();
+  const [teams, keys, dayTeam, monthTeam, dayKey, monthKey, ov] = await Promise.all([
+    api("GET", "/admin/teams"), api("GET", "/admin/keys"), usageBy("team"), usageBy("team", month),
+    usageBy("key"), usageBy("key", month), api("GET", "/admin/overview?range=1h")]);
+  const teamOf = Object.fromEntries(teams.data.map(t => [t.name, t]));
+  // Refusals of the last five minutes: a team quota refusing any of its keys blocks the team.
+  const recentOf = k => ov.refused_now.filter(r => r.key === k.id && r.team === k.team);
+  const teamBlocked = Object.fromEntries(teams.data.map(t => {
+    const why = reached(t.limits, {day: dayTeam[t.name], month: monthTeam[t.name]}).map(w => `${w} reached`);
+    const now = ov.refused_now.filter(r => r.team === t.name && r.reason.startsWith("quota:") && r.reason.endsWith("@team"));
+    for (const r of new Set(now.map(r => r.reason))) {
+      if (!why.length) why.push(`${r} refusing requests`);
+    }
+    return [t.name, why];
+  }));
   table(document.getElementById("teams-table"), [
     ["Team", t => t.name], ["Source", t => t.source], ["Limits", t => limitsText(t.limits)],
     ["Models", t => (t.models || ["any"]).join(", ")],
-    ["Spend today", t => quotaBar(dayTeam[t.name] || 0, t.limits.spend_per_day, "daily")],
-    ["Spend this month", t => quotaBar(monthTeam[t.name] || 0, t.limits.spend_per_month, "monthly")],
+    ["State", t => teamBlocked[t.name].length
+      ? el("span", {class: "state blocked", "data-team-state": t.name}, `blocked: ${teamBlocked[t.name].join(", ")}`)
+      : el("span", {class: "state active", "data-team-state": t.name}, "active")],
+    ["Spend today", t => quotaBar(cost(dayTeam[t.name]), t.limits.spend_per_day, "daily")],
+    ["Spend this month", t => quotaBar(cost(monthTeam[t.name]), t.limits.spend_per_month, "monthly")],
   ], teams.data);
   const sel = document.getElementById("key-team");
   sel.replaceChildren(...teams.data.map(t => el("option", {value: t.name}, t.name)));
   table(document.getElementById("keys-table"), [
     ["Key", k => k.id], ["Team", k => k.team], ["Source", k => k.source],
-    ["Models", k => (k.models || ["any"]).join(", ")], ["Limits", k => limitsText(k.limits)],
-    ["Expires", k => k.expires_at || "never"],
-    ["State", k => el("span", {class: `state ${keyState(k)}`, "data-key-state": k.id}, keyState(k))],
-    ["Spend today", k => quotaBar(dayKey[k.id] || 0, k.limits.spend_per_day, "daily")],
+    ["Models in effect", k => el("span", {"data-key-models": k.id}, effectiveModels(k, teamOf[k.team]))],
+    ["Limits in effect", k => el("span", {"data-key-limits": k.id}, effectiveLimits(k, teamOf[k.team]))],
+    ["Expires (UTC)", k => k.expires_at ? utc(k.expires_at) : "never"],
+    ["State", k => {
+      const [state, why] = keyState(k, teamBlocked[k.team] || [], {day: dayKey[k.id], month: monthKey[k.id]},
+                                    recentOf(k));
+      return el("span", {class: `state ${state}`, "data-key-state": k.id, title: why}, ["blocked", "limited"].includes(state) ? why : state);
+    }],
+    ["Spend today", k => quotaBar(cost(dayKey[k.id]), k.limits.spend_per_day, "daily")],
     ["", k => el("span", {class: "actions"},
       el("button", {onclick: () => edit(k), "data-edit": k.id}, "Edit"),
       k.source === "admin" && !k.revoked ? el("button", {onclick: () => rotate(k), "data-rotate": k.id}, "Rotate") : "",
@@ -95,7 +163,7 @@ function edit(k) {
   document.getElementById("edit-id").textContent = k.id;
   for (const n of LIMITS) form.elements[n].value = k.limits[n] ?? "";
   form.elements.models.value = (k.models || []).join(", ");
-  form.elements.expires_at.value = k.expires_at ? localInput(k.expires_at) : "";
+  form.elements.expires_at.value = k.expires_at ? utcInput(k.expires_at) : "";
   dlg.onclose = () => {
     if (dlg.returnValue !== "ok") return;
     const v = formValues(form);
@@ -108,11 +176,6 @@ function edit(k) {
   dlg.showModal();
 }
 
-function localInput(iso) {
-  const d = new Date(iso);
-  return new Date(d.getTime() - d.getTimezoneOffset() * 60000).toISOString().slice(0, 16);
-}
-
 function init() {
   document.getElementById("new-key-done").addEventListener("click", () => {
     document.getElementById("new-key").textContent = "";
@@ -121,7 +184,7 @@ function init() {
   document.getElementById("key-form").addEventListener("submit", ev => {
     ev.preventDefault();
     const v = formValues(ev.target);
-    const body = {team: v.team, limits: limitsFrom(v, ["rpm", "tpm", "spend_per_day"]), models: modelList(v.models)};
+    const body = {team: v.team, limits: limitsFrom(v, LIMITS), models: modelList(v.models)};
     for (const [k, x] of Object.entries(body.limits)) if (x === null) delete body.limits[k];
     if (v.id) body.id = v.id;
     if (v.expires_at) body.expires_at = toInstant(v.expires_at);
@@ -135,7 +198,7 @@ function init() {
   document.getElementById("team-form").addEventListener("submit", ev => {
     ev.preventDefault();
     const v = formValues(ev.target);
-    const limits = limitsFrom(v, ["rpm", "tpm", "spend_per_day", "spend_per_month"]);
+    const limits = limitsFrom(v, LIMITS);
     for (const [k, x] of Object.entries(limits)) if (x === null) delete limits[k];
     const body = {limits};
     if (v.models) body.models = modelList(v.models);  // empty: the team's allowlist stays as it is
