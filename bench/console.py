@@ -68,7 +68,7 @@ async def timed(fn: Callable[[], Awaitable[Any]], repeat: int) -> list[float]:
 async def main(rows: int, repeat: int) -> None:
     with postgres() as (server, _):
         url = await fresh_database(server)
-        cfg = parse_config({"master_key": "m", "usage": {"ledger": url},
+        cfg = parse_config({"master_key": "bench-master-key-0001", "usage": {"ledger": url},
                             "teams": [{"name": t} for t in "abcd"], "models": []})
         p = build_policies(cfg)
         assert p.ledger is not None

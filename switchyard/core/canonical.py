@@ -52,6 +52,21 @@ class Dry:
 
 
 @dataclass(slots=True, frozen=True)
+class Native:
+    """The caller's request as it arrived, for a deployment that speaks the caller's API itself
+    (the native lane: a Claude deployment forwards an Anthropic Messages body byte-identical, so
+    ``system`` blocks and ``cache_control`` placement keep their prompt-cache hits; only what the
+    gateway owns, such as the model name, is changed). Translating backends ignore it."""
+
+    api: str  # the caller's API ("anthropic")
+    body: bytes  # exactly as received
+    headers: dict[str, str]  # the API's own headers as sent (anthropic-version, anthropic-beta)
+    # What a translating backend leaves out of the request (optional in the caller's API, such as
+    # thinking or cache_control): named in x-switchyard-warning where the route translates.
+    optional: tuple[str, ...] = ()
+
+
+@dataclass(slots=True, frozen=True)
 class CanonicalRequest:
     """What the caller asked for, read from its dialect. Frozen: what the gateway decides while
     serving it lives on the request context (``switchyard.gateway.context``); a changed request is a copy."""
@@ -93,6 +108,7 @@ class CanonicalRequest:
     images: list[str] | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: Any = None
+    parallel_tool_calls: bool | None = None  # False: at most one tool call per answer
     user: str | None = None
     dimensions: int | None = None  # embeddings: the vector length asked for
     encoding_format: Literal["float", "base64"] | None = None  # embeddings: how vectors are written
@@ -102,6 +118,10 @@ class CanonicalRequest:
     # Fields the caller's dialect table does not know. Forwarded only to an upstream that speaks
     # the caller's own dialect (vendor extensions); otherwise dropped and named in a warning header.
     extra: dict[str, Any] = field(default_factory=dict)
+    # The caller's own name for a field read from several (mirostat_lr for ``mirostat``,
+    # guided_regex for ``constraint``, n_predict for ``max_tokens``): errors name what was sent.
+    named: dict[str, str] | None = None
+    native: Native | None = None  # the caller's own body, for a deployment that speaks its API
 
     def said(self) -> dict[str, Any]:
         """The sampling/output fields the caller set (not None), for renderers and logs."""
@@ -112,7 +132,8 @@ class CanonicalRequest:
         return self.n or 1
 
 
-_ENVELOPE = frozenset({"kind", "model", "dialect", "prompt", "messages", "stream", "extra"})
+_ENVELOPE = frozenset({"kind", "model", "dialect", "prompt", "messages", "stream", "extra", "named",
+                       "native"})
 _SAMPLING_FIELDS = tuple(f.name for f in fields(CanonicalRequest) if f.name not in _ENVELOPE)
 
 

@@ -7,9 +7,13 @@ Secrets may be written as ``env:NAME`` and are read from the environment at load
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import ipaddress
 import os
+import secrets
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -18,12 +22,15 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
 from switchyard.core.errors import install_hint
 from switchyard.core.headers import denied_header, header_problem
+
+MIN_MASTER_KEY = 16  # characters: shorter is a password, not a secret
 
 DialectName = Literal["openai", "vllm", "llamacpp", "mistralrs", "fireworks", "sgp"]
 OPENAI_FAMILY: tuple[str, ...] = ("openai", "vllm", "llamacpp", "mistralrs", "fireworks", "sgp")
@@ -42,6 +49,14 @@ PUBLIC_ENDPOINTS: dict[str, str] = {
     "mistral": "https://api.mistral.ai/v1",
     "cohere": "https://api.cohere.ai/compatibility/v1",
 }
+def _wire_dialect(provider: str) -> str:
+    """The body dialect of a provider: its own name for the OpenAI family, openai for the other
+    OpenAI-compatible APIs, else the provider's name."""
+    if provider in OPENAI_FAMILY:
+        return provider
+    return "openai" if provider in ("azure", "mistral", "cohere") else provider
+
+
 # Fields a provider cannot do without (check-config names the missing one).
 REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {"bedrock": ("region",), "vertex": ("project",)}
 # Provider-specific fields, and the providers that read them (elsewhere they are a mistake).
@@ -86,18 +101,29 @@ class _Model(BaseModel):
 class Limits(_Model):
     """Limits and quotas; a missing value means no limit."""
 
-    rpm: int | None = Field(None, ge=1, description="requests per minute")
-    tpm: int | None = Field(None, ge=1, description="tokens (prompt + completion) per minute")
-    max_concurrency: int | None = Field(None, ge=1, description="requests in flight at once")
-    tokens_per_day: int | None = Field(None, ge=1)
-    tokens_per_month: int | None = Field(None, ge=1)
-    spend_per_day: float | None = Field(None, gt=0, description="USD")
-    spend_per_month: float | None = Field(None, gt=0, description="USD")
+    # Upper bounds keep every counter exact in the store (Lua numbers are doubles: integers are
+    # exact below 2**53; spend is counted in nano-USD).
+    rpm: int | None = Field(None, ge=1, le=10**9, description="requests per minute")
+    tpm: int | None = Field(None, ge=1, le=10**12, description="tokens (prompt + completion) per minute")
+    max_concurrency: int | None = Field(None, ge=1, le=10**6, description="requests in flight at once")
+    tokens_per_day: int | None = Field(None, ge=1, le=10**15)
+    tokens_per_month: int | None = Field(None, ge=1, le=10**15)
+    spend_per_day: float | None = Field(None, gt=0, le=10**6, description="USD (at most 1,000,000)")
+    spend_per_month: float | None = Field(None, gt=0, le=10**6, description="USD (at most 1,000,000)")
+    shrink_max_tokens: bool | None = Field(
+        None, description="when a token or spend quota cannot hold a request's max_tokens, lower it "
+        "to what is left (header x-switchyard-max-tokens-lowered) instead of a 429; the key's "
+        "setting wins over its team's; default on")
 
 
 class Price(_Model):
+    """USD per million tokens. Cached prompt tokens are priced apart where the vendor does
+    (Anthropic: reads 0.1x, 5-minute writes 1.25x of the prompt price); unset, they cost as prompt."""
+
     prompt_per_1m: float = Field(0.0, ge=0)
     completion_per_1m: float = Field(0.0, ge=0)
+    cache_read_per_1m: float | None = Field(None, ge=0, description="prompt tokens read from a cache")
+    cache_write_per_1m: float | None = Field(None, ge=0, description="prompt tokens written to a cache")
 
 
 class EngineConfig(_Model):
@@ -166,30 +192,35 @@ class DeploymentConfig(_Model):
     @classmethod
     def _provider(cls, data: Any) -> Any:
         """``dialect:`` alone names the provider (older configs); ``provider:`` alone sets the
-        dialect; both must agree."""
+        dialect; both must agree (checked on the dialect field)."""
         if not isinstance(data, dict):
             return data
         provider, dialect = data.get("provider"), data.get("dialect")
-        if dialect is not None and dialect not in OPENAI_FAMILY:
-            raise ValueError(f"dialect: {dialect!r} is not one of {', '.join(OPENAI_FAMILY)} (other "
-                             "APIs are named with provider:)")
-        if provider is None:
-            provider = dialect or "openai"
-        elif dialect is not None and dialect != provider:
-            raise ValueError(f"dialect: {dialect!r} disagrees with provider: {provider!r} (dialect is "
-                             "the older name of provider; give one)")
-        out = {**data, "provider": provider}
-        if isinstance(provider, str):
-            out["dialect"] = provider if provider in OPENAI_FAMILY else \
-                "openai" if provider in ("azure", "mistral", "cohere") else provider
-        return out
+        if provider is None:  # an unknown dialect is refused on its own field
+            return {**data, "provider": dialect if dialect in OPENAI_FAMILY else "openai"}
+        if dialect is None and isinstance(provider, str):
+            return {**data, "dialect": _wire_dialect(provider)}
+        return data
+
+    @field_validator("dialect")
+    @classmethod
+    def _dialect(cls, v: str, info: ValidationInfo) -> str:
+        provider = info.data.get("provider")
+        if provider is None:  # the provider itself was refused
+            return v
+        want = _wire_dialect(provider)
+        if v not in OPENAI_FAMILY and v != want:
+            raise ValueError(f"{v!r} is not one of {', '.join(OPENAI_FAMILY)} (other APIs are named "
+                             "with provider:)")
+        if v != want:
+            raise ValueError(f"{v!r} disagrees with provider {provider!r} (dialect is the older name of "
+                             "provider; give one)")
+        return v
 
     @field_validator("base_url")
     @classmethod
-    def _url(cls, v: str | None) -> str | None:
-        if v is not None and not v.startswith(("http://", "https://")):
-            raise ValueError("must start with https:// (or http:// for a local endpoint)")
-        return v
+    def _base_url(cls, v: str | None) -> str | None:
+        return None if v is None else check_base_url(v)
 
     @field_validator("headers")
     @classmethod
@@ -244,6 +275,9 @@ class ModelConfig(_Model):
     strategy: Literal["weighted", "least_busy", "latency", "usage"] = "weighted"
     fallbacks: list[str] = Field(default_factory=list)
     context_window: int | None = Field(None, ge=1)
+    max_output_tokens: int | None = Field(
+        None, ge=1, description="the most completion tokens one request gets: a larger max_tokens is "
+        "lowered to it where the caller's API lets the gateway truncate (Anthropic Messages, Fireworks)")
     context_fallback: str | None = None
     price: Price = Field(default_factory=Price)
     tokenizer: str | None = Field(None, description="tiktoken encoding for prompt counting")
@@ -325,14 +359,36 @@ class ServerConfig(_Model):
     # Slow clients may not hold connections forever (nginx's defaults).
     header_timeout: float = Field(60.0, gt=0, description="seconds for a request's headers to arrive")
     body_timeout: float = Field(60.0, gt=0, description="seconds for a request's body to arrive")
+    write_timeout: float = Field(30.0, gt=0, description="seconds a client may leave its answer "
+                                 "unread (a full send buffer) before the connection is cut")
     idle_timeout: float = Field(75.0, gt=0, description="seconds a keep-alive connection may idle")
     shutdown_grace: float = Field(30.0, ge=0,
                                   description="seconds in-flight requests may finish after SIGTERM")
+    trusted_proxies: list[str] = Field(
+        default_factory=list, description="addresses or CIDRs of reverse proxies whose X-Forwarded-For "
+        "and X-Forwarded-Proto are believed (client address for the master-key guard; Secure cookies)")
+    auth_max_failures: int = Field(10, ge=1, description="wrong master keys per client address (across "
+                                   "/admin and /ui/login) within auth_failure_window before a 429")
+    auth_failure_window: float = Field(60.0, gt=0, le=86_400, description="seconds")
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, v: list[str]) -> list[str]:
+        for i, net in enumerate(v):
+            try:
+                ipaddress.ip_network(net, strict=False)
+            except ValueError:
+                raise ValueError(f"trusted_proxies.{i}: {net!r} is not an IP address or CIDR") from None
+        return v
 
 
 class StoreConfig(_Model):
     url: str = Field("memory://", description="memory:// or redis://host:port/db")
     timeout: float = Field(0.25, gt=0, description="seconds before a store call counts as down")
+    lease_ttl: float = Field(60.0, ge=1, le=3600, description="seconds a concurrency slot or quota "
+                             "reservation outlives its replica (renewed every third of it while alive)")
+    admin_timeout: float = Field(5.0, gt=0, le=300, description="seconds an admin read (usage, records, "
+                                 "the console's overview) may take: not the hot path's deadline")
 
     @field_validator("url")
     @classmethod
@@ -368,6 +424,8 @@ class RouterConfig(_Model):
     backoff_max: float = Field(2.0, ge=0)
     cooldown_failures: int = Field(3, ge=1, description="consecutive failures that cool a deployment")
     cooldown_seconds: float = Field(30.0, ge=0)
+    retry_after_max: float = Field(300.0, ge=0, description="seconds; the longest an upstream's "
+                                   "Retry-After holds a deployment (and is passed on to callers)")
 
 
 class MetricsConfig(_Model):
@@ -420,6 +478,37 @@ def _url_of_extra(v: str | None, schemes: tuple[str, ...], bad_scheme: str, what
     return v
 
 
+AUTO_KEY = "auto"  # master_key: a random key made on first start, kept in master_key_file()
+
+
+def master_key_file() -> Path:
+    """Where ``master_key: auto`` keeps its key: $SWITCHYARD_HOME, else ~/.cache/switchyard."""
+    home = os.environ.get("SWITCHYARD_HOME") or os.path.expanduser("~/.cache/switchyard")
+    return Path(home) / "master_key"
+
+
+def generated_master_key() -> str:
+    """The key in ``master_key_file()``, made (random, mode 0600) when there is none yet. Several
+    processes starting at once agree: the file appears whole (a hard link) or not at all."""
+    path = master_key_file()
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".master_key.{os.getpid()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write("sk-admin-" + secrets.token_urlsafe(32) + "\n")
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another process made it first: theirs is the key
+        finally:
+            tmp.unlink()
+    key = path.read_text().strip()
+    if len(key) < 16:
+        raise ValueError(f"{path} holds no usable key (delete it to have a new one made)")
+    return key
+
+
 class Config(_Model):
     server: ServerConfig = Field(default_factory=ServerConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
@@ -428,11 +517,21 @@ class Config(_Model):
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     tracing: TracingConfig = Field(default_factory=TracingConfig)
-    master_key: Secret = Field(None, description="guards /admin; usually env:NAME")
+    master_key: Secret = Field(None, description="guards /admin; usually env:NAME; auto: generated "
+                               "on first start (master_key_file())")
     models: list[ModelConfig] = Field(default_factory=list)
     teams: list[TeamConfig] = Field(default_factory=list)
     keys: list[KeyConfig] = Field(default_factory=list)
 
+    @field_validator("master_key")
+    @classmethod
+    def _auto_key(cls, v: str | None) -> str | None:
+        key = generated_master_key() if v == AUTO_KEY else v  # env:NAME was read by Secret
+        if key is not None and len(key) < MIN_MASTER_KEY:
+            # Never echoed: the message says how long, not what.
+            raise ValueError(f"is {len(key)} characters; a master key must be at least {MIN_MASTER_KEY} "
+                             "(e.g. `openssl rand -hex 32`) to be a secret")
+        return key
 
     @model_validator(mode="after")
     def _references(self) -> Config:
@@ -448,18 +547,105 @@ class Config(_Model):
             for ref in (*m.fallbacks, *([m.context_fallback] if m.context_fallback else [])):
                 if ref not in names:
                     raise ValueError(f"models.{i}: fallback {ref!r} is not a configured model or alias")
+        for where, listed in [*((f"teams.{i}.models", t.models) for i, t in enumerate(self.teams)),
+                              *((f"teams.{i}.model_limits", list(t.model_limits))
+                                for i, t in enumerate(self.teams)),
+                              *((f"keys.{i}.models", k.models) for i, k in enumerate(self.keys))]:
+            for name in listed or ():
+                why = self._not_a_model(name)
+                if why:
+                    raise ValueError(f"{where}: {name!r} {why}")
+        for i, m in enumerate(self.models):
+            for j, d in enumerate(m.deployments):
+                if d.backend == "engine" and importlib.util.find_spec("torch") is None:
+                    raise ValueError(f"models.{i}.deployments.{j}: the built-in engine needs the engine "
+                                     f"extra: {install_hint('engine')}")
         return self
+
+    def _not_a_model(self, name: str) -> str | None:
+        """Why an allow-list entry can never match (None: it can). Allow-lists see the configured
+        name a request resolved to: a model's name, a name under a ``vendor/*`` route, or
+        ``vendor/*`` for all of a vendor's models; never an alias."""
+        vendor = name.split("/")[0]
+        if any(name == m.name for m in self.models):
+            return None
+        if any(m.name == f"{vendor}/*" for m in self.models) and len(name) > len(vendor) + 1:
+            return None
+        if name == f"{vendor}/*" and any(m.name.split("/")[0] == vendor for m in self.models):
+            return None
+        owner = next((m.name for m in self.models if name in m.aliases), None)
+        if owner is not None:
+            return f"is an alias: allow-lists name the model itself ({owner!r})"
+        return ("is not a configured model (allow-lists take a model's name, vendor/*, or a name "
+                "under a configured vendor/* route)")
 
 
 def load_config(path: str | Path) -> Config:
     path = Path(path)
     try:
-        raw: Any = yaml.safe_load(path.read_text())
+        text = path.read_text()
+        raw: Any = yaml.safe_load(text)
+        repeat = _repeated_key(yaml.compose(text, Loader=yaml.SafeLoader), [], set())
     except OSError as e:
         raise ConfigError(f"{path}: cannot read: {e.strerror}") from e
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from e
+    if repeat is not None:
+        # PyYAML keeps the last of a repeated key silently: half a deployment's settings would
+        # vanish without a word.
+        raise ConfigError(f"{path}: {repeat}")
     return parse_config(raw or {}, source=str(path))
+
+
+def _repeated_key(node: yaml.Node | None, at: list[str], seen: set[int]) -> str | None:
+    """The first key repeated in one mapping, as ``field.path: key repeats (lines a and b)``."""
+    if node is None or id(node) in seen:  # an alias points at a node already walked
+        return None
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        lines: dict[str, int] = {}
+        for k, v in node.value:
+            key = str(k.value) if isinstance(k, yaml.ScalarNode) else f"(a {k.tag} key)"
+            line = k.start_mark.line + 1
+            if key in lines and key != "<<":
+                where = ".".join([*at, key])
+                return f"{where}: key repeats (lines {lines[key]} and {line}); only one may be given"
+            lines[key] = line
+            found = _repeated_key(v, [*at, key], seen)
+            if found:
+                return found
+    elif isinstance(node, yaml.SequenceNode):
+        for i, v in enumerate(node.value):
+            found = _repeated_key(v, [*at, str(i)], seen)
+            if found:
+                return found
+    return None
+
+
+def check_base_url(url: str) -> str:
+    """An upstream's base URL: http(s), a host, no spaces; a query string (Azure's
+    ``?api-version=``) is kept and sent after the endpoint's path (``split_query``)."""
+    if any(c.isspace() for c in url):
+        raise ValueError(f"{url!r} contains whitespace")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises on a port that is not a number)
+    except ValueError as e:
+        raise ValueError(f"{url!r} is not a URL: {e}") from None
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"{url!r} must start with http:// or https://")
+    if not parts.hostname:
+        raise ValueError(f"{url!r} names no host")
+    if parts.fragment:
+        raise ValueError(f"{url!r} has a #fragment, which is never sent")
+    return url
+
+
+def split_query(base: str) -> tuple[str, str]:
+    """A base URL's part before its query string, and the query (``""``: none): the endpoint's
+    path goes between them, not after the query."""
+    head, _, query = base.partition("?")
+    return head.rstrip("/"), query
 
 
 def parse_config(raw: Any, source: str = "<config>") -> Config:

@@ -3,6 +3,11 @@ parameter; the caller's dialect decides the body's shape (see ``switchyard.diale
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from switchyard.core.canonical import Usage
+
 
 class GatewayError(Exception):
     """``retryable``: another attempt (elsewhere, or later) may succeed; the router retries only
@@ -19,6 +24,9 @@ class GatewayError(Exception):
     # Which check refused, for usage records and the console ("" = derived from the class:
     # ``switchyard.policies.refusals.reason_of``).
     reason: str = ""
+    # The usage an upstream reported in an answer that failed anyway (a JSON body for a stream):
+    # it did the work, so the request is billed it.
+    billed: Usage | None = None
 
     def __init__(
         self,
@@ -152,6 +160,13 @@ class UpstreamError(GatewayError):
         where = " mid-response" if mid_response else ""
         return cls(f"upstream {deployment} timed out{where}", status=504, retryable=not mid_response,
                    deployment_fault=not callers_deadline)
+
+    @classmethod
+    def busy(cls, deployment: str, why: str) -> UpstreamError:
+        """No connection to the deployment came free in time (other requests hold them all):
+        load, not the deployment's failure. Retried (elsewhere, while the deadline lasts)."""
+        return cls(f"upstream {deployment} is busy: {why}", status=503, retryable=True,
+                   deployment_fault=False)
 
     @classmethod
     def broken(cls, deployment: str, what: str) -> UpstreamError:

@@ -17,7 +17,22 @@ def _messages(v: list[Any]) -> list[dict[str, Any]]:
     for i, m in enumerate(v):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise InvalidRequest(f"messages[{i}] must be an object with a role", param=f"messages[{i}]")
+        _content(m.get("content"), f"messages[{i}].content")
     return v
+
+
+def _content(content: Any, where: str) -> None:
+    """A message's content: null, a string, or a list of parts whose ``text`` (when present) is a
+    string. Checked here, before anything counts or forwards it."""
+    if content is None or isinstance(content, str):
+        return
+    if not isinstance(content, list):
+        raise InvalidRequest(f"{where} must be a string or a list of content parts", param=where)
+    for j, part in enumerate(content):
+        if not isinstance(part, dict):
+            raise InvalidRequest(f"{where}[{j}] must be an object (a content part)", param=f"{where}[{j}]")
+        if "text" in part and not isinstance(part["text"], str):
+            raise InvalidRequest(f"{where}[{j}].text must be a string", param=f"{where}[{j}].text")
 
 
 CHAT = Dialect(
@@ -50,7 +65,7 @@ def chat_emits(upstream: Dialect) -> dict[str, Emit]:
     """What an upstream of dialect ``upstream`` accepts on its chat endpoint: its own sampling
     names, with the message-shaped fields OpenAI's chat API defines."""
     emits = {f: e for f, e in upstream.emits.items() if f not in _COMPLETION_ONLY}
-    emits.update(c.plain("tools", "tool_choice", "stop"))
+    emits.update(c.plain("tools", "tool_choice", "parallel_tool_calls", "stop"))
     emits["max_tokens"] = c.OPENAI_EMITS["max_tokens"]
     emits["logprobs"] = _chat_logprobs
     if upstream.name in ("openai", "fireworks"):

@@ -40,6 +40,9 @@ DIALECT_DEFAULTS: dict[str, dict[str, Any]] = {
     },
     "sgp": {},
     "chat": {"max_tokens": None},
+    # Claude Code asks for max_tokens 32000 whatever the model: a smaller window gets what fits
+    # (max_tokens lowered to the room left) rather than a 400 that stops the client.
+    "anthropic": {"max_tokens": None, "overflow": "truncate_max_tokens"},
     "responses": {"max_tokens": None},
 }
 

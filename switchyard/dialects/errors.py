@@ -7,6 +7,7 @@ from typing import Any
 import msgspec
 
 from switchyard.core.errors import GatewayError, InvalidRequest
+from switchyard.dialects.anthropic import wire
 from switchyard.dialects.registry import DIALECTS
 from switchyard.dialects.spec import ErrorShape
 
@@ -26,6 +27,8 @@ def shape_of(shape: str, named: bool = False) -> ErrorShape:
 
 def error_json(dialect: str, err: GatewayError, named: bool = False) -> tuple[int, dict[str, Any]]:
     """(status, body) for ``err`` as a server of ``dialect`` would send it."""
+    if dialect == "anthropic":  # Anthropic's own body, types and statuses (wire.ERROR_TYPE)
+        return wire.error_body(err.status, err.message, err.param)
     shape = shape_of(dialect, named)
     status = err.status
     if isinstance(err, InvalidRequest) and status == 400:
@@ -33,9 +36,13 @@ def error_json(dialect: str, err: GatewayError, named: bool = False) -> tuple[in
         if shape.detail:
             loc = ["body", *(err.param.split(".") if err.param else [])]
             return status, {"detail": [{"loc": loc, "msg": err.message, "type": "value_error"}]}
-    code: Any = status if shape.code_is_status else _code(err)
-    return status, {"error": {"message": err.message, "type": err.type, "param": err.param,
-                              "code": code}}
+    code: Any = status if shape.code_is_status else _code(err.status)
+    return status, openai_error(err.message, err.type, err.param, code)
+
+
+def openai_error(message: str, type_: str, param: str | None = None, code: Any = None) -> dict[str, Any]:
+    """OpenAI's error body; the one writer of it (completion endpoints, /admin, the console)."""
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
 
 def error_bytes(dialect: str, err: GatewayError, named: bool = False) -> tuple[int, bytes]:
@@ -43,7 +50,7 @@ def error_bytes(dialect: str, err: GatewayError, named: bool = False) -> tuple[i
     return status, msgspec.json.encode(body)
 
 
-def _code(err: GatewayError) -> str | None:
+def _code(status: int) -> str | None:
     return {401: "invalid_api_key", 403: "model_not_allowed", 404: "model_not_found",
             413: "request_too_large", 429: "rate_limit_exceeded",
-            503: "unavailable"}.get(err.status)
+            503: "unavailable"}.get(status)

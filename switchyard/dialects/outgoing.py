@@ -15,7 +15,7 @@ from switchyard.dialects import passthrough
 from switchyard.dialects.chat import chat_emits
 from switchyard.dialects.constraints import Unsupported
 from switchyard.dialects.defaults import sampling_defaults
-from switchyard.dialects.registry import DIALECTS, INBOUND
+from switchyard.dialects.registry import CALLERS
 from switchyard.dialects.spec import Dialect
 
 # Canonical fields gathered from several dialect fields: the group their rows write to.
@@ -49,7 +49,9 @@ _OVERFLOW_ERRS = frozenset({"openai", "vllm"})
 
 def caller_param(req: CanonicalRequest, field: str) -> str:
     """The name the caller used for a canonical field (for error messages)."""
-    dialect = DIALECTS.get(req.dialect) or INBOUND.get(req.dialect)
+    if req.named is not None and field in req.named:
+        return req.named[field]
+    dialect = CALLERS.get(req.dialect)
     if dialect is None:
         return field
     group = _GROUP_OF.get(field)
@@ -144,6 +146,10 @@ def _stops(dialect: Dialect, req: CanonicalRequest, body: dict[str, Any], emits:
     if want is None:
         want = bool(sampling_defaults(req.dialect).get("include_stop_str_in_output"))
     if not req.stop:
+        return
+    caller = CALLERS.get(req.dialect)
+    if caller is not None and caller.names_stop:  # only the gateway can tell which one matched
+        emulation.stop, emulation.include_stop = list(req.stop), want
         return
     stop_param = dialect.by_name.get("stop") or dialect.by_name.get("stop_sequences")
     fits = "stop" in emits and (stop_param is None or stop_param.max_items is None

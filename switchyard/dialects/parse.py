@@ -46,12 +46,15 @@ def parse_request(dialect: Dialect, body: Any, *, kind: RequestKind,
         names = ", ".join(sorted(extra))
         raise InvalidRequest(f"unknown parameter(s) for the {dialect.name} dialect: {names}",
                              param=sorted(extra)[0])
+    named: dict[str, str] = {}
     for group, parts in groups.items():
         target, value = _ASSEMBLERS[group](parts)
         if value is not None:
             values[target] = value
+            named[target] = next(iter(parts.values()))[1]  # the first the body named
     _require(values, kind, dialect)
-    req = CanonicalRequest(kind=kind, dialect=dialect.name, extra={**extra, **dropped}, **values)
+    req = CanonicalRequest(kind=kind, dialect=dialect.name, extra={**extra, **dropped}, named=named or None,
+                           **values)
     _cross_checks(req)
     return req
 
@@ -84,12 +87,16 @@ def _cross_checks(req: CanonicalRequest) -> None:
 
 
 def _one_of(parts: Group, field: str) -> tuple[str, Any]:
-    """Aliases of one field (max_tokens / max_new_tokens ...): several may come if they agree."""
-    vals = {repr(v): (v, name) for v, name in parts.values()}
-    if len(vals) > 1:
-        names = sorted(name for _, name in parts.values())
-        raise InvalidRequest(f"give only one of {', '.join(names)} (they disagree)", param=names[0])
-    return field, next(iter(vals.values()))[0]
+    """Aliases of one field (max_tokens / max_new_tokens ...): several may come if they agree.
+    When they disagree, the error's ``param`` is the one that contradicts the first (in the
+    body's order); the message names all."""
+    given = list(parts.values())
+    first = repr(given[0][0])
+    loser = next((name for v, name in given[1:] if repr(v) != first), None)
+    if loser is not None:
+        names = ", ".join(name for _, name in given)
+        raise InvalidRequest(f"give only one of {names} (they disagree)", param=loser)
+    return field, given[0][0]
 
 
 def _mirostat(parts: Group) -> tuple[str, Any]:

@@ -7,40 +7,27 @@ from functools import cache
 from typing import Any
 
 from switchyard.core.errors import InvalidRequest
+from switchyard.dialects.anthropic.render import AnthropicRenderer
+from switchyard.dialects.anthropic.request import ANTHROPIC
 from switchyard.dialects.chat import CHAT
 from switchyard.dialects.embeddings import EMBEDDINGS, EmbeddingsRenderer
 from switchyard.dialects.fireworks import FIREWORKS
 from switchyard.dialects.llamacpp import LLAMACPP, LLAMACPP_NATIVE
 from switchyard.dialects.mistralrs import MISTRALRS
 from switchyard.dialects.openai import OPENAI, VLLM
-from switchyard.dialects.render import (
-    ChatRenderer,
-    FireworksRenderer,
-    LlamaNativeRenderer,
-    Renderer,
-    SGPChatRenderer,
-    SGPRenderer,
-    SGPv5ChatRenderer,
-    SGPv5Renderer,
-)
+from switchyard.dialects.render import RENDERERS, Renderer
 from switchyard.dialects.responses import RESPONSES
 from switchyard.dialects.responses_render import ResponsesRenderer
 from switchyard.dialects.sgp import SGP
 from switchyard.dialects.spec import Dialect
 
-# The /v1/completions dialects (x-switchyard-dialect names one) and the upstream dialects.
+# The dialects of /v1/completions (and of upstreams).
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (OPENAI, VLLM, LLAMACPP, MISTRALRS, FIREWORKS, SGP)}
-# Inbound-only dialects that read into chat requests: looked up for their parameter names.
-INBOUND: dict[str, Dialect] = {d.name: d for d in (CHAT, RESPONSES, EMBEDDINGS)}
-
-# Answer shapes by name (an endpoint's renderer; default: its dialect's name).
-RENDERERS: dict[str, type[Renderer]] = {
-    "openai": Renderer, "vllm": Renderer, "llamacpp": Renderer, "mistralrs": Renderer,
-    "fireworks": FireworksRenderer, "sgp": SGPRenderer, "sgp_v5": SGPv5Renderer,
-    "sgp_chat": SGPChatRenderer, "sgp_v5_chat": SGPv5ChatRenderer, "chat": ChatRenderer,
-    "llamacpp_native": LlamaNativeRenderer, "responses": ResponsesRenderer,
-    "embeddings": EmbeddingsRenderer,
-}
+# Every dialect a caller may speak, by the name its canonical requests carry.
+CALLERS: dict[str, Dialect] = {**DIALECTS, **{d.name: d for d in (CHAT, ANTHROPIC, RESPONSES, EMBEDDINGS)}}
+# Every answer shape, by name.
+ANSWERS: dict[str, type[Renderer]] = {**RENDERERS, "anthropic": AnthropicRenderer,
+                                      "responses": ResponsesRenderer, "embeddings": EmbeddingsRenderer}
 
 # Canonical fields that are no dialect's body field (the request's envelope as rendered).
 _ENVELOPE = frozenset({"model", "prompt", "messages", "stream", "stream_options"})
@@ -108,4 +95,4 @@ def sniff_completion_dialect(body: Any, headers: Mapping[str, str]) -> Dialect:
     return OPENAI
 
 
-__all__ = ["CHAT", "DIALECTS", "INBOUND", "RENDERERS", "sniff_completion_dialect"]
+__all__ = ["ANSWERS", "CALLERS", "CHAT", "DIALECTS", "sniff_completion_dialect"]

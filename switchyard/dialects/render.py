@@ -66,8 +66,9 @@ class Renderer:
     sends_done = True  # the stream ends with data: [DONE]
     error_event_name: bytes | None = None  # an error event's SSE name (None: data only)
 
-    def __init__(self, req: CanonicalRequest) -> None:
+    def __init__(self, req: CanonicalRequest, prompt_tokens: int = 0) -> None:
         self.req = req
+        self.prompt_tokens = prompt_tokens  # as the gateway counted them (for shapes that say it first)
         self.id = self.id_prefix + secrets.token_hex(12)
         self.created = int(time.time())
         self._offsets: dict[int, int] = {}
@@ -243,3 +244,11 @@ class LlamaNativeRenderer(Renderer):
 def _native_probs(lps: list[TokenLogprob]) -> list[dict[str, Any]]:
     return [{"content": lp.token, "logprob": lp.logprob,
              "top_logprobs": [{"token": t.token, "logprob": t.logprob} for t in lp.top]} for lp in lps]
+
+
+RENDERERS: dict[str, type[Renderer]] = {
+    "openai": Renderer, "vllm": Renderer, "llamacpp": Renderer, "mistralrs": Renderer,
+    "fireworks": FireworksRenderer, "sgp": SGPRenderer, "sgp_v5": SGPv5Renderer,
+    "sgp_chat": SGPChatRenderer, "sgp_v5_chat": SGPv5ChatRenderer, "chat": ChatRenderer,
+    "llamacpp_native": LlamaNativeRenderer,
+}

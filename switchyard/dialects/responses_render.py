@@ -54,8 +54,8 @@ class ResponsesRenderer(Renderer):
     object_name = "response"
     id_prefix = "resp_"
 
-    def __init__(self, req: CanonicalRequest) -> None:
-        super().__init__(req)
+    def __init__(self, req: CanonicalRequest, prompt_tokens: int = 0) -> None:
+        super().__init__(req, prompt_tokens)
         self._seq = 0
         self._began = False
         self._items: list[dict[str, Any]] = []  # output items, in output order

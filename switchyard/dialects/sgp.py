@@ -61,10 +61,13 @@ def _logprobs(top: int) -> dict[str, Any]:
     return out
 
 
+MIN_TIMEOUT = 0.001  # seconds; a deadline shorter than that is no deadline a request could meet
+
+
 def _timeout(v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
-        raise InvalidRequest("inference_timeout must be a positive number of seconds",
-                             param="inference_timeout")
+    if isinstance(v, bool) or not isinstance(v, int | float) or not v >= MIN_TIMEOUT:
+        raise InvalidRequest("inference_timeout must be a positive number of seconds, at least "
+                             f"{MIN_TIMEOUT:g}", param="inference_timeout")
     return float(v)
 
 

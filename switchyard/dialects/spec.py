@@ -21,11 +21,12 @@ STR = (str,)
 LIST = (list,)
 OBJECT = (dict,)
 BOOL_OR_INT = (bool, int)
+STR_OR_LIST = (str, list)
 ANY: tuple[type, ...] = ()
 
 _TYPE_NAMES: dict[tuple[type, ...], str] = {
     NUMBER: "a number", INT: "an integer", BOOL: "a boolean", STR: "a string", LIST: "an array",
-    OBJECT: "an object", BOOL_OR_INT: "a boolean or an integer"}
+    OBJECT: "an object", BOOL_OR_INT: "a boolean or an integer", STR_OR_LIST: "a string or an array"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +125,10 @@ class Dialect:
     prepared: tuple[str, ...] = ()
     # The dialect's name for a required canonical field, where it differs ("messages": "input").
     required: dict[str, str] = field(default_factory=dict)
+    # The caller's answer names the stop sequence that matched (Anthropic's stop_sequence): the
+    # gateway applies stop sequences itself rather than sending them to an upstream that
+    # cannot say which one matched.
+    names_stop: bool = False
     # Derived from params: each row by the dialect's field name, for parsing.
     by_name: dict[str, Param] = field(default_factory=dict, compare=False)
 

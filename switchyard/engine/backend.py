@@ -13,6 +13,7 @@ import socket
 import sys
 import time
 from collections.abc import AsyncGenerator, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +136,8 @@ class EngineBackend:
         rid = next(self._ids)
         q: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
         self._streams[rid] = q
+        if req.native is not None:  # the caller's own bytes are for a native lane: not piped over
+            req = replace(req, native=None)
         self._chan.send((kind, rid, req))
         return rid, q
 

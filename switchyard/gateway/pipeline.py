@@ -24,30 +24,40 @@ import msgspec
 
 from switchyard.core.canonical import CanonicalRequest, Chunk, RequestKind, Usage
 from switchyard.core.config import Config
-from switchyard.core.errors import Forbidden, GatewayError, InvalidRequest, Unauthorized
+from switchyard.core.errors import Forbidden, GatewayError, InvalidRequest, Unauthorized, Unavailable
+from switchyard.core.propagation import REQUEST_ID
 from switchyard.dialects.defaults import sampling_defaults
 from switchyard.dialects.errors import error_bytes, error_json
 from switchyard.dialects.parse import parse_request
 from switchyard.dialects.passthrough import vendor_fields
-from switchyard.dialects.registry import DIALECT_HEADER, RENDERERS, sniff_completion_dialect
+from switchyard.dialects.registry import ANSWERS, DIALECT_HEADER, sniff_completion_dialect
 from switchyard.dialects.render import Renderer
 from switchyard.dialects.spec import Dialect
-from switchyard.gateway.context import REQUEST_ID, RequestContext
-from switchyard.gateway.requests import decode_body, model_name, warning_header
+from switchyard.gateway.context import RequestContext
+from switchyard.gateway.requests import decode_body, model_name, optional_warning, warning_header
 from switchyard.gateway.streaming import Tally, gather
 from switchyard.policies.base import Outcome, Principal
 from switchyard.policies.factory import Policies
+from switchyard.policies.limits import DEFAULT_COMPLETION_RESERVE
 from switchyard.policies.refusals import reason_of
 from switchyard.policies.tokens import count_prompt_tokens
 from switchyard.routing import Route, Router
+from switchyard.routing.window import truncates
 
 log = logging.getLogger("switchyard")
 
-# Tokens reserved for a request that names no max_tokens and whose model's window is unknown;
-# settled to the real count afterwards.
-DEFAULT_RESERVATION = 1024
 JSON = "application/json"
+# What a caller is told of a bug (its cause is logged under the request id, never sent).
+INTERNAL = GatewayError("internal error; it has been logged with this request's id")
 SSE = "text/event-stream"
+
+
+class Reader(Protocol):
+    """A dialect whose request needs more than its table (several fields at once, the headers):
+    reads the decoded body (and its bytes, kept for a deployment that speaks the dialect)."""
+
+    def __call__(self, body: Any, raw: bytes, headers: Mapping[str, str], *, strict: bool = False,
+                 count: bool = False) -> CanonicalRequest: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +66,8 @@ class Endpoint:
     dialect: Dialect | None  # None: told by the body (``/v1/completions`` serves several)
     renderer: str | None = None  # default: the dialect's name
     model_optional: bool = False  # llama.cpp's native endpoint serves its one model unnamed
+    read: Reader | None = None  # default: the dialect's table (``parse_request``)
+    counts: bool = False  # answers the prompt's token count ({"input_tokens": N}), generates nothing
 
 
 class Tracer(Protocol):
@@ -80,6 +92,11 @@ class Responder(Protocol):
     @property
     def gone(self) -> bool:
         """The client disconnected before the answer was complete."""
+        ...
+
+    @property
+    def finished(self) -> bool:
+        """The answer's last byte was handed to the server."""
         ...
 
     async def whole(self, status: int, headers: dict[str, str], body: bytes,
@@ -157,11 +174,33 @@ class Gateway:
         """Answer one request on ``out``; settle it if it was admitted."""
         try:
             req = await self._prepare(ctx, ep, headers, raw)
+            if ep.counts:  # count_tokens: checked as a completion is, up to admission; not charged
+                ctx.status = 200
+                await out.whole(200, {}, msgspec.json.encode({"input_tokens": ctx.run.prompt_tokens}))
+                return
+            req = await self._admit(ctx, req)
         except GatewayError as e:
             await self.send_error(ctx, out, e)
-            self.refused(ctx, e)
+            await self._after_refusal(ctx, e)
+            return
+        except Exception as e:  # a bug: the caller's error shape and the request id, the cause logged
+            log.exception("request %s failed before its upstream call", ctx.id)
+            ctx.error_type = type(e).__name__
+            await self.send_error(ctx, out, INTERNAL)
+            await self._after_refusal(ctx, INTERNAL)
             return
         await self._run(ctx, req, out)
+
+    async def _after_refusal(self, ctx: RequestContext, e: GatewayError) -> None:
+        """A request that failed before its upstream call: admitted, it gives its reservation back
+        (the settlement records it); refused before admission, it is recorded as a refusal."""
+        if ctx.ticket is not None:
+            if not ctx.ticket.settled:
+                if ctx.tally is None:
+                    ctx.tally = Tally(ctx.run.prompt_tokens or 0)
+                await self._settle(ctx)
+            return
+        self.refused(ctx, e)
 
     def refused(self, ctx: RequestContext, e: GatewayError) -> None:
         """A request refused before admission (here, or by the HTTP layer before its key was
@@ -199,7 +238,10 @@ class Gateway:
             raise bad
         if isinstance(body, dict):
             self._default_model(body, principal, ep)
-        req = parse_request(dialect, body, kind=ep.kind, strict=principal.strict)
+        if ep.read is not None:
+            req = ep.read(body, raw, headers, strict=principal.strict, count=ep.counts)
+        else:
+            req = parse_request(dialect, body, kind=ep.kind, strict=principal.strict)
         ctx.requested_model = model_name(req.model)
         ctx.stream = req.stream
         route = ctx.route = self._route(req, principal)
@@ -208,16 +250,26 @@ class Gateway:
             ctx.deadline = ctx.started + timeout
             if req.timeout is None:  # the router bounds each attempt by req.timeout
                 req = replace(req, timeout=timeout)
-        prompt_tokens = await self._count(req, route)
-        ctx.run.prompt_tokens = prompt_tokens
+        ctx.run.prompt_tokens = await self._count(req, route)
+        return req
+
+    async def _admit(self, ctx: RequestContext, req: CanonicalRequest) -> CanonicalRequest:
+        """Admit ``req`` against every limit; the request to send (its max_tokens may be set)."""
+        principal, route, prompt_tokens = ctx.principal, ctx.route, ctx.run.prompt_tokens
+        assert principal is not None and route is not None and prompt_tokens is not None
         ctx.admit_at = time.monotonic()
-        ctx.ticket = await self.policies.policy.admit(
-            principal, route.group, prompt_tokens=prompt_tokens,
-            max_tokens=self._reservation(req, route, prompt_tokens), fail_open=route.fail_open,
-            group=route.model.name)
+        per_choice = self._reservation(req, route, prompt_tokens)
+        ticket = ctx.ticket = await self.policies.policy.admit(
+            principal, route.group, prompt_tokens=prompt_tokens, max_tokens=per_choice,
+            choices=len(req.prompt or [None]) * max(req.best_of or 1, req.n or 1),
+            fail_open=route.fail_open, group=route.model.name)
         ctx.admitted_at = time.monotonic()
         ctx.tally = Tally(prompt_tokens)
         ctx.warning = self._dropped(req, route)
+        # What was reserved is what the upstream may produce: a request without a bound (or one a
+        # quota lowered) is sent with the admitted max_tokens.
+        if ticket.max_tokens is not None and (ticket.lowered or req.max_tokens is None or req.max_tokens < 0):
+            req = replace(req, max_tokens=ticket.max_tokens)
         return req
 
     def _default_model(self, body: dict[str, Any], principal: Principal, ep: Endpoint) -> None:
@@ -244,31 +296,40 @@ class Gateway:
 
     @staticmethod
     def _reservation(req: CanonicalRequest, route: Route, prompt_tokens: int) -> int:
-        """Completion tokens to hold against the limits until the real count is known."""
+        """Completion tokens per choice to hold against the limits until the real count is known
+        (and, when the caller set no bound, the bound sent upstream)."""
         if req.kind == "embedding":
             return 0  # an embedding produces no tokens: only its input counts
+        window = max(route.model.context_window - prompt_tokens, 1) if route.model.context_window else None
         max_tokens = req.max_tokens
         if max_tokens is None or max_tokens < 0:
             default = sampling_defaults(req.dialect).get("max_tokens") if req.kind == "completion" else None
-            max_tokens = default if isinstance(default, int) and default > 0 else (
-                max(route.model.context_window - prompt_tokens, 1) if route.model.context_window
-                else DEFAULT_RESERVATION)
-        elif route.model.context_window:  # a known window bounds it (a larger ask is truncated or refused)
-            max_tokens = min(max_tokens, max(route.model.context_window - prompt_tokens, 1))
-        return max_tokens * len(req.prompt or [None]) * max(req.best_of or 1, req.n or 1)
+            max_tokens = default if isinstance(default, int) and default > 0 else DEFAULT_COMPLETION_RESERVE
+        cap = route.model.max_output_tokens
+        if cap is not None and truncates(req):  # what the router will lower it to
+            max_tokens = min(max_tokens, cap)
+        # A known window bounds it (a larger ask is truncated or refused).
+        return min(max_tokens, window) if window is not None else max_tokens
 
     @staticmethod
     def _dropped(req: CanonicalRequest, route: Route) -> str | None:
-        """The warning for unknown fields that not every deployment of the route receives."""
-        if not req.extra:
-            return None
+        """The warning for unknown fields that not every deployment of the route receives, and for
+        what the caller's API makes optional and a translating deployment leaves out."""
         dropped: set[str] = set()
+        optional = False
+        native = req.native
         for t in route.targets:
             d = t.deployment
-            kept = (vendor_fields(req.extra, d.allow_extra_params)
-                    if d.backend == "upstream" and d.dialect == req.dialect else {})
-            dropped.update(k for k in req.extra if k not in kept)
-        return warning_header(sorted(dropped)) if dropped else None
+            same = d.backend == "upstream" and d.dialect == req.dialect
+            if req.extra:
+                kept = vendor_fields(req.extra, d.allow_extra_params) if same else {}
+                dropped.update(k for k in req.extra if k not in kept)
+            # The native lane (a deployment that speaks the caller's API) forwards the body whole.
+            optional = optional or (native is not None and t.native != native.api)
+        said = [warning_header(sorted(dropped))] if dropped else []
+        if optional and native is not None and native.optional:
+            said.append(optional_warning(list(native.optional)))
+        return "; ".join(said) or None
 
     # -- after admission: one owner, one finally ---------------------------------------------
 
@@ -281,22 +342,23 @@ class Gateway:
         task = asyncio.current_task()
         assert task is not None
         out.watch(task)
+        renderer = ANSWERS[ctx.shape](req, ctx.tally.prompt_tokens)
         try:
-            renderer = RENDERERS[ctx.shape](req)
             if req.stream:
                 await self._stream(ctx, renderer, chunks, headers, out)
             else:
                 await self._whole(ctx, renderer, chunks, headers, out)
         except asyncio.CancelledError:
-            if not out.gone:
-                raise  # the server is stopping: settle below, then let it stop
             task.uncancel()
-            ctx.status, ctx.cut = 499, out.started
+            if out.gone:
+                ctx.status, ctx.cut = 499, out.started
+            else:  # the server's shutdown_grace ran out: cut, say why, settle as cut, end cleanly
+                await self.cut_by_shutdown(ctx, out, renderer if req.stream else None)
         except Exception as e:  # a bug: answer 500 when nothing was sent yet, and settle all the same
             log.exception("request %s failed", ctx.id)
             ctx.error_type = type(e).__name__
             if not out.started:
-                await self.send_error(ctx, out, GatewayError("internal error; it has been logged"))
+                await self.send_error(ctx, out, INTERNAL)
             else:
                 ctx.status, ctx.cut = 500, True
                 with contextlib.suppress(Exception):
@@ -317,6 +379,7 @@ class Gateway:
                 got.append(ch)
         except GatewayError as e:
             headers.update(ctx.run.headers())  # which deployments were tried, how often
+            _bill(tally, e)
             await self.send_error(ctx, out, e, headers)
             return
         headers.update(ctx.run.headers())
@@ -333,6 +396,7 @@ class Gateway:
             first = await anext(chunks, None)
         except GatewayError as e:
             headers.update(ctx.run.headers())
+            _bill(tally, e)
             await self.send_error(ctx, out, e, headers)
             return
         headers.update(ctx.run.headers())
@@ -362,6 +426,20 @@ class Gateway:
         held.append(renderer.closing(tally.usage(), last))
         await out.end(b"".join(held))
 
+    async def cut_by_shutdown(self, ctx: RequestContext, out: Responder,
+                              renderer: Renderer | None = None) -> None:
+        """A request the stopping server cancelled (``server.shutdown_grace`` ran out): answered 503
+        if nothing was sent yet, else its stream ends with an error event; recorded as 503, cut."""
+        e = Unavailable(f"the gateway is shutting down (server.shutdown_grace "
+                        f"{self.config.server.shutdown_grace:g} s ran out)")
+        cut = out.started
+        with contextlib.suppress(Exception):  # the connection may be gone already
+            if not cut:
+                await self.send_error(ctx, out, e)
+            elif renderer is not None and not out.finished:
+                await out.end(renderer.error_event(error_json(ctx.shape, e, ctx.dialect_named)[1]))
+        ctx.status, ctx.error_type, ctx.error, ctx.cut = e.status, "shutdown", e, cut
+
     async def send_error(self, ctx: RequestContext, out: Responder, e: GatewayError,
                          headers: dict[str, str] | None = None) -> None:
         status, body = error_bytes(ctx.shape, e, ctx.dialect_named)
@@ -388,6 +466,10 @@ def _reason(ctx: RequestContext) -> str:
     if ctx.error is not None:
         return reason_of(ctx.error)
     return {499: "client_closed", 500: "internal_error"}.get(ctx.status or 499, "")
+def _bill(tally: Tally, e: GatewayError) -> None:
+    """An upstream that failed after reporting usage (a JSON answer to a stream) is billed it."""
+    if e.billed is not None:
+        tally.reported = e.billed
 
 
 def _charged(tally: Tally, status: int) -> Usage:
@@ -398,4 +480,4 @@ def _charged(tally: Tally, status: int) -> Usage:
     return Usage()
 
 
-__all__ = ["JSON", "REQUEST_ID", "SSE", "Endpoint", "Gateway", "Responder", "bearer_key"]
+__all__ = ["JSON", "REQUEST_ID", "SSE", "Endpoint", "Gateway", "Reader", "Responder", "bearer_key"]

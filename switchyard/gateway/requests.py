@@ -55,14 +55,18 @@ def model_name(name: str) -> str:
     return name
 
 
-def warning_header(dropped: list[str]) -> str:
-    """``x-switchyard-warning`` for dropped fields (unknown ones, and those a dialect accepts but no
-    backend runs, such as Responses' hosted tools): names are the caller's, so they are shown
+def warning_header(dropped: list[str], what: str = "unknown parameter(s) dropped") -> str:
+    """``x-switchyard-warning`` for unknown fields: names are the caller's, so they are shown
     escaped (printable ASCII only) and a few at most."""
     shown = [n.encode("ascii", "backslashreplace").decode()[:64].translate(_CONTROL)
              for n in dropped[:_WARNING_NAMES]]
     more = f" and {len(dropped) - _WARNING_NAMES} more" if len(dropped) > _WARNING_NAMES else ""
-    return "parameter(s) dropped: " + ", ".join(shown) + more
+    return f"{what}: " + ", ".join(shown) + more
+
+
+def optional_warning(names: list[str]) -> str:
+    """The warning for optional features a translating backend leaves out (thinking, ...)."""
+    return warning_header(names, "optional feature(s) this model does not support, left out")
 
 
 _CONTROL = {c: "?" for c in (*range(32), 127)}

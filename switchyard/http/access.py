@@ -53,6 +53,8 @@ def record(ctx: RequestContext) -> dict[str, Any]:
     if run.deployment is not None:
         out["deployment"] = run.deployment
         out["attempts"] = run.attempts
+        if run.upstream_id and run.upstream_id != ctx.id:  # the caller named its own id
+            out["upstream_request_id"] = run.upstream_id
     if run.fallback is not None:
         out["fallback"] = run.fallback
     if ctx.stream:

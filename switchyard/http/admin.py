@@ -3,26 +3,39 @@ or a console session (``switchyard.http.admin_auth``)."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import msgspec
 from litestar import Request, Response, Router, delete, get, patch, post, put
 from litestar.exceptions import NotAuthorizedException, PermissionDeniedException, SerializationException
 from litestar.params import FromPath
 
 from switchyard.core.errors import GatewayError, InvalidRequest
+from switchyard.dialects.errors import openai_error
 from switchyard.http.admin_auth import AdminAuth
 from switchyard.policies.registry import _UNSET, Registry
-from switchyard.policies.store import StoreDown, UsageRecord
+from switchyard.policies.store import StoreDown, StoreSlow, UsageRecord
 from switchyard.policies.usage import UsageSource
 from switchyard.policies.usage_filter import parse_filter, to_csv
 
 RECORD_FIELDS = tuple(UsageRecord.__dataclass_fields__)
 
 
+log = logging.getLogger("switchyard.admin")
+# Bodies are JSON objects a few levels deep; deeper nesting is refused before it is walked.
+MAX_DEPTH = 32
+
+
 def error_response(status: int, type_: str, message: str, param: str | None = None,
-           headers: dict[str, str] | None = None) -> Response[Any]:
-    return Response({"error": {"message": message, "type": type_, "param": param, "code": None}},
-                    status_code=status, headers=headers or {})
+                   headers: dict[str, str] | None = None) -> Response[Any]:
+    return Response(openai_error(message, type_, param), status_code=status, headers=headers or {})
+
+
+def on_bug(request: Request[Any, Any, Any], e: Exception) -> Response[Any]:
+    # The cause (with its stack) goes to the log under the request id; the body says only that.
+    log.error("%s %s failed", request.method, request.scope.get("path_template") or "-", exc_info=e)
+    return error_response(500, "server_error", "internal error; it has been logged with this request's id")
 
 
 def _on_gateway_error(_: Request[Any, Any, Any], e: GatewayError) -> Response[Any]:
@@ -31,7 +44,13 @@ def _on_gateway_error(_: Request[Any, Any, Any], e: GatewayError) -> Response[An
 
 def _on_store_down(_: Request[Any, Any, Any], e: StoreDown) -> Response[Any]:
     return error_response(503, "service_unavailable", f"the policy store is unavailable: {e}",
-                  headers={"Retry-After": "1"})
+                          headers={"Retry-After": "1"})
+
+
+def _on_store_slow(_: Request[Any, Any, Any], e: StoreSlow) -> Response[Any]:
+    # The store answers; this read is just big. Not "unavailable": say how to make it smaller.
+    return error_response(504, "timeout_error", f"{e}: narrow the query (a shorter from..to, a lower "
+                          "limit, one team)", headers={"Retry-After": "1"})
 
 
 def _on_unauthorized(_: Request[Any, Any, Any], e: NotAuthorizedException) -> Response[Any]:
@@ -50,15 +69,36 @@ async def _body(request: Request[Any, Any, Any]) -> dict[str, Any]:
     raw = await request.body()
     if not raw:
         return {}
-    body = await request.json()
+    try:
+        body = msgspec.json.decode(raw)
+    except (msgspec.DecodeError, UnicodeDecodeError):  # not JSON, or not UTF-8
+        raise InvalidRequest("the body is not valid JSON (UTF-8)", param="body") from None
+    except RecursionError:
+        raise InvalidRequest(f"the body nests deeper than {MAX_DEPTH} levels", param="body") from None
     if not isinstance(body, dict):
-        raise InvalidRequest("the body must be a JSON object")
+        raise InvalidRequest("the body must be a JSON object", param="body")
+    if _depth(body) > MAX_DEPTH:
+        raise InvalidRequest(f"the body nests deeper than {MAX_DEPTH} levels", param="body")
     return body
 
 
+def _depth(v: Any) -> int:
+    """How deep ``v`` nests, without recursion (a deep body must not exhaust the stack)."""
+    deepest, todo = 0, [(v, 1)]
+    while todo:
+        x, d = todo.pop()
+        deepest = max(deepest, d)
+        if d > MAX_DEPTH:
+            break
+        inner = x.values() if isinstance(x, dict) else x if isinstance(x, list) else ()
+        todo.extend((y, d + 1) for y in inner)
+    return deepest
+
+
 ADMIN_ERRORS: dict[Any, Any] = {
-    GatewayError: _on_gateway_error, StoreDown: _on_store_down, NotAuthorizedException: _on_unauthorized,
-    PermissionDeniedException: _on_forbidden, SerializationException: _on_bad_json}
+    Exception: on_bug, GatewayError: _on_gateway_error, StoreDown: _on_store_down, StoreSlow: _on_store_slow,
+    NotAuthorizedException: _on_unauthorized, PermissionDeniedException: _on_forbidden,
+    SerializationException: _on_bad_json}
 
 
 def admin_router(registry: Registry, usage: UsageSource, auth: AdminAuth) -> Router:

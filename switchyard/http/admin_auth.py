@@ -1,24 +1,132 @@
 """Who may call /admin: a script with ``Authorization: Bearer <master_key>``, or the console with
-its session cookie (and, on every state-changing call, the session's CSRF token in a header)."""
+its session cookie (and, on every state-changing call, the session's CSRF token in a header).
+
+Wrong master keys are counted per client address, across /admin and /ui/login: after
+``max_failures`` within ``window_s`` that address gets 429 (with Retry-After) until the oldest
+failure leaves the window, whatever key it sends. Behind a reverse proxy the client address is
+read from X-Forwarded-For, but only when the connection comes from ``server.trusted_proxies``
+(else anyone could name any address); the same goes for X-Forwarded-Proto (the console cookie's
+Secure flag).
+"""
 
 from __future__ import annotations
 
 import hmac
+import ipaddress
+import math
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from litestar.connection import ASGIConnection
 from litestar.exceptions import NotAuthorizedException, PermissionDeniedException
 from litestar.handlers import BaseRouteHandler
 
+from switchyard.core.errors import RateLimited
 from switchyard.http.sessions import COOKIE, CSRF_HEADER, Sessions, csrf_ok
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+class Proxies:
+    """The reverse proxies whose X-Forwarded-For / X-Forwarded-Proto are believed."""
+
+    def __init__(self, trusted: Iterable[str] = ()) -> None:
+        self.nets: tuple[Network, ...] = tuple(ipaddress.ip_network(t, strict=False) for t in trusted)
+
+    def trusts(self, addr: str) -> bool:
+        try:
+            ip = ipaddress.ip_address(addr)
+        except ValueError:
+            return False
+        return any(ip in n for n in self.nets)
+
+    def _from_proxy(self, scope: Any) -> bool:
+        return bool(self.nets) and self.trusts((scope.get("client") or ("",))[0])
+
+    def client(self, scope: Any) -> str:
+        """The client's address: the peer's, or (from a trusted proxy) the right-most address in
+        X-Forwarded-For that is not itself a trusted proxy."""
+        peer = (scope.get("client") or ("",))[0] or "-"
+        if not self._from_proxy(scope):
+            return peer
+        hops = [h.strip() for v in _header(scope, b"x-forwarded-for") for h in v.split(",") if h.strip()]
+        for hop in reversed(hops):
+            if not self.trusts(hop):
+                return hop[:64]
+        return hops[0][:64] if hops else peer
+
+    def scheme(self, scope: Any) -> str:
+        """http or https as the client used it (X-Forwarded-Proto from a trusted proxy)."""
+        if self._from_proxy(scope):
+            sent = [v.split(",")[0].strip().lower() for v in _header(scope, b"x-forwarded-proto")]
+            if sent and sent[0] in ("http", "https"):
+                return sent[0]
+        return str(scope.get("scheme") or "http")
+
+
+def _header(scope: Any, name: bytes) -> list[str]:
+    return [v.decode("latin-1") for k, v in scope.get("headers", ()) if k.lower() == name]
+
+
+class Failures:
+    """Wrong master keys per client address in a sliding window (this replica's count)."""
+
+    def __init__(self, max_failures: int = 10, window_s: float = 60.0, *, max_clients: int = 10_000,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_failures = max_failures
+        self.window_s = window_s
+        self.max_clients = max_clients
+        self.clock = clock
+        self._seen: OrderedDict[str, deque[float]] = OrderedDict()
+
+    def _recent(self, addr: str) -> deque[float] | None:
+        times = self._seen.get(addr)
+        if times is not None:
+            cutoff = self.clock() - self.window_s
+            while times and times[0] <= cutoff:
+                times.popleft()
+            if not times:
+                del self._seen[addr]
+                return None
+        return times
+
+    def retry_after(self, addr: str) -> int | None:
+        """Seconds until ``addr`` may try again, or None when it may now."""
+        times = self._recent(addr)
+        if times is None or len(times) < self.max_failures:
+            return None
+        return max(1, math.ceil(times[0] + self.window_s - self.clock()))
+
+    def failed(self, addr: str) -> None:
+        times = self._recent(addr)
+        if times is None:
+            if len(self._seen) >= self.max_clients:
+                self._seen.popitem(last=False)  # bounded: the least recently failing address goes
+            times = self._seen[addr] = deque(maxlen=self.max_failures)
+        times.append(self.clock())
+        self._seen.move_to_end(addr)
+
+    def succeeded(self, addr: str) -> None:
+        self._seen.pop(addr, None)
+
+    def check(self, addr: str) -> None:
+        """Raise the 429 when ``addr`` has failed too often lately."""
+        wait = self.retry_after(addr)
+        if wait is not None:
+            raise RateLimited(f"too many wrong master keys from this address; retry in {wait} s",
+                              headers={"Retry-After": str(wait)})
 
 
 class AdminAuth:
-    def __init__(self, master_key: str | None, sessions: Sessions) -> None:
+    def __init__(self, master_key: str | None, sessions: Sessions, *, failures: Failures | None = None,
+                 proxies: Proxies | None = None) -> None:
         self.master_key = master_key
         self.sessions = sessions
+        self.failures = failures if failures is not None else Failures()
+        self.proxies = proxies if proxies is not None else Proxies()
         self._expected = f"Bearer {master_key}".encode() if master_key else None
 
     def __deepcopy__(self, memo: dict[int, Any]) -> AdminAuth:
@@ -35,8 +143,12 @@ class AdminAuth:
             raise NotAuthorizedException("the admin API is disabled: no master_key is configured")
         auth = conn.headers.get("authorization")
         if auth is not None:
+            addr = self.proxies.client(conn.scope)
+            self.failures.check(addr)
             if not hmac.compare_digest(auth.encode(), self._expected):
+                self.failures.failed(addr)
                 raise NotAuthorizedException("the admin API needs Authorization: Bearer <master_key>")
+            self.failures.succeeded(addr)
             return
         session = await self.sessions.get(conn.cookies.get(COOKIE))
         if session is None:

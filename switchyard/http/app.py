@@ -3,6 +3,9 @@ decision lives in ``switchyard.gateway.pipeline.Gateway``."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from typing import Any
 
 import msgspec
@@ -14,6 +17,7 @@ from litestar.types import ControllerRouterHandler
 
 from switchyard.core.config import Config
 from switchyard.core.errors import GatewayError, NotFound, PayloadTooLarge
+from switchyard.dialects.anthropic.request import ANTHROPIC, read_request
 from switchyard.dialects.chat import CHAT
 from switchyard.dialects.embeddings import EMBEDDINGS
 from switchyard.dialects.errors import error_bytes
@@ -27,8 +31,8 @@ from switchyard.dialects.sgp import SGP
 from switchyard.dialects.spec import Dialect
 from switchyard.gateway.pipeline import Endpoint, Gateway
 from switchyard.http.access import AccessLog
-from switchyard.http.admin import admin_router, error_response
-from switchyard.http.admin_auth import AdminAuth
+from switchyard.http.admin import admin_router, error_response, on_bug
+from switchyard.http.admin_auth import AdminAuth, Failures, Proxies
 from switchyard.http.asgi import Switchyard, endpoint_app
 from switchyard.http.console import console_routes
 from switchyard.http.logs import settings as log_settings
@@ -49,8 +53,14 @@ SGP_V5_CHAT = Endpoint("chat", CHAT, renderer="sgp_v5_chat")
 LLAMACPP_COMPLETION = Endpoint("completion", LLAMACPP_NATIVE, renderer="llamacpp_native",
                                model_optional=True)
 CHAT_COMPLETIONS = Endpoint("chat", CHAT)
+MESSAGES = Endpoint("chat", ANTHROPIC, read=read_request)
+COUNT_TOKENS = Endpoint("chat", ANTHROPIC, read=read_request, counts=True)
 RESPONSES_CREATE = Endpoint("chat", RESPONSES, renderer="responses")
 EMBEDDINGS_CREATE = Endpoint("embedding", EMBEDDINGS, renderer="embeddings")
+SETTLE_AFTER_CUT = 5.0  # seconds that requests cut at shutdown may take to settle
+
+log = logging.getLogger("switchyard")
+LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 
 
 # The completion endpoints: path -> (endpoint, OpenAPI summary, the dialects its body may speak).
@@ -67,6 +77,10 @@ HOT: dict[str, tuple[Endpoint, str, list[Dialect]]] = {
     "/completion": (LLAMACPP_COMPLETION, "llama.cpp native completion", [LLAMACPP_NATIVE]),
     "/v1/chat/completions": (CHAT_COMPLETIONS, "Chat completions", [CHAT]),
     "/inference/v1/chat/completions": (CHAT_COMPLETIONS, "Chat completions (Fireworks path)", [CHAT]),
+    "/v1/messages": (MESSAGES, "Anthropic Messages (x-api-key or Bearer; anthropic-version and "
+                     "anthropic-beta read; ?beta=true accepted); errors in Anthropic's shape", [ANTHROPIC]),
+    "/v1/messages/count_tokens": (COUNT_TOKENS, "Anthropic Messages token count: {\"input_tokens\": N} "
+                                  "(the engine's tokenizer, else the gateway's estimate)", [ANTHROPIC]),
     "/v1/responses": (RESPONSES_CREATE, "OpenAI Responses, stateless: answered by any backend through "
                       "chat; nothing is stored", [RESPONSES]),
     "/v1/embeddings": (EMBEDDINGS_CREATE, "Embeddings: OpenAI-family upstreams and the built-in embedder",
@@ -81,7 +95,9 @@ def create_app(config: Config, *, router: Router | None = None,
     policies = policies or build_policies(config)
     router.use_store(policies.store)  # the usage strategy counts where the limits are counted
     gw = Gateway(config, router, policies)
-    auth = AdminAuth(config.master_key, Sessions(policies.store))  # /admin, /ui and /metrics
+    auth = AdminAuth(config.master_key, Sessions(policies.store),  # /admin, /ui and /metrics
+                     failures=Failures(config.server.auth_max_failures, config.server.auth_failure_window),
+                     proxies=Proxies(config.server.trusted_proxies))
 
     @get("/v1/models")
     async def models(request: Request[Any, Any, Any]) -> Response[Any]:
@@ -143,6 +159,10 @@ def create_app(config: Config, *, router: Router | None = None,
         return Response(body, status_code=status, media_type="application/json")
 
     exporter = Exporter(gw, auth) if config.metrics.enabled else None
+    if exporter is not None and config.metrics.token is None and config.server.host not in LOOPBACK:
+        log.warning("/metrics is open (no metrics.token) on %s: its labels name teams, deployments and "
+                    "models; set metrics.token unless only your scraper can reach this port",
+                    config.server.host)
     if exporter is not None:
         gw.observers.append(exporter.recorder.observe)
     access = AccessLog(log_settings(None, None, config.logging.level, config.logging.format)[1]) \
@@ -180,6 +200,10 @@ def create_app(config: Config, *, router: Router | None = None,
                              [n for m in config.models for n in (m.name, *m.aliases)])
 
     async def shutdown() -> None:
+        # Requests that shutdown_grace cut are still settling (a 503 or error event to send, usage
+        # to record): the store and the pools stay open for them, a few seconds at most.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(gw.drain(), SETTLE_AFTER_CUT)
         await router.aclose()
         await policies.aclose()
         if exporter is not None:
@@ -192,7 +216,7 @@ def create_app(config: Config, *, router: Router | None = None,
     app = Litestar(
         route_handlers=handlers,
         on_startup=[startup], on_shutdown=[shutdown],
-        exception_handlers={HTTPException: http_error},
+        exception_handlers={HTTPException: http_error, Exception: on_bug},
         openapi_config=OpenAPIConfig(title="Switchyard", version=package_version(), path="/schema"),
         request_max_body_size=config.server.max_body_bytes,
         debug=False,

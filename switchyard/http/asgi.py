@@ -21,9 +21,9 @@ from switchyard.core.errors import (
     RequestTimeout,
 )
 from switchyard.core.logs import REQUEST
-from switchyard.core.propagation import OUTGOING
+from switchyard.core.propagation import REQUEST_ID
 from switchyard.dialects.errors import error_bytes
-from switchyard.gateway.context import REQUEST_ID, RequestContext, request_id
+from switchyard.gateway.context import RequestContext, request_ids
 from switchyard.gateway.pipeline import JSON, Endpoint, Gateway
 from switchyard.http.access import AccessLog
 from switchyard.http.disconnect import DISCONNECT, Disconnect
@@ -37,6 +37,12 @@ _UNSAFE = str.maketrans({"\r": " ", "\n": " ", "\0": " "})
 
 class ClientGone(Exception):
     """The client disconnected while its request body was being read."""
+
+
+def ids_of(scope: Scope) -> tuple[str, str]:
+    """The request's id for the caller and the gateway's own (``context.request_ids``)."""
+    raw = next((v for k, v in scope["headers"] if k == b"x-request-id"), None)
+    return request_ids(raw.decode("latin-1") if raw else None)
 
 
 def headers_of(scope: Scope) -> dict[str, str]:
@@ -162,10 +168,10 @@ def endpoint_app(gw: Gateway, ep: Endpoint, path: str) -> ASGIApp:
     default_shape = ep.renderer or (ep.dialect.name if ep.dialect else "openai")
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        raw_id = next((v for k, v in scope["headers"] if k == b"x-request-id"), None)
-        ctx = RequestContext(request_id(raw_id.decode("latin-1") if raw_id else None), path)
-        REQUEST.set(ctx.id)  # every line logged while serving it names it
-        OUTGOING.set({REQUEST_ID: ctx.id})  # and every upstream call made for it
+        rid, own = ids_of(scope)
+        ctx = RequestContext(rid, path)
+        ctx.run.upstream_id = own  # what upstream calls carry (Router._try)
+        REQUEST.set(rid)  # every line logged while serving it names it
         if gw.tracing is not None:
             gw.tracing.begin(ctx, scope["headers"])
         ctx.shape = default_shape
@@ -187,6 +193,11 @@ def endpoint_app(gw: Gateway, ep: Endpoint, path: str) -> ASGIApp:
                 ctx.status = 499
                 return
             await gw.serve(ctx, ep, headers, raw, out)
+        except asyncio.CancelledError:  # the stopping server cancelled it before it was admitted
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            await gw.cut_by_shutdown(ctx, out)
         finally:
             out.unwatch()
             gw.finished(ctx)
@@ -218,8 +229,9 @@ class Switchyard:
         handler = self.hot.get(scope["path"])
         if handler is not None:
             return await handler(scope, receive, send)
-        raw_id = next((v for k, v in scope["headers"] if k == b"x-request-id"), None)
-        rid = request_id(raw_id.decode("latin-1") if raw_id else None).encode()
+        caller_id = ids_of(scope)[0]
+        REQUEST.set(caller_id)  # the admin API's and console's log lines name it too
+        rid = caller_id.encode()
         status = 0
 
         async def send_with_id(msg: MutableMapping[str, Any]) -> None:
@@ -241,9 +253,51 @@ class Switchyard:
         try:  # the admin API and /v1/models follow the completion endpoints' rule
             headers_of(scope)
         except InvalidRequest as e:
-            status, body = error_bytes("chat", e)
-            await send_with_id({"type": "http.response.start", "status": status,
-                                "headers": [(b"content-type", b"application/json"),
-                                            (b"content-length", str(len(body)).encode())]})
-            return await send_with_id({"type": "http.response.body", "body": body})
-        await self.litestar(scope, receive, send_with_id)
+            return await _answer(send_with_id, e)
+        timed = TimedBody(receive, send_with_id, self.gateway.config.server.body_timeout)
+        await self.litestar(scope, timed.receive, timed.send)
+
+
+async def _answer(send: Send, e: GatewayError, headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+    status, body = error_bytes("chat", e)
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()), *headers]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class TimedBody:
+    """Litestar's routes (the admin API) get the completion endpoints' rule for a slow body: a
+    408 in the OpenAI error shape once ``timeout`` seconds pass before its end, the connection
+    closed. Litestar then hears a disconnect; whatever it answers to that is dropped."""
+
+    __slots__ = ("_deadline", "_receive", "_send", "answered", "timeout")
+
+    def __init__(self, receive: Receive, send: Send, timeout: float) -> None:
+        self._receive = receive
+        self._send = send
+        self.timeout = timeout
+        self._deadline: float | None = asyncio.get_running_loop().time() + timeout
+        self.answered = False
+
+    async def receive(self) -> MutableMapping[str, Any]:
+        if self.answered:
+            return {"type": "http.disconnect"}
+        if self._deadline is None:  # the body is in: no clock on whatever else is awaited
+            return await self._receive()
+        try:
+            async with asyncio.timeout_at(self._deadline):
+                msg = await self._receive()
+        except TimeoutError:
+            self.answered = True
+            await _answer(self._send, RequestTimeout(
+                f"the request body did not arrive within {self.timeout:g} s", param="body"),
+                ((b"connection", b"close"),))
+            return {"type": "http.disconnect"}
+        if msg["type"] != "http.request" or not msg.get("more_body"):
+            self._deadline = None
+        return msg
+
+    async def send(self, msg: MutableMapping[str, Any]) -> None:
+        if not self.answered:
+            await self._send(msg)

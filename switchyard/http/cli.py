@@ -1,12 +1,14 @@
 """``switchyard serve --config PATH [--host H] [--port P] [--workers N] [--log-level L]
-[--log-format json|console]``, ``switchyard
-check-config PATH`` and ``switchyard --version``."""
+[--log-format json|console] [--pid-file PATH]``, ``switchyard check-config PATH``, ``switchyard
+reload (--pid-file PATH | --pid N) [--config PATH]`` and ``switchyard --version``."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+from pathlib import Path
 
 from switchyard.core.config import ConfigError, load_config
 from switchyard.dialects.passthrough import check_config
@@ -15,7 +17,8 @@ from switchyard.http.logs import settings as log_settings
 from switchyard.http.version import package_version
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (deploy/ manifests are checked against it by the tests)."""
     parser = argparse.ArgumentParser(prog="switchyard", description="Switchyard LLM gateway")
     parser.add_argument("--version", action="version", version=f"switchyard {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -28,10 +31,24 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--log-level", choices=LEVELS, help=f"overrides logging.level and ${LEVEL_ENV}")
     serve.add_argument("--log-format", choices=FORMATS,
                        help=f"json, or console for a terminal; overrides logging.format and ${FORMAT_ENV}")
+    serve.add_argument("--pid-file", help="write the server's process id here while it runs "
+                       "(for switchyard reload)")
     check = sub.add_parser("check-config", help="validate a config file and exit")
     check.add_argument("path")
-    args = parser.parse_args(argv)
+    reload = sub.add_parser("reload", help="make a running gateway re-read its config (SIGHUP)")
+    which = reload.add_mutually_exclusive_group(required=True)
+    which.add_argument("--pid-file", help="the file serve --pid-file wrote")
+    which.add_argument("--pid", type=int, help="the server's process id")
+    reload.add_argument("--config", help="check this file first; refuse (exit 2) without signalling "
+                        "when it is bad")
+    return parser
 
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+
+    if args.command == "reload":
+        return _reload(args)
     path = args.config if args.command == "serve" else args.path
     try:
         config = load_config(path)
@@ -56,7 +73,31 @@ def main(argv: list[str] | None = None) -> int:
     from switchyard.http.server import serve as run  # check-config and --version need no server
 
     return run(config, path, args.host or config.server.host,
-               args.port if args.port is not None else config.server.port, args.workers)
+               args.port if args.port is not None else config.server.port, args.workers, args.pid_file)
+
+
+def _reload(args: argparse.Namespace) -> int:
+    """SIGHUP to the server; it validates the file again itself and logs what it did."""
+    if args.config is not None:
+        try:
+            check_config(load_config(args.config))
+        except ConfigError as e:
+            print(f"switchyard: bad config, nothing signalled\n{e}", file=sys.stderr)
+            return 2
+    pid = args.pid
+    if pid is None:
+        try:
+            pid = int(Path(args.pid_file).read_text().strip())
+        except (OSError, ValueError) as e:
+            print(f"switchyard: cannot read a process id from {args.pid_file}: {e}", file=sys.stderr)
+            return 1
+    try:
+        os.kill(pid, signal.SIGHUP)
+    except OSError as e:
+        print(f"switchyard: cannot signal process {pid}: {e.strerror}", file=sys.stderr)
+        return 1
+    print(f"switchyard: asked process {pid} to reload its config (its log says how it went)")
+    return 0
 
 
 if __name__ == "__main__":

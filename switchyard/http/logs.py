@@ -68,8 +68,21 @@ def settings(level: str | None, fmt: str | None, default_level: str = "info",
     return level, fmt
 
 
+class _Stderr(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a line is written (as the access log does), not
+    the stream of the moment it was made: a capture that has ended (pytest's) gets no more lines."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _: Any) -> None:
+        pass
+
+
 def configure_logging(level: str = "info", fmt: str = "json") -> None:
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _Stderr()
     handler.setFormatter(JsonFormatter() if fmt == "json" else ConsoleFormatter())
     root = logging.getLogger()
     for h in list(root.handlers):
@@ -81,4 +94,19 @@ def configure_logging(level: str = "info", fmt: str = "json") -> None:
     # httpx logs every request at INFO: a measurable cost per request on the hot path.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     # Our 'started' line replaces uvicorn's; its errors still show.
-    logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
+    uv = logging.getLogger("uvicorn.error")
+    uv.setLevel(logging.WARNING)
+    if not any(isinstance(f, _GraceEnded) for f in uv.filters):
+        uv.addFilter(_GraceEnded())
+
+
+class _GraceEnded(logging.Filter):
+    """uvicorn reports the end of ``shutdown_grace`` as an error; it is the configured behaviour
+    (the requests it cuts are answered and settled as cut), so a warning, in our words."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.ERROR and str(record.msg).startswith("Cancel %s running task"):
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.msg = "server.shutdown_grace ran out: cutting %s request(s) still in flight"
+        return True
+

@@ -15,12 +15,24 @@ from litestar.openapi.spec import (
     Schema,
 )
 
-from switchyard.dialects.spec import BOOL, BOOL_OR_INT, INT, LIST, NUMBER, OBJECT, STR, Dialect, Param
+from switchyard.dialects.spec import (
+    BOOL,
+    BOOL_OR_INT,
+    INT,
+    LIST,
+    NUMBER,
+    OBJECT,
+    STR,
+    STR_OR_LIST,
+    Dialect,
+    Param,
+)
 
 _TYPES: dict[tuple[type, ...], OpenAPIType | list[OpenAPIType]] = {
     NUMBER: OpenAPIType.NUMBER, INT: OpenAPIType.INTEGER, BOOL: OpenAPIType.BOOLEAN,
     STR: OpenAPIType.STRING, LIST: OpenAPIType.ARRAY, OBJECT: OpenAPIType.OBJECT,
-    BOOL_OR_INT: [OpenAPIType.BOOLEAN, OpenAPIType.INTEGER]}
+    BOOL_OR_INT: [OpenAPIType.BOOLEAN, OpenAPIType.INTEGER],
+    STR_OR_LIST: [OpenAPIType.STRING, OpenAPIType.ARRAY]}
 
 
 def param_schema(p: Param) -> Schema:

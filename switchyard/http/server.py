@@ -11,29 +11,35 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import gc
 import json
 import logging
 import os
 import signal
 import socket
+import struct
 import sys
 import tempfile
+import termios
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.supervisors import Multiprocess
 
-from switchyard.core.config import Config, ConfigError, ServerConfig, load_config
-from switchyard.http.app import create_app
+from switchyard.core.config import Config, ConfigError, ServerConfig, master_key_file
 from switchyard.http.disconnect import DISCONNECT, Disconnect
 from switchyard.http.logs import configure_logging, settings
+from switchyard.http.reload import Reloadable, engine_change, load_checked
 from switchyard.http.scrape import METRICS_DIR, metrics_dir, prepare_dir
 from switchyard.http.version import package_version
 
 log = logging.getLogger("switchyard")
 CONFIG_ENV = "SWITCHYARD_CONFIG"  # the config file a worker process loads
+_OUTQ: int | None = getattr(termios, "TIOCOUTQ", None) if sys.platform == "linux" else None  # SIOCOUTQ
 _TIMEOUT_REPLY = b"HTTP/1.1 408 Request Timeout\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
 
 
@@ -46,18 +52,24 @@ class ServeConfig(uvicorn.Config):
         # The completion endpoints answer a slow body with their own 408 (gateway.asgi); this
         # backstop closes a connection whose body stalls anywhere else a little later.
         self.body_timeout = server.body_timeout + 5.0
+        self.write_timeout = server.write_timeout
 
 
 class GuardedHttp(HttpToolsProtocol):
     """uvicorn's httptools protocol with a deadline for a request's headers (from the connection's
     first byte, or the previous response, to the end of the headers) and for its body. Without
-    them a client that sends a header line a minute holds a connection forever (slowloris).
+    them a client that sends a header line a minute holds a connection forever (slowloris). A
+    client that takes no byte of its answer for ``write_timeout`` seconds (a full send buffer
+    that does not drain at all) loses the connection: its request is cut as if it had hung up,
+    so that what it holds (a pool slot upstream, a concurrency slot) comes free.
     Each request's scope also carries a ``Disconnect`` hook (extension ``switchyard.disconnect``)."""
 
     def __init__(self, config: ServeConfig, *args: Any, **kw: Any) -> None:
         super().__init__(config, *args, **kw)
         self._limits = config
         self._deadline: asyncio.TimerHandle | None = None
+        self._stall: asyncio.TimerHandle | None = None  # armed while writing is paused
+        self._unsent = 0  # bytes buffered when it was armed
         self._hooks: list[Disconnect] = []
 
     def _arm(self, seconds: float) -> None:
@@ -91,8 +103,43 @@ class GuardedHttp(HttpToolsProtocol):
         super().connection_made(transport)
         self._arm(self._limits.header_timeout)
 
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._stall is None:
+            self._unsent = self._pending()
+            self._stall = self.loop.call_later(self._limits.write_timeout, self._stalled)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
+
+    def _pending(self) -> int:
+        """Bytes of the answer the client has not taken: ours, and (on Linux) the kernel's send
+        queue, so that a client reading slowly shows progress before the socket turns writable
+        again (which waits for a good part of the kernel's send buffer to drain)."""
+        n = self.transport.get_write_buffer_size()
+        sock = self.transport.get_extra_info("socket")
+        if _OUTQ is not None and sock is not None:
+            with contextlib.suppress(OSError, ValueError):
+                n += struct.unpack("i", fcntl.ioctl(sock.fileno(), _OUTQ, b"\0\0\0\0"))[0]
+        return n
+
+    def _stalled(self) -> None:
+        self._stall = None
+        left = self._pending()
+        if left < self._unsent:  # a slow reader, not a stalled one: another period
+            self._unsent = left
+            self._stall = self.loop.call_later(self._limits.write_timeout, self._stalled)
+            return
+        self.transport.abort()  # (close() would wait for the unread bytes to leave: forever)
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
         super().connection_lost(exc)
         for hook in self._hooks:
             hook.fire()
@@ -137,14 +184,41 @@ def _tune_gc() -> None:
 def worker_app() -> Any:
     """The app of one worker process (uvicorn calls this in each; the config path comes in the
     environment)."""
-    config = load_config(os.environ[CONFIG_ENV])
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until the app's lifespan listens for it
+    path = os.environ[CONFIG_ENV]
+    config = load_checked(path)
     configure_logging(*settings(None, None, config.logging.level, config.logging.format))
-    app = create_app(config)
+    app = Reloadable(path, config)
     _tune_gc()
     return app
 
 
-def serve(config: Config, config_path: str, host: str, port: int, workers: int = 1) -> int:
+class Supervisor(Multiprocess):
+    """uvicorn's worker supervisor, except that SIGHUP reloads the config in every worker
+    (checked here first: a bad file reaches none of them) instead of restarting them all."""
+
+    def __init__(self, config_path: str, started: Config, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.config_path = config_path
+        self.started = started  # the engines hosted here were loaded from it
+
+    def handle_hup(self) -> None:
+        try:
+            why = engine_change(self.started, load_checked(self.config_path))
+        except ConfigError as e:
+            why = str(e)
+        if why is not None:
+            log.error("reload refused, the running config is unchanged: %s", why)
+            return
+        pids = [p.pid for p in self.processes if p.pid is not None]
+        log.info("reloading the config in %d workers", len(pids))
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGHUP)
+
+
+def serve(config: Config, config_path: str, host: str, port: int, workers: int = 1,
+          pid_file: str | None = None) -> int:
     """Run until SIGTERM/SIGINT; the exit status (2: this config cannot be served so)."""
     configure_logging(*settings(None, None, config.logging.level, config.logging.format))
     if workers > 1 and config.store.url.startswith("memory://"):
@@ -155,44 +229,81 @@ def serve(config: Config, config_path: str, host: str, port: int, workers: int =
     # handler that would end the process as "killed by SIGTERM" instead of a clean exit 0.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until the app (or the supervisor) listens for it
+    try:  # bound before anything is loaded or "started" is said: a taken port fails at once
+        sock = _bind(host, port)
+    except OSError as e:
+        log.error("cannot listen on %s:%d: %s", host, port, e.strerror or e)
+        return 1
+    port = sock.getsockname()[1]  # the one the system chose for port 0
+    with _pid_file(pid_file):
+        return _serve(config, config_path, host, port, workers, sock)
+
+
+def _serve(config: Config, config_path: str, host: str, port: int, workers: int,
+           sock: socket.socket) -> int:
     if workers == 1:
         given = metrics_dir()
         if given is not None:  # a folder set for several processes: no earlier run's figures in it
             prepare_dir(given)
 
         try:
-            app = create_app(config)
+            app = Reloadable(config_path, config)
         except ConfigError as e:
             log.error("cannot serve this config: %s", e)
             return 2
         _tune_gc()
         _started(config, host, port, workers)
-        uvicorn.Server(serve_config(app, config, host, port)).run()
+        uvicorn.Server(serve_config(app, config, host, port)).run(sockets=[sock])
         log.info("switchyard stopped")
         return 0
     os.environ[CONFIG_ENV] = os.path.abspath(config_path)
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
     sock.set_inheritable(True)
     cfg = serve_config("switchyard.http.server:worker_app", config, host, port, factory=True, workers=workers)
-    from uvicorn.supervisors import Multiprocess
-
     with tempfile.TemporaryDirectory(prefix="switchyard-") as run_dir, _engines(config, run_dir):
         # Every worker's /metrics adds up all workers' figures, kept in files in one folder.
         metrics = metrics_dir() or Path(run_dir) / "metrics"
         prepare_dir(metrics)
         os.environ[METRICS_DIR] = str(metrics)
         _started(config, host, port, workers)
-        Multiprocess(cfg, sockets=[sock]).run()
+        Supervisor(os.environ[CONFIG_ENV], config, cfg, sockets=[sock]).run()
     log.info("switchyard stopped")
     return 0
 
 
-def _started(config: Config, host: str, port: int, workers: int) -> None:
+@contextlib.contextmanager
+def _pid_file(path: str | None) -> Iterator[None]:
+    """This process's id in ``path`` while it serves (``switchyard reload --pid-file`` reads it)."""
+    if path is None:
+        yield
+        return
+    Path(path).write_text(f"{os.getpid()}\n")
+    try:
+        yield
+    finally:
+        Path(path).unlink(missing_ok=True)
 
+
+def _bind(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _started(config: Config, host: str, port: int, workers: int) -> None:
+    console: dict[str, str] = {}
+    if config.master_key is not None:  # the console: one step away (sign in with the master key)
+        console["console"] = f"http://{host}:{port}/ui"
+        key_file = master_key_file()
+        if key_file.is_file() and key_file.read_text().strip() == config.master_key:
+            console["master_key_file"] = str(key_file)  # master_key: auto (the key itself never)
     log.info("switchyard started", extra={"fields": {
-        "version": package_version(), "address": f"http://{host}:{port}", "workers": workers,
+        "version": package_version(), "address": f"http://{host}:{port}", "workers": workers, **console,
         "models": [m.name for m in config.models], "store": redacted(config.store.url),
         "metrics": config.metrics.enabled, "tracing": config.tracing.otlp_endpoint is not None}})
 

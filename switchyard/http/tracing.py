@@ -19,7 +19,7 @@ from typing import Any
 from switchyard.core.config import TracingConfig
 from switchyard.core.errors import GatewayError
 from switchyard.core.propagation import OUTGOING
-from switchyard.gateway.context import REQUEST_ID, RequestContext
+from switchyard.gateway.context import RequestContext
 
 # time.monotonic() -> Unix time: spans carry wall-clock nanoseconds.
 _WALL = time.time() - time.monotonic()
@@ -115,7 +115,7 @@ class Attempts:
                                                "switchyard.deployment": deployment,
                                                "switchyard.attempt": self.ctx.run.attempts})
         self.current = span
-        headers = {REQUEST_ID: self.ctx.id}
+        headers: dict[str, str] = {}  # (the router adds the attempt's x-request-id)
         t.propagator.inject(headers, context=t._trace.set_span_in_context(span))
         OUTGOING.set(headers)
 

@@ -36,12 +36,10 @@ class Principal:
 
 
 def _allowed(model: str, allowed: frozenset[str]) -> bool:
-    if model in allowed:
-        return True
-    # "vendor/*" in an allowlist admits the vendor's every model; a pinned deployment
-    # "vendor/model/deployment" is admitted by its model group "vendor/model".
-    parts = model.split("/")
-    return f"{parts[0]}/*" in allowed or "/".join(parts[:2]) in allowed
+    # Exactly what the list names, or "vendor/*" (the vendor's every model). No prefix rule: a
+    # pinned deployment is checked under its group's name (``Route.group``), and under a
+    # ``vendor/*`` route "vendor/allowed/other" is another upstream model, not "vendor/allowed".
+    return model in allowed or f"{model.partition('/')[0]}/*" in allowed
 
 
 @dataclass(slots=True)
@@ -64,6 +62,8 @@ class Ticket:
     admitted_ms: int = 0  # the store's clock (Redis TIME) at admission; dates the usage record
     plan: Any = None  # policies.plan.Plan: the counters to settle
     local: bool = False  # admitted by the in-process fallback while the store was down (fail-open)
+    max_tokens: int | None = None  # completion tokens per choice admitted (sent upstream as max_tokens)
+    lowered: bool = False  # max_tokens is lower than asked: a quota could not hold the request whole
 
 
 @dataclass(slots=True)
@@ -93,10 +93,13 @@ class Outcome:
 
 class Policy(Protocol):
     async def admit(self, principal: Principal, model: str, *, prompt_tokens: int,
-                    max_tokens: int, fail_open: bool = False, group: str | None = None) -> Ticket:
-        """Reserve ``prompt_tokens + max_tokens`` and a request against every applicable limit,
-        all or nothing. Raises ``switchyard.core.errors.RateLimited`` (429, naming the limit, with
-        Retry-After) or ``Unavailable`` (503) when the store is down and ``fail_open`` is false."""
+                    max_tokens: int | None, fail_open: bool = False, group: str | None = None,
+                    choices: int = 1) -> Ticket:
+        """Reserve ``prompt_tokens + max_tokens * choices`` and a request against every applicable
+        limit, all or nothing; a quota that cannot hold that may admit a lower ``max_tokens``
+        (``Ticket.max_tokens``, ``Ticket.lowered``). Raises ``switchyard.core.errors.RateLimited``
+        (429, naming the limit, with Retry-After) or ``Unavailable`` (503) when the store is down
+        and ``fail_open`` is false."""
         ...
 
     async def settle(self, ticket: Ticket, outcome: Outcome) -> None:

@@ -27,13 +27,13 @@ if TYPE_CHECKING:
     from switchyard.policies.ledger import Ledger
 
 
-def open_store(url: str, *, timeout: float = 0.25, ns: str = "sy") -> Store:
+def open_store(url: str, *, timeout: float = 0.25, ns: str = "sy", admin_timeout: float = 5.0) -> Store:
     """memory:// -> in-process; redis://, rediss:// -> Redis; redis+cluster:// -> Redis Cluster."""
     if url.startswith("memory://"):
         return MemoryStore(ns=ns)
     from switchyard.policies.redis_store import RedisStore  # redis is only imported when used
 
-    return RedisStore.from_url(url, timeout=timeout, ns=ns)
+    return RedisStore.from_url(url, timeout=timeout, ns=ns, admin_timeout=admin_timeout)
 
 
 @dataclass(slots=True)
@@ -46,9 +46,12 @@ class Policies:
     usage: UsageSource
     refusals: Refusals
     ledger: Ledger | None = None
+    owns_store: bool = True  # False once a reload handed the store on to the next Policies
 
     async def start(self) -> None:
         """Background work that needs the event loop (the ledger's feed)."""
+        await self.store.prepare()
+        self.policy.start()
         if self.ledger is not None:
             await self.ledger.start()
 
@@ -57,16 +60,21 @@ class Policies:
         await self.refusals.flush()
         if self.ledger is not None:
             await self.ledger.aclose()
-        await self.store.aclose()
+        if self.owns_store:
+            await self.store.aclose()
 
 
 def build_policies(config: Config, *, ns: str = "sy", key_cache_ttl: float = 1.0,
-                   lease_ttl_ms: int = 60_000) -> Policies:
-    """Nothing connects here: the Redis client connects lazily on first use."""
-    store = open_store(config.store.url, timeout=config.store.timeout, ns=ns)
+                   lease_ttl_ms: int | None = None, store: Store | None = None) -> Policies:
+    """Nothing connects here: the Redis client connects lazily on first use. ``store``: one
+    already open for this config's ``store`` section (a reload keeps its counters and pool)."""
+    store = store or open_store(config.store.url, timeout=config.store.timeout, ns=ns,
+                                admin_timeout=config.store.admin_timeout)
     keys = KeyRing.from_config(config, store=store, ttl=key_cache_ttl)
     registry = Registry(config, store, keys)
-    policy = Limiter(store, Pricing(config), lease_ttl_ms=lease_ttl_ms)
+    policy = Limiter(store, Pricing(config),
+                     lease_ttl_ms=lease_ttl_ms or round(config.store.lease_ttl * 1000))
+    policy.teams = registry.team_names
     ledger = None
     usage: UsageSource = UsageQuery(store, registry)
     if config.usage.ledger:

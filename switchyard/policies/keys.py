@@ -14,6 +14,8 @@ import hashlib
 import time
 from typing import Any
 
+from pydantic import ValidationError
+
 from switchyard.core.config import Config, KeyConfig, Limits, TeamConfig
 from switchyard.core.errors import Unavailable
 from switchyard.policies.base import Principal
@@ -34,16 +36,31 @@ def _models(v: Any) -> frozenset[str] | None:
     return frozenset(v) if v is not None else None
 
 
+def stored_limits(d: dict[str, Any]) -> Limits:
+    """Limits kept in the store. One written before the bounds were checked (``spend_per_day:
+    1e300``) is read at the bound (as unlimited in effect as it was meant), not refused."""
+    try:
+        return Limits.model_validate(d)
+    except ValidationError:
+        fixed = dict(d)
+        for k, v in d.items():
+            f = Limits.model_fields.get(k)
+            le = next((m.le for m in f.metadata if getattr(m, "le", None) is not None), None) if f else None
+            if le is not None and isinstance(v, int | float) and not isinstance(v, bool) and v > le:
+                fixed[k] = le
+        return Limits.model_validate(fixed)
+
+
 def make_principal(key_id: str, team: str, key_limits: Limits, key_models: list[str] | None,
                    team_cfg: TeamConfig | None, team_doc: dict[str, Any] | None,
                    key_cfg: KeyConfig | None = None, expires_ms: int | None = None) -> Principal:
     team_doc = team_doc or {}
     team_limits = team_cfg.limits if team_cfg else Limits()
     if "limits" in team_doc:
-        team_limits = Limits.model_validate(team_doc["limits"])
+        team_limits = stored_limits(team_doc["limits"])
     model_limits = dict(team_cfg.model_limits) if team_cfg else {}
     if "model_limits" in team_doc:
-        model_limits = {m: Limits.model_validate(v) for m, v in team_doc["model_limits"].items()}
+        model_limits = {m: stored_limits(v) for m, v in team_doc["model_limits"].items()}
     team_models = team_cfg.models if team_cfg else None
     if "models" in team_doc:
         team_models = team_doc["models"]
@@ -131,7 +148,7 @@ class KeyRing:
             if not over and not team_doc:
                 return base
             kc = self._key_cfg.get(base.key_id)
-            limits = (Limits.model_validate(over["limits"]) if "limits" in over
+            limits = (stored_limits(over["limits"]) if "limits" in over
                       else kc.limits if kc else Limits())
             models = over.get("models", kc.models if kc else None)
             return make_principal(base.key_id, base.team, limits, models, self._team_cfg.get(base.team),
@@ -140,6 +157,6 @@ class KeyRing:
         if doc is None or doc.get("revoked"):
             return None
         (team_doc,) = await self._store.get_docs([n["team"] + doc["team"]])
-        return make_principal(doc["id"], doc["team"], Limits.model_validate(doc.get("limits") or {}),
+        return make_principal(doc["id"], doc["team"], stored_limits(doc.get("limits") or {}),
                               doc.get("models"), self._team_cfg.get(doc["team"]), team_doc,
                               expires_ms=doc.get("expires_ms"))

@@ -25,8 +25,14 @@ from switchyard.policies.store import Admission, Store, StoreDown, UsageRecord
 
 log = logging.getLogger("switchyard.policies")
 
-# Reserved for completions when the caller set no bound (max_tokens None or -1).
+# Completion tokens per choice reserved, and sent upstream as max_tokens, when the caller set no
+# bound (max_tokens None or -1) and the model's window does not bound it lower. 4096: long enough
+# that an answer a caller expected whole is rarely cut, and within every current model's output cap.
 DEFAULT_COMPLETION_RESERVE = 4096
+# The smallest max_tokens a request is shrunk to (per choice) before it is refused instead.
+MIN_SHRUNK_TOKENS = 16
+QUOTAS = frozenset({"tokens_per_day", "tokens_per_month", "spend_per_day", "spend_per_month"})
+LOWERED_HEADER = "x-switchyard-max-tokens-lowered"
 _WHAT = {
     "rpm": "requests per minute limit {limit} reached",
     "tpm": "tokens per minute limit {limit} reached (this request reserves {reserve} tokens)",
@@ -38,6 +44,15 @@ _WHAT = {
     "spend_per_day": "daily spend quota ${usd} reached",
     "spend_per_month": "monthly spend quota ${usd} reached",
 }
+
+
+def shrinks(p: Principal) -> bool:
+    """Whether a request that a quota cannot hold whole gets a lower max_tokens (the key's
+    setting, else its team's; on unless set off)."""
+    for lim in (p.key_limits, p.team_limits):
+        if lim.shrink_max_tokens is not None:
+            return lim.shrink_max_tokens
+    return True
 
 
 def duration(ms: int) -> str:
@@ -93,6 +108,11 @@ class Limiter:
         # 429 states the limits that did not refuse from here (OpenAI sends all six headers).
         self._seen: dict[tuple[str, str], Admission] = {}
         self._live: dict[str, Ticket] = {}  # lease id -> ticket, for renewal
+        # Tickets holding a quota reservation in the shared store: renewed with the leases, so
+        # that only a dead replica's are reaped (store.reap, run by ``_reap_loop``).
+        self._held: dict[str, Ticket] = {}
+        self.teams: Callable[[], Awaitable[list[str]]] | None = None  # whose reservations to reap
+        self._reaper: asyncio.Task[None] | None = None
         # Store calls to replay once it answers (settlements, cancelled admissions), in order.
         self._backlog: deque[Callable[[], Awaitable[None]]] = deque(maxlen=max_backlog)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -125,49 +145,91 @@ class Limiter:
             self.outage = False
             log.warning("policy store reachable again")
 
-    async def admit(self, principal: Principal, model: str, *, prompt_tokens: int, max_tokens: int,
-                    fail_open: bool = False, group: str | None = None) -> Ticket:
+    async def admit(self, principal: Principal, model: str, *, prompt_tokens: int, max_tokens: int | None,
+                    fail_open: bool = False, group: str | None = None, choices: int = 1) -> Ticket:
         if not principal.may_use(model):
             raise Forbidden(f"key {principal.key_id} may not use model {model}", param="model")
         plan = self.plan_for(principal, model)
-        completion = max_tokens if max_tokens is not None and max_tokens >= 0 else DEFAULT_COMPLETION_RESERVE
-        reserve = prompt_tokens + completion
-        spend = self.pricing.cost_nano(model, prompt_tokens, completion)
+        per_choice = max_tokens if max_tokens is not None and max_tokens >= 0 else DEFAULT_COMPLETION_RESERVE
+        asked = per_choice
         ticket_id = os.urandom(9).hex()
         lease = ticket_id if plan.has_concurrency else None
         local = False
-        if not plan.has_limits:
-            adm = Admission(True, time.time_ns() // 1_000_000)
-        elif self.store_down:
-            adm, local = await self._degraded(plan, reserve, spend, lease, fail_open, None)
-        else:
-            try:
-                adm = await self.store.admit(plan, tokens=reserve, spend=spend, lease_id=lease,
-                                             lease_ttl_ms=self.lease_ttl_ms, ticket=ticket_id)
-                if self.outage:
-                    self._mark_up()
-            except StoreDown as e:
-                self._mark_down(e)
-                # It may still run when the store wakes up (a stall, not an outage): undo it then.
-                self._queue(lambda: self.store.cancel(plan, ticket=ticket_id, tokens=reserve, spend=spend,
-                                                      lease_id=lease))
-                adm, local = await self._degraded(plan, reserve, spend, lease, fail_open, e)
+        # A quota that cannot hold the worst case may still buy a shorter answer: admit that one
+        # (each try writes nothing unless it admits; one try per scope that can refuse).
+        for _ in range(len(plan.scopes) + 1):
+            reserve = prompt_tokens + per_choice * choices
+            spend = self.pricing.cost_nano(model, prompt_tokens, per_choice * choices)
+            if not plan.has_limits:
+                adm = Admission(True, time.time_ns() // 1_000_000)
+            elif self.store_down:
+                adm, local = await self._degraded(plan, reserve, spend, lease, fail_open, None)
+            else:
+                adm, local = await self._admit_shared(plan, reserve, spend, lease, ticket_id, fail_open)
+            if adm.ok:
+                break
+            fits = self._shrunk(adm, model, prompt_tokens, choices, per_choice)
+            if fits is None or not shrinks(principal):
+                break
+            per_choice = fits
+        if not adm.ok and adm.kind == "cancelled":  # this very ticket was given up on meanwhile
+            raise Unavailable("the policy store answered too late; try again", headers={"Retry-After": "1"})
         if not adm.ok:
             raise self._refusal(plan, adm, reserve, self._seen.get((plan.key_id, plan.model)))
         if adm.req is not None or adm.tok is not None:
             if len(self._seen) > 50_000:
                 self._seen.clear()
             self._seen[(plan.key_id, plan.model)] = adm
+        headers = ratelimit_headers(adm)
+        if per_choice != asked:
+            headers[LOWERED_HEADER] = str(per_choice)
         t = Ticket(principal=principal, model=model, reserved_tokens=reserve, id=ticket_id,
-                   group=group or model,
-                   headers=ratelimit_headers(adm),
+                   group=group or model, max_tokens=per_choice, lowered=per_choice != asked,
+                   headers=headers,
                    lease_id=lease, started=time.monotonic(), prompt_tokens=prompt_tokens,
                    reserved_spend=spend, admitted_ms=adm.now_ms, plan=plan, local=local)
         if lease is not None:
             self._live[lease] = t
-            if self._renewer is None or self._renewer.done():
-                self._renewer = asyncio.create_task(self._renew_loop())
+        if plan.has_quota and not local:
+            self._held[ticket_id] = t
+        if (lease is not None or plan.has_quota) and (self._renewer is None or self._renewer.done()):
+            self._renewer = asyncio.create_task(self._renew_loop())
         return t
+
+    async def _admit_shared(self, plan: Plan, reserve: int, spend: int, lease: str | None, ticket_id: str,
+                            fail_open: bool) -> tuple[Admission, bool]:
+        try:
+            adm = await self.store.admit(plan, tokens=reserve, spend=spend, lease_id=lease,
+                                         lease_ttl_ms=self.lease_ttl_ms, ticket=ticket_id)
+            if self.outage:
+                self._mark_up()
+            return adm, False
+        except StoreDown as e:
+            self._mark_down(e)
+            # It may still run when the store wakes up (a stall, not an outage): undo it then.
+            self._queue(lambda: self.store.cancel(plan, ticket=ticket_id, tokens=reserve, spend=spend,
+                                                  lease_id=lease))
+            return await self._degraded(plan, reserve, spend, lease, fail_open, e)
+
+    def _shrunk(self, adm: Admission, model: str, prompt: int, choices: int, per_choice: int) -> int | None:
+        """The largest max_tokens per choice (at least MIN_SHRUNK_TOKENS, below ``per_choice``)
+        that what the refusing quota has left pays for; None: refuse."""
+        if adm.kind not in QUOTAS or adm.remaining < 0:
+            return None
+        if adm.kind.startswith("tokens"):
+            fits = (adm.remaining - prompt) // choices
+        else:
+            per_token = self.pricing.price(model).completion_per_1m * 1000  # nano-USD per token
+            if per_token <= 0:
+                return None
+            fits = int((adm.remaining - self.pricing.cost_nano(model, prompt, 0)) // (per_token * choices))
+            # cost_nano rounds the sum: step down until it is within the remainder (a step or two).
+            for _ in range(4):
+                if fits < 1 or self.pricing.cost_nano(model, prompt, fits * choices) <= adm.remaining:
+                    break
+                fits -= 1
+        fits = min(fits, per_choice - 1)
+        return fits if fits >= min(MIN_SHRUNK_TOKENS, per_choice - 1) and fits >= 1 else None
 
     async def _degraded(self, plan: Plan, reserve: int, spend: int, lease: str | None, fail_open: bool,
                         err: BaseException | None) -> tuple[Admission, bool]:
@@ -208,6 +270,7 @@ class Limiter:
         ticket.settled = True
         if ticket.lease_id is not None:
             self._live.pop(ticket.lease_id, None)
+        self._held.pop(ticket.id, None)
         plan: Plan = ticket.plan
         usage = outcome.usage
         cost = self.pricing.cost(ticket.model, usage)
@@ -218,7 +281,8 @@ class Limiter:
                           latency_ms=round(outcome.latency_ms, 3), request_id=outcome.request_id,
                           ticket_id=ticket.id, endpoint=outcome.endpoint, dialect=outcome.dialect,
                           requested_model=outcome.requested_model, attempts=outcome.attempts,
-                          ttfb_ms=round(outcome.ttfb_ms, 3), cut=outcome.cut, reason=outcome.reason)
+                          ttfb_ms=round(outcome.ttfb_ms, 3), cut=outcome.cut, reason=outcome.reason,
+                          cache_write_tokens=usage.cache_write_tokens)
         kw: dict[str, Any] = dict(plan=plan, admitted_ms=ticket.admitted_ms,
                                   token_delta=usage.total_tokens - ticket.reserved_tokens,
                                   spend_delta=cost - ticket.reserved_spend, lease_id=ticket.lease_id,
@@ -286,15 +350,37 @@ class Limiter:
                 self._backlog.popleft()
 
     async def _renew_loop(self) -> None:
-        while self._live:
+        while self._live or self._held:
             await asyncio.sleep(self.lease_ttl_ms / 3000)
             shared = [(t.plan, t.lease_id) for t in self._live.values() if not t.local]
             local = [(t.plan, t.lease_id) for t in self._live.values() if t.local]
+            held = [(t.plan, t.id) for t in self._held.values()]
             with contextlib.suppress(StoreDown):
-                if shared:
-                    await self.store.renew(shared, self.lease_ttl_ms)  # type: ignore[arg-type]  # live tickets have lease ids
+                if shared or held:
+                    await self.store.renew(shared, self.lease_ttl_ms, held)  # type: ignore[arg-type]  # live tickets have lease ids
             if local:
                 await self.fallback.renew(local, self.lease_ttl_ms)  # type: ignore[arg-type]  # live tickets have lease ids
+
+    def start(self) -> None:
+        """Reap, now and every third of the lease ttl, the quota reservations of admissions whose
+        replica died before settling them (its own are renewed meanwhile, so never reaped)."""
+        if self.teams is not None and (self._reaper is None or self._reaper.done()):
+            self._reaper = asyncio.create_task(self._reap_loop())
+
+    async def _reap_loop(self) -> None:
+        assert self.teams is not None
+        while True:
+            try:
+                for team in await self.teams():
+                    n = await self.store.reap(team)
+                    if n:
+                        log.warning("gave back the quota reservations of %d request(s) of team %s whose "
+                                    "replica stopped before settling them", n, team)
+            except StoreDown:
+                pass  # the store's outage is logged where it is noticed
+            except Exception:
+                log.exception("reaping reservations failed")
+            await asyncio.sleep(self.lease_ttl_ms / 3000)
 
     @property
     def backlog(self) -> int:
@@ -302,7 +388,7 @@ class Limiter:
 
     async def aclose(self) -> None:
         await self.flush()
-        for task in (self._renewer, self._reconciler):
+        for task in (self._renewer, self._reconciler, self._reaper):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -11,7 +11,7 @@ import functools
 import math
 import time
 from collections import defaultdict, deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from switchyard.policies.plan import KINDS, NONE, Plan
@@ -126,7 +126,7 @@ class MemoryStore:
                      _next_month_ms(month)),
                 ):
                     if lim != NONE and used + cost > lim:
-                        return Admission(False, now, i, kind, reset - now, lim)
+                        return Admission(False, now, i, kind, reset - now, lim, remaining=lim - used)
                 writes.append(functools.partial(self._charge, h, day, month, tokens, spend))
         for w in writes:
             w()
@@ -229,13 +229,20 @@ class MemoryStore:
     async def cancel(self, plan: Plan, *, ticket: str, tokens: int, spend: int, lease_id: str | None) -> None:
         return None  # an admission here never outlives its caller's wait: nothing to undo
 
-    async def renew(self, leases: list[tuple[Plan, str]], ttl_ms: int) -> None:
+    async def prepare(self) -> None:
+        pass
+
+    async def reap(self, team: str, limit: int = 1000) -> int:
+        return 0  # one process: a dead replica's reservations died with it
+
+    async def renew(self, leases: list[tuple[Plan, str]], ttl_ms: int,
+                    held: Sequence[tuple[Plan, str]] = ()) -> None:
         exp = self._now() + ttl_ms
         for plan, lid in leases:
             for s in plan.scopes:
-                held = self._leases.get(s.keys[1])
-                if held is not None and lid in held:
-                    held[lid] = exp
+                slots = self._leases.get(s.keys[1])
+                if slots is not None and lid in slots:
+                    slots[lid] = exp
 
     async def get_docs(self, names: list[str]) -> list[dict[str, Any] | None]:
         now = self._now()

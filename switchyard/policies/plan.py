@@ -58,11 +58,18 @@ class Plan:
     agg_prefix: str  # + ":<day>" -> the team's daily aggregates hash
     log: str  # the team's usage record stream
     mark_prefix: str  # + ticket id -> the ticket's admission mark (admit.lua)
+    resv: tuple[str, str]  # the team's quota reservations: ZSET mark -> expiry, HASH mark -> what (reap.lua)
     has_concurrency: bool
     has_limits: bool
+    has_quota: bool = False  # some scope has a token or spend quota (a reservation to renew)
 
     def agg_key(self, day: int) -> str:
         return f"{self.agg_prefix}:{day}"
+
+
+def resv_keys(ns: str, team: str) -> tuple[str, str]:
+    t = f"{ns}:{tag(team)}"
+    return f"{t}:resv", f"{t}:resvd"
 
 
 def model_limits_for(model: str, table: dict[str, Limits]) -> tuple[str, Limits] | None:
@@ -91,7 +98,8 @@ def build_plan(ns: str, key_id: str, team: str, model: str, key_limits: Limits,
         team=team, model=model, key_id=key_id, scopes=live,
         keys=tuple(k for s in live for k in s.keys),
         vector=tuple(v for s in live for v in s.vector),
-        agg_prefix=f"{t}:agg", log=f"{t}:log", mark_prefix=f"{t}:adm:",
+        agg_prefix=f"{t}:agg", log=f"{t}:log", mark_prefix=f"{t}:adm:", resv=resv_keys(ns, team),
         has_concurrency=any(s.vector[2] != NONE for s in live),
+        has_quota=any(v != NONE for s in live for v in s.vector[3:]),
         has_limits=bool(live),
     )

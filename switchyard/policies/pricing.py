@@ -8,11 +8,16 @@ from switchyard.core.config import Config, Price
 _FREE = Price()
 
 
-def nano_usd(price: Price, prompt_tokens: int, completion_tokens: int) -> int:
-    """What the tokens cost at ``price``, in nano-USD."""
+def nano_usd(price: Price, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0,
+             cache_write_tokens: int = 0) -> int:
+    """What the tokens cost at ``price``, in nano-USD. ``prompt_tokens`` has OpenAI's meaning
+    (cache reads and writes included); those two are priced at the cache prices when set."""
     # USD per 1M tokens * 1e9 nano-USD / 1e6 tokens = price * 1000 nano-USD per token.
-    return round(prompt_tokens * price.prompt_per_1m * 1000
-                 + completion_tokens * price.completion_per_1m * 1000)
+    read = price.cache_read_per_1m if price.cache_read_per_1m is not None else price.prompt_per_1m
+    write = price.cache_write_per_1m if price.cache_write_per_1m is not None else price.prompt_per_1m
+    plain = max(prompt_tokens - cached_tokens - cache_write_tokens, 0)
+    return round(plain * price.prompt_per_1m * 1000 + cached_tokens * read * 1000
+                 + cache_write_tokens * write * 1000 + completion_tokens * price.completion_per_1m * 1000)
 
 
 class Pricing:
@@ -35,4 +40,5 @@ class Pricing:
         return nano_usd(self.price(model), prompt_tokens, completion_tokens)
 
     def cost(self, model: str, usage: Usage) -> int:
-        return self.cost_nano(model, usage.prompt_tokens, usage.completion_tokens)
+        return nano_usd(self.price(model), usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
+                        usage.cache_write_tokens)

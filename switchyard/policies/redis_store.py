@@ -3,7 +3,8 @@
 Admission and settlement are one EVALSHA each (falling back to EVAL when the server lost the
 script); the scripts read Redis TIME, so replicas' clocks do not matter. Every key a script
 touches carries the team's hash tag, so it runs in one Redis Cluster slot. Any Redis error or a
-call slower than ``timeout`` becomes ``StoreDown``: no retries, no hangs.
+call slower than ``timeout`` becomes ``StoreDown``: no hangs, and one retry only where a
+connection was found dead (a Redis restart), which every command here survives being run twice.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import contextlib
 import hashlib
 import json
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from importlib import resources
 from typing import Any
 from urllib.parse import urlsplit
@@ -24,9 +25,10 @@ from redis.asyncio.connection import Connection, UnixDomainSocketConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.crc import key_slot
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError
 
-from switchyard.policies.plan import KINDS, Plan, tag
+from switchyard.policies.plan import KINDS, Plan, resv_keys, tag
 from switchyard.policies.resp import ReplyError, RespConnection
 from switchyard.policies.store import (
     DAY_MS,
@@ -34,6 +36,7 @@ from switchyard.policies.store import (
     MINUTE_MS,
     Admission,
     StoreDown,
+    StoreSlow,
     UsageRecord,
     agg_increments,
 )
@@ -43,7 +46,7 @@ from switchyard.policies.store import (
 _ERRORS = (RedisError, TimeoutError, OSError, AttributeError, ReplyError)
 # Error replies that mean "ask the cluster client": it follows the redirect and refreshes its map.
 _REDIRECTS = {"MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN"}
-_KINDS = {k.encode(): k for k in (*KINDS, "too_large")}
+_KINDS = {k.encode(): k for k in (*KINDS, "too_large", "cancelled")}
 
 
 def bulk(a: Any) -> bytes:
@@ -64,17 +67,19 @@ _REC = tuple((name, bulk(name)) for name in UsageRecord.__dataclass_fields__)
 class _Packed:
     """A plan's script arguments that never change, RESP-encoded once."""
 
-    __slots__ = ("admit_head", "fields", "keys", "log", "plan", "settle_head", "slot", "vector")
+    __slots__ = ("admit_head", "fields", "keys", "log", "plan", "resv", "settle_head", "slot", "vector")
 
     def __init__(self, plan: Plan, admit_sha: str, settle_sha: str) -> None:
         self.plan = plan
         self.slot = key_slot(plan.log.encode())  # every key of the plan: the team's hash tag
         self.keys = resp(plan.keys)
         self.vector = resp(plan.vector)
+        self.resv = resp(plan.resv)
         # Then the ticket's mark, as the last key of either script.
-        n = 3 + len(plan.keys) + 1 + 5 + len(plan.vector)
-        self.admit_head = b"*%d\r\n" % n + resp(("EVALSHA", admit_sha, len(plan.keys) + 1)) + self.keys
-        self.settle_head = resp(("EVALSHA", settle_sha, len(plan.keys) + 4)) + self.keys
+        n = 3 + len(plan.keys) + 3 + 5 + len(plan.vector)
+        self.admit_head = (b"*%d\r\n" % n + resp(("EVALSHA", admit_sha, len(plan.keys) + 3)) + self.keys
+                           + self.resv)
+        self.settle_head = resp(("EVALSHA", settle_sha, len(plan.keys) + 6)) + self.keys
         self.log = bulk(plan.log)
         self.fields: dict[str, bytes] = {}  # aggregate field names, encoded
 
@@ -96,9 +101,10 @@ def _script(name: str) -> tuple[str, str]:
 
 class RedisStore:
     def __init__(self, client: Redis | RedisCluster, *, timeout: float = 0.25, ns: str = "sy",
-                 max_records: int = 100_000) -> None:
+                 max_records: int = 100_000, admin_timeout: float = 5.0) -> None:
         self.client = client
         self.timeout = timeout
+        self.admin_timeout = admin_timeout  # admin reads (usage, records): not the hot path's deadline
         self.ns = ns
         self.max_records = max_records
         self.skew_ms = 0  # added to Redis TIME in the scripts; tests move the clock with it
@@ -106,6 +112,7 @@ class RedisStore:
         self._settle = _script("settle")
         self._renew = _script("renew")
         self._record = _script("record")
+        self._reap = _script("reap")
         self._loaded = False
         self._loading = asyncio.Lock()
         self._cluster = isinstance(client, RedisCluster)
@@ -133,30 +140,50 @@ class RedisStore:
             self._conn_kw = kw
 
     @classmethod
-    def from_url(cls, url: str, *, timeout: float = 0.25, ns: str = "sy") -> RedisStore:
-        opts: dict[str, Any] = dict(socket_timeout=timeout, socket_connect_timeout=timeout,
-                                    retry=Retry(NoBackoff(), 0))
+    def from_url(cls, url: str, *, timeout: float = 0.25, ns: str = "sy",
+                 admin_timeout: float = 5.0) -> RedisStore:
+        # Each call's deadline is an asyncio.timeout (the hot path's, or the admin reads' longer
+        # one); the socket's own are the longer, so a large admin read is not cut by them. A pooled
+        # connection found dead (Redis restarted) is reconnected and the command sent once more:
+        # every command sent through redis-py is idempotent (reads, SET, SADD, the scripts by
+        # their ticket mark); a timeout is not retried (it is the deadline).
+        longest = max(timeout, admin_timeout)
+        opts: dict[str, Any] = dict(socket_timeout=longest, socket_connect_timeout=longest,
+                                    retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)))
         if url.startswith("redis+cluster://"):
             u = urlsplit(url)
             nodes = [ClusterNode(h, int(p)) for h, _, p in (n.rpartition(":") for n in u.netloc.split(","))]
             client: Redis | RedisCluster = RedisCluster(startup_nodes=nodes, password=u.password, **opts)
         else:
             client = Redis.from_url(url, **opts)
-        return cls(client, timeout=timeout, ns=ns)
+        return cls(client, timeout=timeout, ns=ns, admin_timeout=admin_timeout)
 
-    async def _call(self, *args: Any) -> Any:
+    async def _call(self, *args: Any, slow: bool = False) -> Any:
+        """One redis-py command; ``slow``: an admin read, under ``admin_timeout``."""
+        limit = self.admin_timeout if slow else self.timeout
         try:
-            async with asyncio.timeout(self.timeout):
+            async with asyncio.timeout(limit):
                 return await self.client.execute_command(*args)
+        except TimeoutError as e:
+            if slow:
+                raise StoreSlow(f"the store did not answer this read within {limit:g} s") from e
+            raise _down(e, self.timeout) from e
         except _ERRORS as e:
-            raise StoreDown(f"{type(e).__name__}: {e}") from e
+            raise _down(e, self.timeout) from e
+
+    async def prepare(self) -> None:
+        """Load the scripts at start, under the admin deadline: the first requests then need no
+        SCRIPT LOAD inside their own 0.25 s. A store that is down now is tried again on use."""
+        with contextlib.suppress(*_ERRORS):
+            async with asyncio.timeout(self.admin_timeout):
+                await self._load_scripts()
 
     async def _load_scripts(self) -> None:
         # SCRIPT LOAD up front (on every primary of a cluster): a burst of concurrent NOSCRIPT
         # replies makes redis-py's async cluster client drop connections.
         async with self._loading:
             if not self._loaded:
-                for text, _ in (self._admit, self._settle, self._renew, self._record):
+                for text, _ in (self._admit, self._settle, self._renew, self._record, self._reap):
                     await self.client.script_load(text)
                 self._loaded = True
 
@@ -172,7 +199,7 @@ class RedisStore:
                     await self._load_scripts()
                     return await self.client.execute_command("EVALSHA", script[1], len(keys), *keys, *args)
         except _ERRORS as e:
-            raise StoreDown(f"{type(e).__name__}: {e}") from e
+            raise _down(e, self.timeout) from e
 
     def _packed(self, plan: Plan) -> _Packed:
         p = self._pack.get(id(plan))
@@ -247,9 +274,19 @@ class RedisStore:
         try:
             async with asyncio.timeout(self.timeout):
                 try:
-                    if fut is None:
-                        fut = await self._write(pk, packed)
-                    return await fut
+                    for again in (False, True):
+                        try:
+                            if fut is None:
+                                fut = await self._write(pk, packed)
+                            return await fut
+                        except ConnectionError:
+                            # The connection died under this call (Redis restarted): once more on
+                            # a fresh one. Safe for every script here, even if the first copy ran
+                            # and only its reply was lost: each is idempotent per ticket (the
+                            # mark, see admit.lua and settle.lua; renew just sets expiries).
+                            if again:
+                                raise
+                            fut = None
                 except ReplyError as e:
                     if e.code == "NOSCRIPT":  # a restarted or new node: load again, once
                         self._loaded = False
@@ -267,9 +304,9 @@ class RedisStore:
             c = self._conns.get(self._addr(pk))  # type: ignore[arg-type]  # known once the scripts are loaded
             if c is not None:
                 c.close()
-            raise StoreDown(f"TimeoutError: {e}") from e
+            raise _down(e, self.timeout) from e
         except _ERRORS as e:
-            raise StoreDown(f"{type(e).__name__}: {e}") from e
+            raise _down(e, self.timeout) from e
         return await self._run(script, keys, args())  # the slot moved: redis-py follows it
 
     async def admit(self, plan: Plan, *, tokens: int, spend: int, lease_id: str | None,
@@ -278,12 +315,13 @@ class RedisStore:
         mark = plan.mark_prefix + ticket
         dyn = (tokens, spend, lease_id or "", lease_ttl_ms, self.skew_ms)
         packed = pk.admit_head + bulk(mark) + resp(dyn) + pk.vector
-        r = await self._fast(pk, packed, self._admit, (*plan.keys, mark), lambda: [*dyn, *plan.vector],
-                             self._write_now(pk, packed))
+        r = await self._fast(pk, packed, self._admit, (*plan.keys, *plan.resv, mark),
+                             lambda: [*dyn, *plan.vector], self._write_now(pk, packed))
         if r[0] == 1:
             return Admission(True, r[1], req=(r[2], r[3], r[4]) if r[2] >= 0 else None,
                              tok=(r[5], r[6], r[7]) if r[5] >= 0 else None)
-        return Admission(False, r[1], scope=r[2] - 1, kind=_KINDS[r[3]], retry_ms=r[4], limit=r[5])
+        return Admission(False, r[1], scope=r[2] - 1, kind=_KINDS[r[3]], retry_ms=r[4], limit=r[5],
+                         remaining=r[6] if len(r) > 6 else -1)
 
     def settle_nowait(self, plan: Plan, *, admitted_ms: int, token_delta: int, spend_delta: int,
                       lease_id: str | None, record: UsageRecord, rates: bool = True,
@@ -306,10 +344,11 @@ class RedisStore:
                      lease_id: str | None, admitted_ms: int, ts_ms: int, aggs: list[tuple[str, int]],
                      rec: list[str]) -> tuple[bool, Awaitable[None] | None]:
         keys = [*plan.keys, plan.agg_key(ts_ms // DAY_MS), f"{plan.agg_prefix}m:{ts_ms // HOUR_MS}",
-                plan.log, plan.mark_prefix + ticket]
+                plan.log, *plan.resv, plan.mark_prefix + ticket]
         pk = self._packed(plan)
         parts = [b"*%d\r\n" % (3 + len(keys) + 8 + len(plan.vector) + 2 * len(aggs) + 2 * len(rec)),
-                 pk.settle_head, bulk(keys[-4]), bulk(keys[-3]), pk.log, bulk(keys[-1]), bulk(token_delta),
+                 pk.settle_head, bulk(keys[-6]), bulk(keys[-5]), pk.log, pk.resv, bulk(keys[-1]),
+                 bulk(token_delta),
                  bulk(spend_delta), bulk(lease_id or ""), bulk(admitted_ms), bulk(mode),
                  bulk(self.max_records), bulk(len(aggs)), bulk(self.skew_ms), pk.vector]
         for field, inc in aggs:
@@ -415,7 +454,8 @@ class RedisStore:
         if self._inflight:
             await asyncio.wait(list(self._inflight), timeout=self.timeout)
 
-    async def renew(self, leases: list[tuple[Plan, str]], ttl_ms: int) -> None:
+    async def renew(self, leases: list[tuple[Plan, str]], ttl_ms: int,
+                    held: Sequence[tuple[Plan, str]] = ()) -> None:
         by_team: dict[str, tuple[list[str], list[Any]]] = defaultdict(lambda: ([], [ttl_ms + self.skew_ms]))
         for plan, lid in leases:
             keys, args = by_team[plan.team]
@@ -423,8 +463,17 @@ class RedisStore:
                 if s.vector[2] >= 0:
                     keys.append(s.keys[1])
                     args.append(lid)
+        for plan, ticket in held:
+            keys, args = by_team[plan.team]
+            keys.append(plan.resv[0])
+            args.append(plan.mark_prefix + ticket)
         for keys, args in by_team.values():
             await self._run(self._renew, keys, args)
+
+    async def reap(self, team: str, limit: int = 1000) -> int:
+        """Give back the quota reservations of ``team``'s admissions whose replica stopped
+        renewing them (reap.lua); how many."""
+        return int(await self._run(self._reap, list(resv_keys(self.ns, team)), [self.skew_ms, limit]))
 
     async def get_docs(self, names: list[str]) -> list[dict[str, Any] | None]:
         try:
@@ -434,7 +483,7 @@ class RedisStore:
                 else:
                     raw = await self.client.mget(names)
         except _ERRORS as e:
-            raise StoreDown(f"{type(e).__name__}: {e}") from e
+            raise _down(e, self.timeout) from e
         return [json.loads(v) if v is not None else None for v in raw]
 
     async def put_doc(self, name: str, doc: dict[str, Any], ttl_ms: int | None = None) -> None:
@@ -447,14 +496,14 @@ class RedisStore:
         await self._call("SADD", set_name, member)
 
     async def members(self, set_name: str) -> set[str]:
-        return {m.decode() for m in await self._call("SMEMBERS", set_name)}
+        return {m.decode() for m in await self._call("SMEMBERS", set_name, slow=True)}
 
     async def aggregates(self, team: str, days: list[int]) -> dict[int, dict[str, int]]:
         await self._settled()
         prefix = f"{self.ns}:{tag(team)}:agg"
         out: dict[int, dict[str, int]] = {}
         for day in days:  # one slot per team; a loop of HGETALLs is fine for an admin query
-            raw = await self._call("HGETALL", f"{prefix}:{day}")
+            raw = await self._call("HGETALL", f"{prefix}:{day}", slow=True)
             if raw:
                 out[day] = {k.decode(): int(v) for k, v in raw.items()}
         return out
@@ -462,7 +511,7 @@ class RedisStore:
     async def records(self, team: str, limit: int) -> list[UsageRecord]:
         await self._settled()
         log = f"{self.ns}:{tag(team)}:log"
-        raw = await self._call("XREVRANGE", log, "+", "-", "COUNT", limit)
+        raw = await self._call("XREVRANGE", log, "+", "-", "COUNT", limit, slow=True)
         return [UsageRecord.from_fields({k.decode(): v for k, v in fields.items()}) for _, fields in raw]
 
     async def ping(self) -> None:
@@ -475,3 +524,10 @@ class RedisStore:
         self._conns.clear()
         with contextlib.suppress(RedisError, OSError):
             await self.client.aclose()
+
+
+def _down(e: BaseException, timeout: float) -> StoreDown:
+    """The store failure as ``Type: text``; a timeout says nothing itself, so its bound is named."""
+    text = str(e) or (f"no answer within store.timeout {timeout:g} s" if isinstance(e, TimeoutError)
+                      else "no detail given")
+    return StoreDown(f"{type(e).__name__}: {text}")

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from switchyard.core.config import Config, Limits
 from switchyard.core.errors import InvalidRequest, NotFound
-from switchyard.policies.keys import KeyRing, digest, doc_names
+from switchyard.policies.keys import KeyRing, digest, doc_names, stored_limits
 from switchyard.policies.store import Store
 
 _UNSET: Any = object()
@@ -44,19 +44,24 @@ def merge_limits(current: Limits, patch: dict[str, Any] | None) -> Limits:
 MAX_GRACE_S = 30 * 86_400
 
 
+# expires_at is kept as epoch ms and shown as UTC: it must be an instant of the years 1970-9999.
+MAX_EXPIRY_MS = 253_402_300_799_000  # 9999-12-31T23:59:59Z
+
+
 def parse_expiry(value: Any) -> int | None:
     """``expires_at``: an RFC 3339 instant (``2027-01-31T00:00:00Z``) or null -> epoch ms."""
     if value is None:
         return None
-    if isinstance(value, str):
+    if isinstance(value, str) and len(value) <= 64:
         try:
             t = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            t = None
-        if t is not None and t.tzinfo is not None:
-            return int(t.timestamp() * 1000)
-    raise InvalidRequest("expires_at must be an RFC 3339 instant with a time zone, like "
-                         "2027-01-31T00:00:00Z, or null", param="expires_at")
+            ms = int(t.timestamp() * 1000) if t.tzinfo is not None else None
+        except (ValueError, OverflowError):
+            ms = None
+        if ms is not None and 0 <= ms <= MAX_EXPIRY_MS:
+            return ms
+    raise InvalidRequest("expires_at must be an RFC 3339 instant with a time zone between 1970 and "
+                         "9999 (UTC), like 2027-01-31T00:00:00Z, or null", param="expires_at")
 
 
 def _in_grace(doc: dict[str, Any], now_ms: float) -> list[dict[str, Any]]:
@@ -68,6 +73,7 @@ def _in_grace(doc: dict[str, Any], now_ms: float) -> list[dict[str, Any]]:
 def format_ms(ms: int | None) -> str | None:
     if ms is None:
         return None
+    ms = min(max(int(ms), 0), MAX_EXPIRY_MS)  # one stored before the bounds were checked still shows
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
@@ -119,7 +125,7 @@ class Registry:
             cur = {"limits": {}, "models": None, "model_limits": {}}
         doc = await self._team_doc(name) or {}
         if limits is not None:
-            doc["limits"] = merge_limits(Limits.model_validate(cur["limits"]), limits).model_dump()
+            doc["limits"] = merge_limits(stored_limits(cur["limits"]), limits).model_dump()
         if models is not _UNSET:
             doc["models"] = _check_models(models)
         if model_limits is not None:
@@ -130,7 +136,7 @@ class Registry:
                 if patch is None:
                     ml.pop(m, None)
                 else:
-                    ml[m] = merge_limits(Limits.model_validate(ml.get(m, {})), patch).model_dump()
+                    ml[m] = merge_limits(stored_limits(ml.get(m, {})), patch).model_dump()
             doc["model_limits"] = ml
         await self.store.put_doc(self.n["team"] + name, doc)
         await self.store.add_member(self.n["teams"], name)
@@ -200,7 +206,7 @@ class Registry:
             doc["expires_ms"] = parse_expiry(expires_at)
         if limits is not None:
             cur = await self.key(key_id)
-            doc["limits"] = merge_limits(Limits.model_validate(cur["limits"]), limits).model_dump()
+            doc["limits"] = merge_limits(stored_limits(cur["limits"]), limits).model_dump()
         if models is not _UNSET:
             doc["models"] = _check_models(models)
         if revoked is not None:
@@ -231,6 +237,10 @@ class Registry:
         if doc.get("revoked"):
             raise InvalidRequest(f"key {key_id!r} is revoked", param="key_id")
         now = int(time.time() * 1000)
+        if doc.get("expires_ms") is not None and doc["expires_ms"] <= now:
+            # Checked before anything is written: a rotation would carry the expiry over anyway.
+            raise InvalidRequest(f"key {key_id!r} has expired: give it a later expires_at (PATCH) "
+                                 "before rotating it", param="key_id")
         until = now + grace_seconds * 1000
         old_expiry = doc.get("expires_ms")
         old_until = min(until, old_expiry) if old_expiry is not None else until
@@ -243,7 +253,7 @@ class Registry:
         await self.store.put_doc(self.n["key"] + d, new)
         # The old secret's doc outlives its grace by a minute (a clear refusal meanwhile), then goes.
         await self.store.put_doc(name, doc | {"expires_ms": old_until},
-                                 ttl_ms=old_until - now + 60_000)
+                                 ttl_ms=max(old_until - now, 0) + 60_000)
         await self.store.put_doc(self.n["keyid"] + key_id, {"digest": d})
         self.keyring.forget()
         return raw, await self.key(key_id)

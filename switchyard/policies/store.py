@@ -7,7 +7,7 @@ runs the same suite against both.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -23,6 +23,10 @@ class StoreDown(Exception):
     """The store did not answer in time or refused the connection."""
 
 
+class StoreSlow(StoreDown):
+    """An admin read took longer than its (longer) deadline: the store answers, the query is big."""
+
+
 @dataclass(slots=True)
 class Admission:
     ok: bool
@@ -33,6 +37,7 @@ class Admission:
     limit: int = 0
     req: tuple[int, int, int] | None = None  # tightest request limit: (limit, remaining, reset ms)
     tok: tuple[int, int, int] | None = None  # tightest token limit: (limit, remaining, reset ms)
+    remaining: int = -1  # refused by a quota: what it has left (tokens, or nano-USD); else -1
 
 
 @dataclass(slots=True)
@@ -66,6 +71,7 @@ class UsageRecord:
     # Why it was refused or failed ('' = answered): which check or limit, e.g. model_not_allowed,
     # rate_limit:rpm, quota:spend_day, bad_request:<param> (``switchyard.policies.refusals``).
     reason: str = ""
+    cache_write_tokens: int = 0  # prompt tokens written to the upstream's prompt cache (in prompt_tokens)
 
     def as_fields(self) -> dict[str, str]:
         return {k: _str(getattr(self, k)) for k in self.__dataclass_fields__}
@@ -89,7 +95,7 @@ def _str(v: Any) -> str:
 
 _FIELD_TYPES: dict[str, type] = {
     **dict.fromkeys(("ts_ms", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_nano",
-                     "status", "attempts"), int),
+                     "status", "attempts", "cache_write_tokens"), int),
     **dict.fromkeys(("latency_ms", "ttfb_ms"), float),
     "cut": bool,
     **dict.fromkeys(("key_id", "team", "model", "deployment", "request_id", "ticket_id", "endpoint",
@@ -175,8 +181,20 @@ class Store(Protocol):
         is awaited for the outcome (``StoreDown``), and does the whole call when not ``sent``."""
         ...
 
-    async def renew(self, leases: list[tuple[Plan, str]], ttl_ms: int) -> None:
-        """Push the expiry of live leases ``ttl_ms`` into the future."""
+    async def renew(self, leases: list[tuple[Plan, str]], ttl_ms: int,
+                    held: Sequence[tuple[Plan, str]] = ()) -> None:
+        """Push the expiry of live leases, and of the quota reservations of live tickets
+        ``held`` (plan, ticket id), ``ttl_ms`` into the future."""
+        ...
+
+    async def prepare(self) -> None:
+        """Get ready to serve (load scripts) at start; never raises."""
+        ...
+
+    async def reap(self, team: str, limit: int = 1000) -> int:
+        """Give back the quota reservations of ``team``'s tickets that nobody renewed in time
+        (their replica died); how many. Each is given back once; its late settlement, if it
+        comes, charges the whole usage."""
         ...
 
     async def get_docs(self, names: list[str]) -> list[dict[str, Any] | None]: ...

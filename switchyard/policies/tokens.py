@@ -111,8 +111,16 @@ def _text_of(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):  # content parts: count the text ones (images are not priced here)
-        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
+        # The chat dialect refuses a non-string text; counting never fails on one either.
+        return "".join(_part_text(p) for p in content)
     return json.dumps(content)
+
+
+def _part_text(part: Any) -> str:
+    if not isinstance(part, dict):
+        return str(part)
+    text = part.get("text", "")
+    return text if isinstance(text, str) else json.dumps(text)
 
 
 def count_text(text: str, enc: tiktoken.Encoding | None) -> int:
@@ -146,6 +154,17 @@ def encoding_for(req: CanonicalRequest, model: ModelConfig | None = None) -> tik
         upstream = (model.deployments[0].model or model.name) if model is not None else req.model
         name = encoding_name_for(upstream) or encoding_name_for(req.model)
     return encoding(name) if name else None
+
+
+def encodings_of(model: ModelConfig) -> set[str]:
+    """The tiktoken encodings requests to ``model`` may be counted with (a ``vendor/*`` route may
+    be asked for any name: both), loaded before the gateway says it is ready."""
+    if model.tokenizer:
+        return {model.tokenizer}
+    if model.name.endswith("/*"):
+        return set(_URLS)
+    name = encoding_name_for(model.deployments[0].model or model.name) or encoding_name_for(model.name)
+    return {name} if name else set()
 
 
 def count_prompt_tokens(req: CanonicalRequest, model: ModelConfig | None = None) -> int:

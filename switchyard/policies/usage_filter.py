@@ -51,16 +51,25 @@ class UsageFilter:
         return bad
 
 
+# Dates a query may name: a day is made exclusive by adding one, and instants are moved to UTC,
+# neither of which may leave what datetime can hold.
+MIN_YEAR, MAX_YEAR = 1970, 9998
+
+
 def _when(s: str, param: str) -> tuple[dt.datetime, bool]:
     """A day (its midnight, UTC) or an RFC 3339 instant; True for an instant."""
     try:
         if len(s) == 10:
-            return dt.datetime.combine(dt.date.fromisoformat(s), dt.time(), dt.UTC), False
-        t = dt.datetime.fromisoformat(s.replace("Z", "+00:00").replace(" ", "+", 1) if "T" in s else s)
-    except ValueError:
+            t, instant = dt.datetime.combine(dt.date.fromisoformat(s), dt.time(), dt.UTC), False
+        else:
+            t = dt.datetime.fromisoformat(s.replace("Z", "+00:00").replace(" ", "+", 1) if "T" in s else s)
+            t, instant = (t if t.tzinfo else t.replace(tzinfo=dt.UTC)).astimezone(dt.UTC), True
+    except (ValueError, OverflowError):
         raise InvalidRequest(f"{param} must be a date YYYY-MM-DD or an instant like "
                              "2026-11-24T10:00:00Z", param=param) from None
-    return (t if t.tzinfo else t.replace(tzinfo=dt.UTC)).astimezone(dt.UTC), True
+    if not MIN_YEAR <= t.year <= MAX_YEAR:
+        raise InvalidRequest(f"{param} must lie in the years {MIN_YEAR} to {MAX_YEAR}", param=param)
+    return t, instant
 
 
 def _status(s: str) -> tuple[tuple[int, int], ...]:
@@ -68,7 +77,7 @@ def _status(s: str) -> tuple[tuple[int, int], ...]:
     for part in (p.strip().lower() for p in s.split(",") if p.strip()):
         if part in _CLASSES:
             out.append(_CLASSES[part])
-        elif part.isdigit() and 100 <= int(part) <= 599:
+        elif len(part) == 3 and part.isdigit() and 100 <= int(part) <= 599:
             out.append((int(part), int(part)))
         else:
             raise InvalidRequest(f"status takes codes (200, 429) and classes (2xx, 4xx, 5xx, error); "
@@ -83,9 +92,9 @@ def encode_cursor(ts_us: int, ticket: str) -> str:
 def _cursor(s: str) -> tuple[int, str]:
     try:
         ts, ticket = json.loads(base64.urlsafe_b64decode(s + "=" * (-len(s) % 4)))
-        if isinstance(ts, int) and isinstance(ticket, str):
+        if isinstance(ts, int) and 0 <= ts < 1 << 62 and isinstance(ticket, str) and len(ticket) <= 64:
             return ts, ticket
-    except ValueError:
+    except (ValueError, TypeError, RecursionError):  # base64, JSON, UTF-8, or not a pair
         pass
     raise InvalidRequest("cursor is not one this API gave (next_cursor)", param="cursor")
 

@@ -106,6 +106,8 @@ def transport_errors(deployment: str, *, callers_deadline: bool,
     (both retried); after, a timeout or a broken-off response (not retried)."""
     try:
         yield
+    except httpx.PoolTimeout as e:  # every connection busy until the deadline (h1.py): load
+        raise UpstreamError.busy(deployment, str(e)) from None
     except httpx.TimeoutException:
         raise UpstreamError.timed_out(deployment, callers_deadline=callers_deadline,
                                       mid_response=mid_response) from None

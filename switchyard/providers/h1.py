@@ -36,6 +36,8 @@ class _Conn(asyncio.Protocol):
         self.idle_since = 0.0  # loop time it went back to the pool
         self.idle_for = IDLE_TIMEOUT  # how long the server keeps it open (Keep-Alive: timeout=N)
         self.reused = False  # taken from the pool (it may have been closed by the server meanwhile)
+        self.reset_by_peer = False  # the upstream reset it (RST), rather than closed it (FIN)
+        self.slot: asyncio.Semaphore | None = None  # the pool slot this request holds
         self._reset()
 
     def _reset(self) -> None:
@@ -79,6 +81,7 @@ class _Conn(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self.reset_by_peer = isinstance(exc, ConnectionResetError)
         if self.complete:
             return
         if exc is None and self.head.done() and not self.framed and self.error is None:
@@ -162,11 +165,20 @@ class _Conn(asyncio.Protocol):
         self._wake()
 
     def expire(self) -> None:
-        """The request's deadline passed: fail whoever waits, drop the connection."""
+        """The request's deadline passed: fail whoever waits, drop the connection, and give its
+        pool slot back now (whoever holds the answer may not close it for a while: a caller that
+        does not read its stream)."""
         self.watchdog = None
         if not self.complete:
             self._fail(httpx.ReadTimeout("the upstream did not finish before the deadline"))
             self.close()
+        self.free()
+
+    def free(self) -> None:
+        """Give the pool slot back (once)."""
+        slot, self.slot = self.slot, None
+        if slot is not None:
+            slot.release()
 
     def close(self) -> None:
         self.closed = True
@@ -289,13 +301,22 @@ class H1Transport(httpx.AsyncBaseTransport):
         slots = self._slots.get(origin)
         if slots is None:
             slots = self._slots[origin] = asyncio.Semaphore(self.max_connections)
-        await slots.acquire()
+        if not slots.locked():
+            await slots.acquire()  # a free slot: no timer
+        else:  # every connection busy: wait no longer than the request may take
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await slots.acquire()
+            except TimeoutError:
+                raise httpx.PoolTimeout(f"all {self.max_connections} connections (max_connections) "
+                                        "stayed busy until the deadline") from None
         conn: _Conn | None = None
         try:
             for fresh in (False, True):
                 conn = await self._connection(origin, connect_timeout or self.connect_timeout, fresh)
                 conn._reset()
                 conn.busy = True
+                conn.slot = slots
                 conn.transport.write(wire)  # type: ignore[union-attr]  # a busy connection is connected
                 if deadline is not None:
                     conn.watchdog = asyncio.get_running_loop().call_at(deadline, conn.expire)
@@ -303,15 +324,21 @@ class H1Transport(httpx.AsyncBaseTransport):
                     await conn.head
                     break
                 except httpx.ReadError:
-                    # A pooled connection the server had already closed: nothing of an answer
-                    # came, so the request never ran there. Once more on a new connection.
-                    if conn.reused and conn.received == 0 and not fresh:
+                    # A pooled connection the server had closed (FIN) as the request went out:
+                    # the keep-alive race, where nothing ran. Once more on a new connection. A
+                    # reset (RST) is an answer of sorts, and retrying it is the router's to do
+                    # (counted as an attempt): one retry policy, not two stacked.
+                    if conn.reused and conn.received == 0 and not conn.reset_by_peer and not fresh:
+                        conn.slot = None  # (kept for the next connection)
                         self._drop(conn)
+                        conn = None
                         continue
                     raise
         except BaseException:
-            slots.release()
-            if conn is not None:
+            if conn is None:
+                slots.release()
+            else:
+                conn.free()  # (unless the watchdog did)
                 self._drop(conn)
             raise
 
@@ -328,9 +355,9 @@ class H1Transport(httpx.AsyncBaseTransport):
                     self._sweeper = loop.call_later(IDLE_TIMEOUT, self._sweep)
             else:
                 c.close()  # a half-read body: the connection cannot be reused
-            slots.release()
+            c.free()  # (unless its deadline's watchdog gave it back already)
 
-        assert conn is not None
+        assert conn is not None  # (the loop ends with a connection or raises)
         return Answer(conn, done)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:

@@ -7,14 +7,15 @@ adds cookies, redirects and auth hooks we do not use, at a cost of tens of micro
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncGenerator
 from typing import Any
 
 import httpx
 import msgspec
 
-from switchyard.core.canonical import CanonicalRequest, Chunk
-from switchyard.core.config import DeploymentConfig
+from switchyard.core.canonical import CanonicalRequest, Chunk, Usage
+from switchyard.core.config import DeploymentConfig, split_query
 from switchyard.core.errors import InvalidRequest, UpstreamError
 from switchyard.core.propagation import OUTGOING
 from switchyard.dialects import passthrough
@@ -46,7 +47,8 @@ class UpstreamBackend:
         self.upstream_model = deployment.model or model_name.split("/", 1)[-1]
         self._given_transport = transport
         self._exchange: Exchange | None = None
-        self._base = httpx.URL((deployment.base_url or "").rstrip("/"))
+        base, self._query = split_query(deployment.base_url or "")  # Azure: ?api-version=...
+        self._base = httpx.URL(base)
         self.auth = self.wire.auth(deployment)
         self._headers = {"content-type": "application/json", **self.auth.fixed, **self.wire.headers,
                          **deployment.headers}
@@ -54,7 +56,7 @@ class UpstreamBackend:
         self._own_headers = self.auth.owned | frozenset(k.lower() for k in self._headers)
         self._targets: dict[tuple[str, bool, str], str] = {}
         self._scrub = Scrubber(deployment.api_key, deployment.aws_secret_access_key,
-                               deployment.aws_session_token, *self.auth.fixed.values())
+                               deployment.aws_session_token)
 
     ready = True
 
@@ -94,16 +96,22 @@ class UpstreamBackend:
         key = (req.kind, req.stream, upstream_model)
         t = self._targets.get(key)
         if t is None:
-            if (req.kind, req.stream) not in self.wire.paths:
-                kinds = sorted({k for k, _ in self.wire.paths})
-                raise InvalidRequest(f"model {req.model} serves {' and '.join(kinds)} only: its upstream "
-                                     f"({self.wire.name}) has no {req.kind} endpoint", param="model")
+            if (req.kind, req.stream) not in self.wire.paths:  # (completions are sent as chat)
+                has = "an embeddings" if req.kind == "embedding" else "a chat"
+                serves = "text" if req.kind == "embedding" else "completions"
+                raise InvalidRequest(f"model {req.model} serves {serves} only: its upstream "
+                                     f"({self.wire.name}) has no {has.split()[1]} endpoint", param="model")
             if len(self._targets) >= 1024:  # wildcard routes vary the model: keep it bounded
                 self._targets.clear()
-            t = self._targets[key] = self.wire.target(req.kind, req.stream, upstream_model)
+            t = self.wire.target(req.kind, req.stream, upstream_model)
+            if self._query:  # the base URL's own query follows the path (and the row's query)
+                t += ("&" if "?" in t else "?") + self._query
+            self._targets[key] = t
         return t
 
     async def _run(self, req: CanonicalRequest, upstream_model: str) -> AsyncGenerator[Chunk, None]:
+        if req.kind == "completion" and ("completion", req.stream) not in self.wire.paths:
+            req = _as_chat(req)
         body, emulation = self._render(req, upstream_model)
         target = self._target(req, upstream_model)
         if self._exchange is None:
@@ -146,6 +154,14 @@ class UpstreamBackend:
         return wire_failure(self.deployment.name, e.what, e.said, self._scrub, retryable=e.retryable,
                             status=e.status)
 
+    def _reported_usage(self, raw: bytes, req: CanonicalRequest) -> Usage | None:
+        """The usage in a whole answer's body, if it reads as one."""
+        try:
+            chunks = self.codec.whole(raw, req) if raw else []
+        except (WireError, UpstreamError, ValueError):
+            return None
+        return next((c.usage for c in reversed(chunks) if c.usage is not None), None)
+
     async def _whole(self, req: CanonicalRequest, resp: Answered) -> AsyncGenerator[list[Chunk], None]:
         raw = await resp.read()
         try:
@@ -162,10 +178,13 @@ class UpstreamBackend:
         wire = self.wire
         ctype = resp.header("content-type") or ""
         if not ctype.lower().startswith(wire.stream_type):
-            raw = await _read_some(resp, 4096)
+            raw = await _read_some(resp, 1 << 20)
             said = error_message(raw) if raw else None
-            raise UpstreamError.broken(name, f"answered a streamed request with {ctype or 'no content type'}"
-                                       f", not an event stream" + (f": {self._scrub(said)}" if said else ""))
+            quoted = f": {self._scrub(said[:500])}" if said else ""
+            err = UpstreamError.broken(name, f"answered a streamed request with {ctype or 'no content type'}"
+                                       f", not an event stream{quoted}")
+            err.billed = self._reported_usage(raw, req)  # a whole answer: it did (and billed) the work
+            raise err
         decoder = self.codec.stream(req)
         frames = (wire.framing or sse_batches)(aiter(resp))
         async for batch in frames:
@@ -188,6 +207,17 @@ class UpstreamBackend:
         why = decoder.ending()
         if why is not None:
             raise UpstreamError.broken(name, why)
+
+
+def _as_chat(req: CanonicalRequest) -> CanonicalRequest:
+    """A completion body (any completion dialect) for a chat-only API: its prompt as one user
+    message. Several prompts were fanned out by the router (the row's ``Caps.prompts``)."""
+    prompts = req.prompt or []
+    if len(prompts) != 1 or not isinstance(prompts[0], str):
+        raise InvalidRequest(f"model {req.model} takes one text prompt per call (its upstream is a chat API)",
+                             param="prompt")
+    return dataclasses.replace(req, kind="chat", prompt=None,
+                               messages=[{"role": "user", "content": prompts[0]}])
 
 
 async def _read_some(resp: Answered, limit: int) -> bytes:

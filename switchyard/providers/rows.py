@@ -48,10 +48,11 @@ register("sgp", _row("sgp", _D["sgp"], _caps(_D["sgp"], prompts=False),
 # in the last event anyway).
 _MISTRAL = dataclasses.replace(_D["openai"], emits={**_D["openai"].emits,
                                                   "seed": lambda v: {"random_seed": v}})
-register("mistral", _row("mistral", _MISTRAL, _caps(_MISTRAL),
+# Chat-only rows: completion bodies go as one user message each (prompts fanned out).
+register("mistral", _row("mistral", _MISTRAL, _caps(_MISTRAL, prompts=False),
                          paths("/chat/completions", embedding="/embeddings")))
 # Cohere's compatibility API: chat only, no stream_options, no n.
-register("cohere", _row("cohere", _D["openai"], Caps(n=False, chat_n=False, best_of=False),
+register("cohere", _row("cohere", _D["openai"], Caps(n=False, chat_n=False, best_of=False, prompts=False),
                         paths("/chat/completions")))
 
 
@@ -75,3 +76,9 @@ def _azure(dep: DeploymentConfig) -> Wire:
 
 
 register("azure", _azure)
+
+# Providers with a codec of their own register their rows where they are written.
+from switchyard.providers import anthropic as _anthropic  # noqa: E402,F401
+from switchyard.providers import bedrock as _bedrock  # noqa: E402,F401
+from switchyard.providers import gemini as _gemini  # noqa: E402,F401
+from switchyard.providers import vertex as _vertex  # noqa: E402,F401

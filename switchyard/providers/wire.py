@@ -39,7 +39,7 @@ from typing import Any, Protocol
 from urllib.parse import quote, urlencode
 
 from switchyard.core.canonical import CanonicalRequest, Chunk, RequestKind
-from switchyard.core.config import DeploymentConfig
+from switchyard.core.config import ConfigError, DeploymentConfig
 from switchyard.core.errors import RETRY_STATUSES
 from switchyard.dialects.outgoing import Emulation
 
@@ -178,7 +178,8 @@ def wire_for(dep: DeploymentConfig) -> Wire:
 
     row = _ROWS.get(dep.provider)
     if row is None:
-        raise LookupError(f"provider {dep.provider!r} has no wire row in this build")
+        raise ConfigError(f"deployment {dep.name}: provider {dep.provider!r} has no wire row in this build "
+                          f"(available: {', '.join(sorted(_ROWS))})")
     return row if isinstance(row, Wire) else row(dep)
 
 

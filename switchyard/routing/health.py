@@ -3,7 +3,8 @@
 The breaker is closed (traffic flows) until ``threshold`` consecutive failures open it for
 ``cooldown`` seconds. After the cooldown it is half-open: exactly one request probes; success
 closes it, failure reopens it for another cooldown. An upstream's Retry-After holds it open for
-that long even before the threshold (the upstream told us when to come back).
+that long even before the threshold (the upstream told us when to come back), up to
+``router.retry_after_max``; an operator can close it at any time (``/admin/deployments``).
 
 An open breaker only sheds load to healthy siblings: the router keeps sending a group's traffic to
 its deployments when none of them is healthy (see ``Router._pick``), so no run of failures, nor
@@ -71,6 +72,13 @@ class Breaker:
     def release(self) -> None:
         """The probe ended without a verdict (the caller left, or the fault was the caller's):
         let the next request probe."""
+        self.probing = False
+
+    def reset(self) -> None:
+        """An operator closed it (``POST /admin/deployments/reset``): traffic flows at once."""
+        self.failures = 0
+        self.state = CLOSED
+        self.until = 0.0
         self.probing = False
 
     def retry_in(self, now: float) -> float:

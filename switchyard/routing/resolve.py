@@ -16,7 +16,7 @@ from typing import Protocol
 
 from switchyard.core.backend import Backend
 from switchyard.core.config import Config, ConfigError, DeploymentConfig, ModelConfig, RouterConfig
-from switchyard.core.errors import NotFound, install_hint
+from switchyard.core.errors import InvalidRequest, NotFound, install_hint
 from switchyard.providers.wire import Caps, wire_for
 from switchyard.routing.health import Health
 
@@ -25,6 +25,11 @@ def caps_of(dep: DeploymentConfig) -> Caps:
     """What a deployment's upstream can carry (its provider row's), so the router knows what to
     fan out; the engine carries everything."""
     return Caps() if dep.backend != "upstream" else wire_for(dep).caps
+
+
+def native_of(dep: DeploymentConfig) -> str | None:
+    """The caller dialect whose bodies the deployment's API takes as sent (its native lane)."""
+    return None if dep.backend == "engine" else wire_for(dep).native_dialect
 
 
 @dataclass(slots=True, eq=False)
@@ -36,6 +41,7 @@ class Target:
     backend: Backend
     health: Health
     caps: Caps = field(default_factory=Caps)
+    native: str | None = None  # the caller dialect it takes as sent (providers.wire.Wire.native_dialect)
     name: str = ""
 
     def __post_init__(self) -> None:
@@ -82,6 +88,11 @@ class RunInfo:
     upstream_start: float | None = None
     upstream_end: float | None = None
     spans: AttemptSpans | None = None  # the trace's spans for attempts, when tracing is on
+    upstream_id: str = ""  # the gateway's request id, which upstream calls carry (never the caller's)
+
+    def attempt_id(self) -> str:
+        """The x-request-id of the current attempt: unique per attempt (retries get ``-2``, ...)."""
+        return self.upstream_id if self.attempts <= 1 else f"{self.upstream_id}-{self.attempts}"
 
     def headers(self) -> dict[str, str]:
         if self.deployment is None:
@@ -130,7 +141,7 @@ class Resolver:
         for m in config.models:
             self.targets[m.name] = [
                 Target(m, d, given.get(f"{m.name}/{d.name}") or build_backend(m, d),
-                       Health(rc.cooldown_failures, rc.cooldown_seconds), caps_of(d))
+                       Health(rc.cooldown_failures, rc.cooldown_seconds), caps_of(d), native_of(d))
                 for d in m.deployments]
             vendor, name = m.name.split("/", 1)
             if name == "*":
@@ -167,11 +178,22 @@ class Resolver:
             return Route(only.name, only, self.targets[only.name])
         for prefix, pm in self.patterns:
             if name.startswith(prefix) and len(name) > len(prefix):
+                _plain(name, name[len(prefix):])
                 # Named as the configured form; the upstream (Fireworks) is asked for its own.
                 vendor = pm.name.split("/", 1)[0]
                 return Route(f"{vendor}/{name[len(prefix):]}", pm, self.targets[pm.name], upstream_model=name)
         vendor, _, rest = name.partition("/")
         w = self.wildcards.get(vendor)
         if w is not None and rest:
+            _plain(name, rest)
             return Route(name, w, self.targets[w.name], upstream_model=rest)
         raise NotFound(f"The model `{name}` does not exist", param="model")
+
+
+def _plain(name: str, rest: str) -> None:
+    """A wildcard route passes ``rest`` to the upstream as its model name: no empty, ``.`` or
+    ``..`` segment (an upstream may read them as a path), so that the name the allow-lists saw
+    is the model the upstream is asked for."""
+    if any(seg in ("", ".", "..") for seg in rest.split("/")) or "\\" in rest:
+        raise InvalidRequest(f"model {name!r}: a model name has no empty, '.' or '..' segment and "
+                             "no backslash", param="model")

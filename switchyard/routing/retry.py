@@ -17,14 +17,22 @@ def backoff(cfg: RouterConfig, attempt: int, rng: random.Random) -> float:
     return d * (0.5 + 0.5 * rng.random())
 
 
-def deadline_exceeded(timeout: float | None, attempts: int) -> GatewayError:
-    return GatewayError(f"the request's deadline of {timeout:g} s ran out after {attempts} attempt(s)",
+def deadline_exceeded(timeout: float | None, attempts: int,
+                      last: GatewayError | str | None = None) -> GatewayError:
+    """``last``: the last attempt's failure, or the deployment it was waiting on (where the time
+    went)."""
+    if isinstance(last, GatewayError):
+        why = f" (last: {last.message})"
+    else:
+        why = f" waiting on {last}" if last else ""
+    return GatewayError(f"the request's deadline of {timeout:g} s ran out after {attempts} attempt(s){why}",
                         status=504, type="timeout_error")
 
 
-def retry_after_header(e: GatewayError) -> GatewayError:
-    """Pass an upstream's Retry-After on to the caller when we give up on a 429 or 503."""
+def retry_after_header(e: GatewayError, cap: float) -> GatewayError:
+    """Pass an upstream's Retry-After (at most ``cap`` seconds) on to the caller when we give up
+    on a 429 or 503."""
     seconds = e.retry_after
     if seconds is not None and seconds > 0 and e.status in (429, 503):
-        e.headers.setdefault("retry-after", str(max(1, math.ceil(seconds))))
+        e.headers.setdefault("retry-after", str(max(1, math.ceil(min(seconds, cap)))))
     return e

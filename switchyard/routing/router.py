@@ -25,13 +25,15 @@ from switchyard.core.canonical import CanonicalRequest, Chunk
 from switchyard.core.config import Config
 from switchyard.core.errors import GatewayError, RateLimited, Unavailable
 from switchyard.core.logs import Throttled
+from switchyard.core.propagation import OUTGOING, REQUEST_ID
+from switchyard.policies.tokens import encoding, encodings_of
 from switchyard.routing.fanout import fan_out, needs_fanout
 from switchyard.routing.health import OPEN, Health
 from switchyard.routing.resolve import Resolver, Route, RunInfo, Target
 from switchyard.routing.retry import backoff, deadline_exceeded, retry_after_header
 from switchyard.routing.strategies import PICKERS, by_usage
 from switchyard.routing.usage import Counters, LocalCounters, counters_for
-from switchyard.routing.window import fit_window
+from switchyard.routing.window import cap_output, fit_window
 
 if TYPE_CHECKING:
     from switchyard.policies.store import Store
@@ -53,6 +55,8 @@ class Router:
         self.rng = rng or random.Random()
         self.clock = clock
         self.counters: Counters = LocalCounters()
+        self._announcer: asyncio.Task[None] | None = None
+        self._handed: set[int] = set()  # ids of backends a reload passed on (see ``hand_on``)
 
     def use_store(self, store: Store) -> None:
         """Count per-deployment usage (the ``usage`` strategy) where the policy store lives."""
@@ -116,7 +120,7 @@ class Router:
             while budget > 0:
                 now = self.clock()
                 if deadline is not None and now >= deadline:
-                    raise deadline_exceeded(req.timeout, info.attempts)
+                    raise deadline_exceeded(req.timeout, info.attempts, last)
                 target, full = await self._pick(r, tried, now, info)
                 saturated |= full
                 if target is None:
@@ -129,7 +133,7 @@ class Router:
                         break  # not worth waiting for: the fallbacks, or the last error
                     pause = max(hold, backoff(rc, len(tried), self.rng))
                     if deadline is not None and now + pause >= deadline:
-                        raise deadline_exceeded(req.timeout, info.attempts)
+                        raise deadline_exceeded(req.timeout, info.attempts, last)
                     await asyncio.sleep(pause)
                 budget -= 1
                 tried.append(target)
@@ -144,7 +148,7 @@ class Router:
                     raise out
                 last = out
         if last is not None:
-            raise retry_after_header(last)
+            raise retry_after_header(last, rc.retry_after_max)
         raise self._none_available(route, saturated)
 
     async def _try(self, target: Target, req: CanonicalRequest, route: Route, info: RunInfo,
@@ -158,6 +162,8 @@ class Router:
             info.upstream_start = time.monotonic()
         if info.spans is not None:
             info.spans.start(target.name)
+        if info.upstream_id:
+            OUTGOING.set({**(OUTGOING.get() or {}), REQUEST_ID: info.attempt_id()})
         gen: AsyncGenerator[Chunk, None] | None = None
         try:
             if deadline is None:
@@ -171,37 +177,25 @@ class Router:
                     first = await anext(gen)
         except StopAsyncIteration:
             first = None
-        except GatewayError as e:
+        except BaseException as e:  # one ending for every failed attempt
             h.inflight -= 1
             if info.spans is not None:
                 info.spans.end(e)
             if gen is not None:
                 await gen.aclose()
-            if e.deployment_fault:
+            if isinstance(e, GatewayError) and e.deployment_fault:
                 # A failure is slow news too (the latency strategy), but no answer (the console).
                 h.observe(self.clock() - start, answered=False)
                 self._blame(target, e, target not in blamed)
                 blamed.add(target)
             else:
-                h.breaker.release()  # the caller's fault says nothing about the deployment
-            return e
-        except TimeoutError as e:
-            # The caller's deadline ran out (a deployment's own timeout is an UpstreamError):
-            # the caller's choice, not the deployment's failure.
-            h.inflight -= 1
-            if info.spans is not None:
-                info.spans.end(e)
-            h.breaker.release()
-            if gen is not None:
-                await gen.aclose()
-            raise deadline_exceeded(req.timeout, info.attempts) from None
-        except BaseException as e:
-            h.inflight -= 1
-            if info.spans is not None:
-                info.spans.end(e)
-            h.breaker.release()
-            if gen is not None:
-                await gen.aclose()
+                # No verdict on the deployment: the caller's fault, the caller's deadline (a
+                # deployment's own timeout is an UpstreamError), or the caller left.
+                h.breaker.release()
+            if isinstance(e, GatewayError):
+                return e
+            if isinstance(e, TimeoutError):
+                raise deadline_exceeded(req.timeout, info.attempts, target.name) from None
             raise
         assert gen is not None  # opened before its first chunk was asked for
         h.breaker.success()
@@ -213,7 +207,8 @@ class Router:
         ``FAILURES``' interval) and the breaker opening."""
         breaker = target.health.breaker
         was_open = breaker.state == OPEN
-        breaker.failure(self.clock(), e.retry_after, count=count)
+        hold = min(e.retry_after, self.rc.retry_after_max) if e.retry_after is not None else None
+        breaker.failure(self.clock(), hold, count=count)
         target.health.note_error(e.status, e.message)
         FAILURES.warning(target.name, "deployment %s failed: %s", target.name, e.message)
         if breaker.state == OPEN and not was_open:
@@ -229,6 +224,15 @@ class Router:
         if needs_fanout(req, target.caps):
             return fan_out(call, req, target.caps)
         return call(req)
+
+    def reset(self, name: str) -> Target | None:
+        """Close the breaker of deployment ``name`` (``group/deployment``); None if there is none."""
+        for t in self.targets:
+            if t.name == name:
+                t.health.breaker.reset()
+                log.warning("circuit breaker for %s closed by an operator", name)
+                return t
+        return None
 
     # -- choosing ----------------------------------------------------------------------------
 
@@ -274,6 +278,7 @@ class Router:
         if req.kind == "embedding":
             return route, req  # a window bounds each input, not their sum: the backend truncates
         seen = {route.group}
+        req = cap_output(req, route.model)
         while route.model.context_window is not None:
             window = route.model.context_window
             nxt = route.model.context_fallback
@@ -283,6 +288,7 @@ class Router:
                 return route, fit_window(req, route.group, route.model, window, info.prompt_tokens or 0)
             route = self.resolve(nxt)
             seen.add(route.group)
+            req = cap_output(req, route.model)
         return route, req
 
     def _chain(self, req: CanonicalRequest, route: Route, info: RunInfo) -> Iterator[Route]:
@@ -307,12 +313,54 @@ class Router:
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Load the tokenizers prompts are counted with (tiktoken takes 0.6-2 s a file: not on
+        a first request), start every backend, and log each model once it is ready."""
+        started = time.monotonic()
+        names = {n for m in self.config.models for n in encodings_of(m)}
+        if names:
+            await asyncio.to_thread(lambda: [encoding(n) for n in sorted(names)])
         for t in self.targets:
             await t.backend.start()
+        self._announcer = asyncio.create_task(self._announce(started), name="router:ready")
+
+    async def _announce(self, started: float) -> None:
+        """One "model ready" line per model, with the seconds it took (an engine loads in the
+        background); ends when every model is ready or one failed to load."""
+        waiting = dict(self.resolver.targets)
+        while waiting:
+            for name, targets in list(waiting.items()):
+                if all(t.backend.ready for t in targets):
+                    del waiting[name]
+                    log.info("model ready", extra={"fields": {
+                        "model": name, "seconds": round(time.monotonic() - started, 3),
+                        "deployments": [t.deployment.name for t in targets]}})
+                elif any(getattr(t.backend, "load_error", None) for t in targets):
+                    del waiting[name]  # the backend logged why; it stays not ready
+            if waiting:
+                await asyncio.sleep(0.05)
+
+    def hand_on(self, config: Config) -> dict[str, Backend]:
+        """The backends (pools, loaded engines) of deployments that ``config`` keeps exactly as
+        they are, keyed ``group/deployment`` for the next Router; this one no longer closes them."""
+        models = {m.name: m for m in config.models}
+        kept: dict[str, Backend] = {}
+        for t in self.targets:
+            m = models.get(t.model.name)
+            if m is not None and t.deployment in m.deployments:
+                kept[f"{m.name}/{t.deployment.name}"] = t.backend
+        self._handed.update(id(b) for b in kept.values())
+        return kept
+
+    def take_back(self, backends: dict[str, Backend]) -> None:
+        """Undo ``hand_on`` (the next config could not be started)."""
+        self._handed.difference_update(id(b) for b in backends.values())
 
     async def aclose(self) -> None:
+        if self._announcer is not None:
+            self._announcer.cancel()
         for t in self.targets:
-            await t.backend.aclose()
+            if id(t.backend) not in self._handed:
+                await t.backend.aclose()
 
     @property
     def ready(self) -> bool:

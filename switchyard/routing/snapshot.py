@@ -5,6 +5,7 @@ Read from the public health state (``switchyard.routing.health``); nothing here 
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from switchyard.core.logs import iso
@@ -25,6 +26,8 @@ def target_snapshot(t: Target, now: float) -> dict[str, Any]:
         "healthy": t.backend.ready and b.allows(now),  # would take traffic now
         "circuit": CIRCUIT[b.state], "consecutive_failures": b.failures,
         "cooldown_s": round(cooldown, 3), "inflight": h.inflight,
+        # wall-clock instant the cooldown ends (an upstream's Retry-After included), while it runs
+        "cooldown_until": iso(time.time() + cooldown) if cooldown > 0 else None,
         # Time to the first chunk of answers: a deployment that never answered has none (null),
         # however long its failures took.
         "latency_ms": round(h.ttfb * 1000, 1) if h.ttfb is not None else None,

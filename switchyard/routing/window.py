@@ -14,6 +14,20 @@ from switchyard.core.errors import InvalidRequest
 from switchyard.dialects.defaults import sampling_defaults
 
 
+def truncates(req: CanonicalRequest) -> bool:
+    """The caller's overflow policy (said, else its product's) lowers max_tokens to what fits."""
+    return (req.overflow or sampling_defaults(req.dialect).get("overflow")) == "truncate_max_tokens"
+
+
+def cap_output(req: CanonicalRequest, model: ModelConfig) -> CanonicalRequest:
+    """``req`` with max_tokens lowered to the model's ``max_output_tokens`` where the caller's
+    policy truncates (Claude Code asks 32000 of every model); otherwise the upstream decides."""
+    cap = model.max_output_tokens
+    if cap is not None and req.max_tokens is not None and req.max_tokens > cap and truncates(req):
+        return replace(req, max_tokens=cap)
+    return req
+
+
 def fit_window(req: CanonicalRequest, group: str, model: ModelConfig, window: int,
                prompt_tokens: int) -> CanonicalRequest:
     """``req`` made to fit ``window`` of model ``group`` (``prompt_tokens``: its prompt as counted

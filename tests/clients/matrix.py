@@ -114,7 +114,16 @@ def write_doc(results: dict[tuple[str, str, str], tuple[str, str]]) -> None:
     lines += [f"- `{name}`: {what}" for name, what in CALLS.items()]
     lines += ["- also (`test_fireworks_names.py`): the fireworks-ai SDK and LiteLLM's `fireworks_ai/` "
               "provider naming `accounts/fireworks/models/<name>` reach a fireworks route through its alias "
-              "pattern, and its upstream gets that name"]
+              "pattern, and its upstream gets that name",
+              "- also (`test_anthropic_sdk.py`): the `anthropic` SDK on `/v1/messages`, on both routes: a "
+              "message (sync, and async under the SDK's default version 2026-10-21), a stream read through "
+              "`messages.stream`, and a tool round trip whole and streamed (`tool_use` with its input, "
+              "then a "
+              "`tool_result` answered); the text it reads equals the `chat` column's. Errors, limits, "
+              "count_tokens and Claude Code's own request: `tests/gateway/test_anthropic.py`",
+              "- also (`test_claude_code.py`): Claude Code's CLI itself (`claude -p`, npm "
+              "`@anthropic-ai/claude-code` 2.1.197, installed by `make claude-code`), offline, with "
+              "`ANTHROPIC_AUTH_TOKEN` and with `ANTHROPIC_API_KEY`: it prints the upstream's answer"]
     lines += ["- also (`tests/gateway/test_responses.py`, `tests/engine/test_gateway_engine.py`): the openai "
               "SDK's `responses.create` and `responses.stream`, whole and streamed, a function-tool round "
               "trip (the call, then its `function_call_output`), on an upstream route and on the engine",
@@ -129,7 +138,7 @@ def write_doc(results: dict[tuple[str, str, str], tuple[str, str]]) -> None:
               "`web_search` tools, `reasoning`, `include`, developer messages) reaches an upstream as a chat "
               "completion and Codex prints the answer"]
     lines += ["", "How each SDK is pointed at the gateway:", ""]
-    lines += [f"- {client}: {HOW[client]}" for client in clients]
+    lines += [f"- {client}: {HOW[client]}" for client in [*clients, "anthropic"]]
     text = "\n".join(lines) + "\n"
     if not DOC.exists() or DOC.read_text() != text:
         DOC.write_text(text)
@@ -143,6 +152,7 @@ HOW = {
                 "`beta.chat.completions`",
     "scale-gp-beta": "`SGPClient(base_url=GATEWAY, api_key=KEY, account_id=...)`: `/v5/completions`, "
                      "`/v5/chat/completions`",
+    "anthropic": "`Anthropic(base_url=GATEWAY, api_key=KEY)` (as Claude Code: `ANTHROPIC_BASE_URL=GATEWAY`)",
     "litellm": "`litellm.completion(model=\"openai/\" + MODEL, api_base=GATEWAY + \"/v1\", api_key=KEY)`; "
                "`litellm.text_completion(model=\"text-completion-openai/\" + MODEL, ...)`",
 }

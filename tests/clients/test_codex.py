@@ -18,15 +18,15 @@ from tests.fakes.upstream import Behaviour, FakeUpstream
 from tests.gateway.conftest import KEY, base_config, serve, upstream_model
 
 ROOT = Path(__file__).resolve().parents[2]
-# Where `make test` installs it (npm --prefix .venv/npm), else $SWITCHYARD_CODEX or PATH.
-LOCAL = ROOT / ".venv" / "npm" / "node_modules" / ".bin" / "codex"
+# Where `make test` installs it (npm --prefix .cache/codex), else $SWITCHYARD_CODEX or PATH.
+LOCAL = ROOT / ".cache" / "codex" / "node_modules" / ".bin" / "codex"
 
 
 def codex_binary() -> str:
     found = os.environ.get("SWITCHYARD_CODEX") or (str(LOCAL) if LOCAL.exists() else shutil.which("codex"))
     if not found:
-        pytest.fail("this test needs the Codex CLI: `make test` installs it (npm install --prefix .venv/npm "
-                    "@openai/codex@0.169.0), or set SWITCHYARD_CODEX to its path", pytrace=False)
+        pytest.fail("this test needs the Codex CLI: `make codex` installs it (npm install --prefix "
+                    ".cache/codex @openai/codex@0.169.0), or set SWITCHYARD_CODEX to its path", pytrace=False)
     return found
 
 

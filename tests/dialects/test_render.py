@@ -8,7 +8,7 @@ import pytest
 
 from switchyard.core.canonical import CanonicalRequest, Chunk, Completion, TokenLogprob, TopLogprob, Usage
 from switchyard.core.stops import StopScanner
-from switchyard.dialects.registry import RENDERERS
+from switchyard.dialects.render import RENDERERS
 from switchyard.gateway.streaming import Tally, gather
 
 

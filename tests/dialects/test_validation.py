@@ -267,3 +267,31 @@ async def test_invalid_json_body(upstream, gateway_for) -> None:
                               headers={"content-type": "application/json"})
     assert r.status_code == 400
     assert "JSON" in r.json()["error"]["message"]
+
+
+# Each names the field as the caller sent it (issue 23, item 16): of two disagreeing aliases, the
+# one that contradicts the first; a constraint or mirostat field by its own name, not the group's.
+NAMED_AS_SENT = [
+    ("/v1/chat/completions", {"max_tokens": 5, "max_completion_tokens": 7}, "max_completion_tokens"),
+    ("/v1/chat/completions", {"max_completion_tokens": 7, "max_tokens": 5}, "max_tokens"),
+    ("/v4/beta/completions", {"max_new_tokens": 7, "max_tokens": 5}, "max_tokens"),
+    ("/v1/chat/completions", {"guided_regex": "a+"}, "guided_regex"),
+    ("/v1/chat/completions", {"guided_grammar": 'root ::= "a"'}, "guided_grammar"),
+    ("/inference/v1/completions", {"mirostat_lr": 0.5}, "mirostat_lr"),
+    ("/v4/beta/completions", {"inference_timeout": 1e-320}, "inference_timeout"),
+]
+
+
+@pytest.mark.parametrize(("path", "fields", "param"), NAMED_AS_SENT,
+                         ids=[f"{p}:{','.join(f)}" for p, f, _ in NAMED_AS_SENT])
+async def test_errors_name_the_field_as_sent(upstream, gateway_for, path, fields, param) -> None:
+    cfg = base_config([upstream_model("v/m", upstream.url)])  # an openai upstream
+    async with gateway_for(cfg) as client:
+        r = await client.post(path, json=_body("chat" if "chat" in path else "x", fields))
+    assert r.status_code in (400, 422), r.text
+    j = r.json()
+    named = j["detail"][0]["loc"][-1] if "detail" in j else j["error"].get("param")
+    msg = j["detail"][0]["msg"] if "detail" in j else j["error"]["message"]
+    assert named == param, r.text
+    assert param in msg
+    assert upstream.requests == []

@@ -98,4 +98,41 @@ def test_a_failed_gguf_conversion_is_reported_and_leaves_no_folder(tmp_path):
     cache = tmp_path / "cache"
     with pytest.raises(RuntimeError, match=r"converting .*broken\.gguf failed"):
         resolve_folder(EngineConfig(path=str(bad), cache_dir=str(cache)))
-    assert not cache.exists() or not any(cache.iterdir())
+    assert not any(p.is_dir() for p in cache.iterdir())  # no folder; only the digest index
+
+
+def test_a_gguf_is_converted_once_whatever_its_path(tmp_path):
+    """The converted copy is named by the GGUF's content: a second checkout (another path, another
+    mtime) of the same file finds it; a file with other content gets its own; the digest is
+    remembered so a later start does not read the file again."""
+    import os
+    import shutil
+
+    from switchyard.core.config import EngineConfig
+    from switchyard.engine.loader import DIGESTS, converted_folder, resolve_folder
+
+    cache = tmp_path / "cache"
+    first = tmp_path / "checkout-a" / "m.gguf"
+    first.parent.mkdir()
+    first.write_bytes(os.urandom(1 << 20))
+    folder = converted_folder(first, cache)
+    folder.mkdir(parents=True)
+    (folder / "model.safetensors").write_bytes(b"")  # as a finished conversion leaves it
+    second = tmp_path / "checkout-b" / "m.gguf"
+    second.parent.mkdir()
+    shutil.copyfile(first, second)
+    os.utime(second, ns=(1, 1))
+    assert resolve_folder(EngineConfig(path=str(second), cache_dir=str(cache))) == folder
+    assert resolve_folder(EngineConfig(path=str(first), cache_dir=str(cache))) == folder
+    assert len(list(cache.iterdir())) == 2  # the one folder and the digest index
+    other = tmp_path / "checkout-c" / "m.gguf"
+    other.parent.mkdir()
+    other.write_bytes(os.urandom(1 << 20))
+    assert converted_folder(other, cache) != folder
+    assert len(__import__("json").loads((cache / DIGESTS).read_text())) == 3
+    # A remembered digest is used as long as the file is unchanged (path, size, mtime, inode).
+    first.chmod(0)  # unreadable: hashing it again would fail
+    try:
+        assert converted_folder(first, cache) == folder
+    finally:
+        first.chmod(0o644)

@@ -39,6 +39,8 @@ class Seen:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    query: dict[str, str] = field(default_factory=dict)
+    peer_port: int | None = None  # the caller's side of the connection: one pool, one port
 
 
 @dataclass
@@ -85,7 +87,9 @@ class FakeUpstream:
 
     async def _answer(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
-        self.requests.append(Seen(request.path, dict(request.headers), body))
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        self.requests.append(Seen(request.path, dict(request.headers), body, dict(request.query),
+                                  peer[1] if peer else None))
         b = self.script.pop(0) if self.script else self.default
         if b.stall:
             await asyncio.sleep(b.stall)
@@ -128,9 +132,9 @@ class FakeUpstream:
         resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
         await resp.prepare(request)
         call = _tool_call(body) if chat else None
-        if call is not None:  # streamed as OpenAI does: the call's head, then its arguments in two
+        if call is not None:  # as OpenAI streams a call: id and name first, then the arguments in pieces
             await _stream_call(resp, body, call)
-            return resp
+            pieces = []
         sent = 0
         for i in range(n):
             for j, p in enumerate(pieces):
@@ -202,22 +206,19 @@ def _embeddings(body: dict[str, Any]) -> dict[str, Any]:
 
 async def _stream_call(resp: web.StreamResponse, body: dict[str, Any], call: dict[str, Any]) -> None:
     args = call["function"]["arguments"]
-    half = len(args) // 2
-    deltas = [{"role": "assistant", "content": None, "tool_calls": [
-                  {"index": 0, "id": call["id"], "type": "function",
-                   "function": {"name": call["function"]["name"], "arguments": ""}}]},
-              {"tool_calls": [{"index": 0, "function": {"arguments": args[:half]}}]},
-              {"tool_calls": [{"index": 0, "function": {"arguments": args[half:]}}]}]
-    for j, delta in enumerate(deltas):
-        choice = {"index": 0, "delta": delta, "finish_reason": "tool_calls" if j == len(deltas) - 1 else None}
+    cut = len(args) // 2
+    deltas = [{"index": 0, "id": call["id"], "type": "function",
+               "function": {"name": call["function"]["name"], "arguments": ""}},
+              {"index": 0, "function": {"arguments": args[:cut]}},
+              {"index": 0, "function": {"arguments": args[cut:]}}]
+    for i, d in enumerate(deltas):
+        delta = {"role": "assistant", "content": None, "tool_calls": [d]} if i == 0 else {"tool_calls": [d]}
+        choice = {"index": 0, "delta": delta, "finish_reason": None}
         await resp.write(b"data: " + json.dumps({"id": "cmpl-up", "model": body.get("model"),
                                                  "choices": [choice]}).encode() + b"\n\n")
-    if (body.get("stream_options") or {}).get("include_usage"):
-        usage = {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}
-        await resp.write(b"data: " + json.dumps({"id": "cmpl-up", "choices": [], "usage": usage}).encode()
-                         + b"\n\n")
-    await resp.write(b"data: [DONE]\n\n")
-    await resp.write_eof()
+    done = {"index": 0, "delta": {}, "finish_reason": "tool_calls"}
+    await resp.write(b"data: " + json.dumps({"id": "cmpl-up", "model": body.get("model"),
+                                             "choices": [done]}).encode() + b"\n\n")
 
 
 def _echo(body: dict[str, Any], lp: dict[str, Any] | None) -> str:

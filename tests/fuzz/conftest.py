@@ -19,7 +19,7 @@ from tests.conftest import free_port
 from tests.fakes.upstream import FakeUpstream
 
 KEY = "sk-fuzz-key"
-MASTER = "sk-fuzz-master"
+MASTER = "sk-fuzz-master-key-0001"
 UPSTREAM_KEY = "sk-fuzz-upstream-secret"
 SECRETS = (KEY, MASTER, UPSTREAM_KEY)
 

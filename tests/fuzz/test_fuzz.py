@@ -9,6 +9,7 @@ every 4xx must name the parameter at fault by the caller's own name for it."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 from typing import Any
 
@@ -26,7 +27,7 @@ from tests.fuzz.conftest import KEY, MASTER, SECRETS, Live, fuzz_config
 MODELS = ["v/openai", "v/sgp", "v/llama", "v/anything"]
 # Names an error may blame that are not body fields: the body itself, a header, a path part.
 _NOT_FIELDS = {"body", "headers", "content-type", "content-encoding", "authorization", "x-api-key",
-               "x-switchyard-dialect", "x-request-id"}
+               "x-switchyard-dialect", "x-request-id", "anthropic-version"}
 FUZZ = settings(max_examples=60, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
@@ -59,11 +60,27 @@ response_items = st.lists(st.fixed_dictionaries(
 response_tools = st.lists(st.fixed_dictionaries(
     {"type": st.sampled_from(["function", "web_search", "namespace", "mcp"]) | json_values},
     optional={"name": json_values, "parameters": json_values}), max_size=3)
+# Anthropic content blocks: every documented type, with fields of random types and shapes.
+_BLOCK_FIELDS = ["text", "source", "id", "name", "input", "tool_use_id", "content", "cache_control",
+                 "title", "is_error", "citations", "thinking", "signature"]
+_SOURCES = st.fixed_dictionaries({"type": st.sampled_from(["base64", "url", "text", "content", "file"])},
+                                 optional={k: json_values for k in ("media_type", "data", "url", "content")})
+blocks = st.lists(st.fixed_dictionaries(
+    {"type": st.sampled_from(["text", "image", "document", "tool_use", "tool_result", "thinking",
+                              "redacted_thinking", "server_tool_use", "search_result"]) | json_values},
+    optional={**{k: json_values for k in _BLOCK_FIELDS}, "source": _SOURCES | json_values}), max_size=4)
+
 
 def bodies(path: str) -> st.SearchStrategy[dict[str, Any]]:
     fields = st.dictionaries(st.sampled_from(_params(path)) | hostile_names, json_values, max_size=6)
     base = st.fixed_dictionaries({"model": st.sampled_from(MODELS) | json_values})
-    if "chat" in path:
+    if path.startswith("/v1/messages"):
+        turns = st.lists(st.fixed_dictionaries({
+            "role": st.sampled_from(["user", "assistant", "system"]) | json_values,
+            "content": blocks | json_values}), max_size=3)
+        content = st.fixed_dictionaries({"max_tokens": st.integers(-2, 64) | json_values, "messages": turns},
+                                        optional={"system": blocks | json_values})
+    elif "chat" in path:
         content = st.fixed_dictionaries({"messages": st.lists(st.fixed_dictionaries(
             {"role": st.sampled_from(["user", "system", "assistant", "tool"]), "content": json_values}),
             max_size=3)})
@@ -80,6 +97,9 @@ def bodies(path: str) -> st.SearchStrategy[dict[str, Any]]:
 
 def blamed(resp: httpx.Response) -> str | None:
     body = resp.json()
+    if body.get("type") == "error":  # Anthropic's shape: the message leads with the field at fault
+        lead = re.match(r"[A-Za-z_][\w.\[\]-]*", body["error"]["message"])
+        return lead.group(0) if lead else None
     if "detail" in body:
         return ".".join(str(x) for x in body["detail"][0]["loc"][1:]) or "body"
     err = body.get("error")
@@ -112,12 +132,14 @@ def client(live: Live) -> httpx.Client:
 @pytest.mark.parametrize("path", sorted(HOT))
 def test_random_bodies(client: httpx.Client, path: str) -> None:
     @FUZZ
-    @given(body=bodies(path), stream=st.booleans())
-    def run(body: dict[str, Any], stream: bool) -> None:
+    @given(body=bodies(path), stream=st.booleans(),
+           version=st.sampled_from(["2023-06-01", "2026-10-21", "", "bogus"]))
+    def run(body: dict[str, Any], stream: bool, version: str) -> None:
         if stream and isinstance(body, dict):
             body = {**body, "stream": True}
         raw = json.dumps(body, ensure_ascii=False).encode("utf-8", "surrogatepass")
-        check(client.post(path, content=raw, headers={"content-type": "application/json"}), path, body)
+        headers = {"content-type": "application/json", "anthropic-version": version}
+        check(client.post(path, content=raw, headers=headers), path, body)
 
     run()
 

@@ -19,11 +19,15 @@ from tests.conftest import free_port
 from tests.fakes.upstream import FakeUpstream
 
 KEY = "sk-test-key"
-MASTER = "sk-master"
+MASTER = "sk-master-0123456789"
 
 
 def base_config(models: list[dict[str, Any]], **extra: Any) -> Config:
+    """A config for in-process gateways. No access log unless asked for (``logging={"access":
+    True}``): its lines are asserted where it is tested, and elsewhere would only spill into
+    pytest's output (a failure's captured stderr, or the terminal when the flush comes late)."""
     raw: dict[str, Any] = {
+        "logging": {"access": False},
         "master_key": MASTER,
         "models": models,
         "teams": [{"name": "t"}],

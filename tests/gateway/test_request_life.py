@@ -116,8 +116,6 @@ async def test_request_ids_on_every_answer(upstream, gateway_for):
         mine = await client.post("/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 1},
                                  headers={"x-request-id": "trace-42.a"})
         assert mine.headers["x-request-id"] == "trace-42.a"
-        assert upstream.requests[-1].headers.get("X-Request-Id", upstream.requests[-1].headers.get(
-            "x-request-id")) in (None, "trace-42.a")
         bad = await client.post("/v1/completions", json={"model": MODEL, "prompt": "hi"},
                                 headers={"x-request-id": "no spaces allowed " + "x" * 300})
         assert bad.status_code == 200

@@ -19,7 +19,7 @@ from switchyard.policies.base import Outcome
 from switchyard.policies.factory import Policies, build_policies
 from tests.policies.conftest import make_config
 
-AUTH = {"Authorization": "Bearer master-secret"}
+AUTH = {"Authorization": "Bearer master-secret-0123456"}
 
 
 def admin_routes(p: Policies) -> Router:

@@ -15,7 +15,7 @@ MODEL = "v/m"
 
 def config(url: str):  # type: ignore[no-untyped-def]
     priced = {**upstream_model(MODEL, url), "price": {"prompt_per_1m": 1.0, "completion_per_1m": 2.0}}
-    return base_config([priced])
+    return base_config([priced], logging={"access": True})
 
 
 async def test_metrics_access_log_and_usage_records(upstream, capsys) -> None:

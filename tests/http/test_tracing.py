@@ -76,7 +76,8 @@ async def test_spans_attributes_parenting_and_traceparent_to_the_upstream(upstre
                                                                          capsys) -> None:
     config = base_config([upstream_model("v/m", upstream.url)],
                          tracing={"otlp_endpoint": f"http://127.0.0.1:{collector.port}/v1/traces",
-                                  "service_name": "gw-under-test"})
+                                  "service_name": "gw-under-test"},
+                         logging={"access": True})
     upstream.script.append(Behaviour(status=503))  # the first attempt fails, the second serves
     async with serve(config) as client:
         r = await client.post("/v1/chat/completions", headers={
@@ -106,11 +107,13 @@ async def test_spans_attributes_parenting_and_traceparent_to_the_upstream(upstre
     admit, settle = collector.named("admit")[0], collector.named("settle")[0]
     assert root.start_time_unix_nano <= admit.start_time_unix_nano <= attempts[0].start_time_unix_nano
     assert attempts[1].end_time_unix_nano <= settle.end_time_unix_nano <= root.end_time_unix_nano
-    # Each upstream call carried its own attempt's span as parent, and the request id.
+    # Each upstream call carried its own attempt's span as parent, and its own request id (the
+    # gateway's, never the caller's: the access line names it).
     seen = [{k.lower(): v for k, v in s.headers.items()} for s in upstream.requests]
     sent = [(h["traceparent"], h["x-request-id"]) for h in seen]
     assert [tp for tp, _ in sent] == [f"00-{TRACE}-{s.span_id.hex()}-01" for s in attempts]
-    assert {rid for _, rid in sent} == {"trace-me-1"}
+    own = access[0]["upstream_request_id"]
+    assert [rid for _, rid in sent] == [own, f"{own}-2"] and "trace-me-1" not in own
 
 
 async def test_a_request_without_traceparent_starts_a_trace(upstream, collector) -> None:
@@ -131,13 +134,13 @@ async def test_a_request_without_traceparent_starts_a_trace(upstream, collector)
     assert "gen_ai.request.model" not in attrs(missing)  # a name the gateway does not know: not recorded
 
 
-async def test_without_tracing_the_upstream_still_gets_the_request_id(upstream) -> None:
+async def test_without_tracing_the_upstream_still_gets_a_request_id(upstream) -> None:
     async with serve(base_config([upstream_model("v/m", upstream.url)])) as client:
-        r = await client.post("/v1/completions", json={"model": "v/m", "prompt": "hi"},
-                              headers={"x-request-id": "rid-42"})
+        r = await client.post("/v1/completions", json={"model": "v/m", "prompt": "hi"})
         assert r.status_code == 200
     headers = {k.lower(): v for k, v in upstream.requests[0].headers.items()}
-    assert headers["x-request-id"] == "rid-42" and "traceparent" not in headers
+    # (a caller that named none is told the one the upstream saw)
+    assert headers["x-request-id"] == r.headers["x-request-id"] and "traceparent" not in headers
 
 
 PLAIN = r'''

@@ -70,7 +70,7 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
 def make_config(**overrides: Any) -> Config:
     """A config with teams ml (keys alice, bob) and ops (key carol); models priced for spend tests."""
     raw: dict[str, Any] = {
-        "master_key": "master-secret",
+        "master_key": "master-secret-0123456",
         "models": [
             {"name": "openai/gpt-4o", "deployments": [{"name": "oai", "base_url": "http://127.0.0.1:9"}],
              "price": {"prompt_per_1m": 2.5, "completion_per_1m": 10.0}},

@@ -29,7 +29,7 @@ PER_REPLICA = 40
 
 def config(upstream: str, redis: str) -> dict:
     return {
-        "master_key": "mk",
+        "master_key": "mk-0123456789abcdef",
         "store": {"url": redis, "timeout": 2.0},
         "models": [{"name": "openai/gpt-4o", "price": {"prompt_per_1m": PRICE, "completion_per_1m": PRICE},
                     "deployments": [{"name": "up", "base_url": upstream, "model": "gpt-4o"}]}],
@@ -68,7 +68,7 @@ async def usage_of(port: int, team: str, want_requests: int) -> dict:
     async with httpx.AsyncClient() as c:
         for _ in range(100):  # settlement may trail the response by a moment
             total = (await c.get(f"http://127.0.0.1:{port}/admin/usage", params={"team": team},
-                                 headers={"authorization": "Bearer mk"})).json()["total"]
+                                 headers={"authorization": "Bearer mk-0123456789abcdef"})).json()["total"]
             if total["requests"] >= want_requests:
                 return total
             await asyncio.sleep(0.05)

@@ -10,7 +10,7 @@ from switchyard.core.canonical import Usage
 from switchyard.core.config import Limits
 from switchyard.core.errors import RateLimited
 from switchyard.policies.base import Outcome, Principal, Ticket
-from switchyard.policies.limits import Limiter
+from switchyard.policies.limits import LOWERED_HEADER, Limiter
 from switchyard.policies.store import DAY_MS
 from tests.policies.conftest import make_config
 
@@ -19,9 +19,12 @@ SMOL = "local/smol"
 
 
 def who(key: str = "alice", team: str = "ml", *, key_limits: Limits | None = None,
-        team_limits: Limits | None = None, model_limits: dict[str, Limits] | None = None) -> Principal:
+        team_limits: Limits | None = None, model_limits: dict[str, Limits] | None = None,
+        shrink: bool = False) -> Principal:
+    """A caller; quotas refuse whole (``shrink``: lower max_tokens instead, the default in use)."""
+    team_limits = (team_limits or Limits()).model_copy(update={"shrink_max_tokens": shrink})
     return Principal(key_id=key, team=team, key_limits=key_limits or Limits(),
-                     team_limits=team_limits or Limits(), team_model_limits=model_limits or {})
+                     team_limits=team_limits, team_model_limits=model_limits or {})
 
 
 async def admit(lim: Limiter, p: Principal, model: str = SMOL, prompt: int = 10,
@@ -198,6 +201,41 @@ async def test_spend_quota_counts_reservations_and_real_cost(store, limiter_for)
     t = await admit(lim, p, GPT, prompt=1000, max_tokens=250)  # $0.005 more: exactly the quota
     await settle(lim, t, 1000, 250)
     await refused(lim, p, GPT, prompt=1, max_tokens=0)
+    await admit(lim, p, SMOL, prompt=1000, max_tokens=1000)  # a free model costs nothing
+
+
+async def test_a_token_quota_shrinks_max_tokens_to_what_is_left(store, limiter_for):
+    lim = limiter_for(make_config())
+    p = who(key_limits=Limits(tokens_per_day=1000), shrink=True)
+    t = await admit(lim, p, prompt=300, max_tokens=300)
+    assert t.max_tokens == 300 and not t.lowered and LOWERED_HEADER not in t.headers
+    t2 = await admit(lim, p, prompt=100, max_tokens=2000)  # 400 left: 100 prompt + 300 completion
+    assert (t2.max_tokens, t2.lowered, t2.reserved_tokens) == (300, True, 400)
+    assert t2.headers[LOWERED_HEADER] == "300"
+    e = await refused(lim, p, prompt=1, max_tokens=100)  # nothing left: a 429 still
+    assert e.message.startswith("key alice: daily token quota 1000 reached")
+    await settle(lim, t2, 100, 290)  # 10 come back: fewer than the smallest answer
+    await refused(lim, p, prompt=1, max_tokens=100)
+    t3 = await admit(lim, p, prompt=1, max_tokens=9)  # a request asking less than that fits whole
+    assert (t3.max_tokens, t3.lowered) == (9, False)
+
+
+async def test_shrinking_splits_the_remainder_between_choices_and_the_key_setting_wins(store, limiter_for):
+    lim = limiter_for(make_config())
+    p = who(key_limits=Limits(tokens_per_day=1000), shrink=True)
+    t = await lim.admit(p, SMOL, prompt_tokens=100, max_tokens=1000, choices=3)  # 900 for 3 choices
+    assert (t.max_tokens, t.reserved_tokens) == (300, 1000)
+    off = who(key="bob", key_limits=Limits(tokens_per_day=1000, shrink_max_tokens=False), shrink=True)
+    await refused(lim, off, prompt=100, max_tokens=1000)
+
+
+async def test_a_spend_quota_shrinks_max_tokens_to_what_the_remainder_buys(store, limiter_for):
+    lim = limiter_for(make_config())
+    # gpt-4o: $2.5 / 1M prompt, $10 / 1M completion; $0.01 buys 1000 prompt + 750 completion tokens.
+    p = who(key_limits=Limits(spend_per_day=0.01), shrink=True)
+    t = await admit(lim, p, GPT, prompt=1000, max_tokens=2000)
+    assert (t.max_tokens, t.lowered, t.reserved_spend) == (750, True, 10_000_000)
+    await refused(lim, p, GPT, prompt=1, max_tokens=100)
     await admit(lim, p, SMOL, prompt=1000, max_tokens=1000)  # a free model costs nothing
 
 

@@ -17,12 +17,14 @@ from switchyard.providers.h1 import MAX_HEAD, H1Transport, header_lines
 REQUEST = b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}"
 
 Answerer = Callable[[int, bytes], bytes | None]  # (request number, request bytes) -> bytes to send
+RESET = b"<reset>"  # an answer that resets the connection (RST, not FIN) without a byte
 
 
 @asynccontextmanager
 async def raw_server(answer: Answerer, *, close_after: bool = False) -> AsyncIterator[tuple[int, list[int]]]:
     """A server that reads each request and writes ``answer(n, request)``; ``None`` closes the
-    connection without a word. Yields (port, connection numbers of each request)."""
+    connection without a word, ``RESET`` resets it. Yields (port, connection numbers of each
+    request)."""
     count = 0
     conns: list[int] = []
 
@@ -38,6 +40,11 @@ async def raw_server(answer: Answerer, *, close_after: bool = False) -> AsyncIte
                 count += 1
                 conns.append(me)
                 out = answer(count, head + body)
+                if out is RESET:
+                    sock = writer.get_extra_info("socket")
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    writer.transport.abort()
+                    return
                 if out is None:
                     break
                 writer.write(out)
@@ -307,3 +314,34 @@ async def test_a_server_that_closes_idle_connections_costs_no_failure():
     assert await fetch(t, port) == (200, b"served")  # and that one is reused at once
     await t.aclose()
     server.close()
+
+
+async def test_a_wait_for_a_connection_ends_at_the_deadline():
+    """Every connection busy: the wait for one is bounded by the request's deadline (a
+    PoolTimeout, which the backend answers as a 503 naming the deployment)."""
+    async with raw_server(lambda n, _: ok(b"x")) as (port, conns):
+        t = H1Transport(max_connections=1)
+        loop = asyncio.get_running_loop()
+        held = await t.open((b"http", b"127.0.0.1", port), REQUEST, deadline=loop.time() + 30)
+        started = loop.time()
+        with pytest.raises(httpx.PoolTimeout, match="max_connections"):
+            await t.open((b"http", b"127.0.0.1", port), REQUEST, deadline=loop.time() + 0.2)
+        assert loop.time() - started < 5
+        await held.aclose()
+        assert await fetch(t, port) == (200, b"x")  # the slot the timed-out wait never took is free
+        assert await fetch(t, port) == (200, b"x")
+        assert conns == [1, 1, 1]
+        await t.aclose()
+
+
+async def test_a_reset_pooled_connection_is_not_resent():
+    """An RST before the first byte is the upstream's doing: retrying it is the router's (counted
+    as an attempt), so the transport does not resend it too. (A FIN is the keep-alive race: see
+    test_pooled_connection_closed_by_the_server_is_retried_once_on_a_new_one.)"""
+    async with raw_server(lambda n, _: ok(b"x") if n == 1 else RESET) as (port, conns):
+        t = H1Transport()
+        assert await fetch(t, port) == (200, b"x")
+        with pytest.raises(httpx.ReadError):
+            await fetch(t, port)  # on the pooled connection
+        assert conns == [1, 1]
+        await t.aclose()

@@ -101,10 +101,15 @@ def test_alias_patterns_only_where_they_mean_something(model, why):
 async def test_allow_lists_check_the_resolved_name_so_aliases_never_escape(upstreams):
     up = upstreams[0]
     keys = [{"id": "fw", "team": "t", "key": "sk-fw", "models": ["fireworks/*"]},
-            {"id": "alias-only", "team": "t", "key": "sk-alias", "models": ["fast", "accounts/*"]},
             {"id": "mx", "team": "t", "key": "sk-mx", "models": ["m/x"]}]
-    cfg = config(group("fireworks/*", dep("a", up.url, dialect="fireworks"), aliases=[FW]),
-                 group("m/x", dep("b", up.url), aliases=["fast"]), keys=keys)
+    groups = (group("fireworks/*", dep("a", up.url, dialect="fireworks"), aliases=[FW]),
+              group("m/x", dep("b", up.url), aliases=["fast"]))
+    # An allow-list of an alias or an alias pattern would admit nothing: refused when loading.
+    for listed, why in ((["fast"], "is an alias"), (["accounts/*"], "not a configured model")):
+        with pytest.raises(ConfigError, match=why):
+            config(*groups, keys=[*keys, {"id": "alias-only", "team": "t", "key": "sk-alias",
+                                          "models": listed}])
+    cfg = config(*groups, keys=keys)
     fw_name = "accounts/fireworks/models/llama"
     async with serve(cfg) as client:
         def as_key(key: str, model: str):  # type: ignore[no-untyped-def]
@@ -112,12 +117,33 @@ async def test_allow_lists_check_the_resolved_name_so_aliases_never_escape(upstr
                                headers={"authorization": f"Bearer {key}"})
         fw = await as_key("sk-fw", fw_name)
         mx_by_alias = await as_key("sk-mx", "fast")
-        escape_alias = await as_key("sk-alias", "fast")
-        escape_pattern = await as_key("sk-alias", fw_name)
         other = await as_key("sk-mx", fw_name)
     assert fw.status_code == 200, fw.text
     assert fw.json()["model"] == fw_name and up.requests[0].body["model"] == fw_name
     assert mx_by_alias.status_code == 200, mx_by_alias.text
-    for r in (escape_alias, escape_pattern, other):
-        assert r.status_code == 403, r.text
+    assert other.status_code == 403, other.text
     assert len(up.requests) == 2
+
+
+async def test_a_wildcard_remainder_never_escapes_an_allow_list(upstreams):
+    """A key allowed only ``wild/allowed`` reaches exactly the upstream model ``allowed``: not
+    ``allowed/../other`` (a path-like remainder is a 400 for anyone), not ``allowed/other``
+    (another upstream model, though its first two segments read like a pinned deployment)."""
+    up = upstreams[0]
+    keys = [{"id": "narrow", "team": "t", "key": "sk-narrow", "models": ["wild/allowed"]},
+            {"id": "wide", "team": "t", "key": "sk-wide", "models": ["wild/*"]}]
+    cfg = config(group("wild/*", dep("a", up.url)), keys=keys)
+    async with serve(cfg) as client:
+        def as_key(key: str, model: str):  # type: ignore[no-untyped-def]
+            return client.post("/v1/completions", json=completion(model),
+                               headers={"authorization": f"Bearer {key}"})
+        ok = await as_key("sk-narrow", "wild/allowed")
+        traversal = [await as_key(k, m) for k in ("sk-narrow", "sk-wide")
+                     for m in ("wild/allowed/../other", "wild/./x", "wild/a//b", "wild/a/..")]
+        longer = await as_key("sk-narrow", "wild/allowed/other")
+    assert ok.status_code == 200, ok.text
+    for r in traversal:
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["param"] == "model"
+    assert longer.status_code == 403, longer.text
+    assert [r.body["model"] for r in up.requests] == ["allowed"]

@@ -8,6 +8,9 @@ from switchyard.routing import Router
 from switchyard.routing.health import CLOSED, OPEN
 from tests.fakes.upstream import Behaviour, refused_url
 from tests.gateway.conftest import serve
+from tests.providers.test_h1 import RESET, raw_server
+from tests.providers.wire import completion as completion_answer
+from tests.providers.wire import json_answer
 from tests.routing.conftest import completion, config, dep, group, records
 
 
@@ -169,3 +172,18 @@ async def test_failing_deployments_stay_in_rotation_and_each_request_counts_once
     assert r.status_code == 200, r.text
     assert len(a.requests) + len(b.requests) == sent + 1
     assert CLOSED in [br.state for br in breakers]
+
+
+async def test_a_reset_before_the_first_byte_is_retried_by_the_router_alone():
+    """One retry policy: an RST on a pooled connection is not resent by the transport and then
+    retried by the router on top. The upstream sees exactly as many POSTs as the attempts the
+    caller is told of."""
+    answers = lambda n, _: json_answer(completion_answer("warm")) if n == 1 else RESET  # noqa: E731
+    async with raw_server(answers) as (port, conns):
+        cfg = config(group("m/x", dep("only", f"http://127.0.0.1:{port}/v1")))
+        async with serve(cfg) as client:
+            warm = await client.post("/v1/completions", json=completion("m/x"))  # pools a connection
+            r = await client.post("/v1/completions", json=completion("m/x"))
+    assert warm.status_code == 200
+    assert r.status_code == 502 and r.headers["x-switchyard-attempts"] == "3", r.text
+    assert len(conns) == 1 + 3

@@ -4,6 +4,7 @@ against a deployment. Two keys of two teams on one upstream deployment, through 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -36,7 +37,8 @@ def req(prompt: str) -> dict[str, Any]:
 
 async def test_one_tenants_poisonous_requests_never_make_the_model_fail_for_another():
     async with raw_server(poisoned_by(503)) as (port, conns):
-        router = Router(config(group("m/x", dep("only", f"http://127.0.0.1:{port}/v1")), **TENANTS))
+        router = Router(config(group("m/x", dep("only", f"http://127.0.0.1:{port}/v1")),
+                               logging={"access": True}, **TENANTS))
         breaker = router.resolve("m/x").targets[0].health.breaker
         async with serve(router.config, router=router) as client:
             for _ in range(4):  # each retried (503 is retryable) and each a deployment failure
@@ -123,3 +125,32 @@ async def test_a_healthy_sibling_still_takes_the_load_off_a_failing_deployment()
                 r = await client.post("/v1/completions", json=req("hello"))
                 assert r.status_code == 200 and r.headers["x-switchyard-deployment"] == "m/x/well"
     assert len(bad) == 1 and len(good) == 5  # the open breaker shed "sick" while "well" is healthy
+
+
+async def test_a_callers_request_id_stays_the_callers(capsys):
+    """Two tenants sending the same x-request-id are each told their own id back, while the shared
+    upstream sees ids of the gateway's, unique per attempt; the access line names both."""
+    ids: list[str] = []
+
+    def answer(n: int, request: bytes) -> bytes:
+        ids.append(next(line.split(b":", 1)[1].strip().decode() for line in request.split(b"\r\n")
+                        if line.lower().startswith(b"x-request-id:")))
+        return error("busy", 503) if n == 1 else json_answer(completion("fine"))
+
+    async with raw_server(answer) as (port, _):
+        router = Router(config(group("m/x", dep("only", f"http://127.0.0.1:{port}/v1")),
+                               logging={"access": True}, **TENANTS))
+        async with serve(router.config, router=router) as client:
+            got = [await client.post("/v1/completions", json=req("hello"),
+                                     headers={"authorization": f"Bearer {key}", "x-request-id": "same-id"})
+                   for key in (KEY, OTHER)]
+    assert [r.status_code for r in got] == [200, 200]
+    assert [r.headers["x-request-id"] for r in got] == ["same-id", "same-id"]
+    assert got[0].headers["x-switchyard-attempts"] == "2"
+    # Attempts 1 and 2 of the first request, then the second request: three distinct ids.
+    assert len(ids) == 3 and len(set(ids)) == 3 and "same-id" not in ids
+    assert ids[1] == f"{ids[0]}-2"
+    lines = capsys.readouterr().err.splitlines()
+    access = [json.loads(line) for line in lines if '"event":"request"' in line]
+    assert [(a["request_id"], a["upstream_request_id"]) for a in access] == [
+        ("same-id", ids[0]), ("same-id", ids[2])]

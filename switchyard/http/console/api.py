@@ -9,9 +9,10 @@ import datetime as dt
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from litestar import Request, Router, get
+from litestar import Request, Router, get, post
 
-from switchyard.http.admin import ADMIN_ERRORS
+from switchyard.core.errors import InvalidRequest, NotFound
+from switchyard.http.admin import ADMIN_ERRORS, _body
 from switchyard.http.console.overview import RANGES, overview
 from switchyard.policies.latency import latency, parse_window
 from switchyard.routing.snapshot import target_snapshot
@@ -47,6 +48,19 @@ def console_api(gw: Gateway, router: GatewayRouter, policies: Policies, auth: Ad
         data = [target_snapshot(t, now) | _deployment(t) for t in router.targets]
         return {"data": data, "inflight": gw.inflight}
 
+    @post("/deployments/reset", status_code=200)
+    async def reset_deployment(request: Request[Any, Any, Any]) -> dict[str, Any]:
+        """Close a deployment's circuit breaker (cooldown and Retry-After hold included) at once;
+        body ``{"deployment": "group/deployment"}``. This replica only (breakers are per replica)."""
+        name = (await _body(request)).get("deployment")
+        if not isinstance(name, str) or not name:
+            raise InvalidRequest("deployment: give the deployment's name (group/deployment)",
+                                 param="deployment")
+        t = router.reset(name)
+        if t is None:
+            raise NotFound(f"deployment: no deployment {name[:200]!r}", param="deployment")
+        return target_snapshot(t, router.clock())
+
     @get("/usage/latency")
     async def usage_latency(request: Request[Any, Any, Any]) -> dict[str, Any]:
         q = request.query_params
@@ -65,4 +79,5 @@ def console_api(gw: Gateway, router: GatewayRouter, policies: Policies, auth: Ad
         return out | {"latency": lat, "inflight": gw.inflight}
 
     return Router(path="/admin", guards=[auth.guard],
-                  route_handlers=[deployments, usage_latency, get_overview], exception_handlers=ADMIN_ERRORS)
+                  route_handlers=[deployments, reset_deployment, usage_latency, get_overview],
+                  exception_handlers=ADMIN_ERRORS)

@@ -63,15 +63,24 @@ def console_pages(auth: AdminAuth) -> Router:
 
     @post("/login", status_code=303, include_in_schema=False)
     async def login(request: Request[Any, Any, Any]) -> Response[Any]:
+        addr = auth.proxies.client(request.scope)
+        wait = auth.failures.retry_after(addr)
+        if wait is not None:  # guessing: refused whatever key comes, until the window moves on
+            page = signin_page(f"Too many wrong master keys from this address; try again in {wait} s.", 429)
+            page.headers["retry-after"] = str(wait)
+            return page
         raw = await request.body()
         form = parse_qs(raw[:MAX_FORM_BYTES].decode("utf-8", "replace"))
         key = (form.get("master_key") or [""])[0]
         if len(raw) > MAX_FORM_BYTES or not auth.is_master_key(key):
+            auth.failures.failed(addr)
             await asyncio.sleep(WRONG_KEY_DELAY_S)
             return signin_page("Wrong master key.", 401)
+        auth.failures.succeeded(addr)
         sid, _ = await sessions.create()
+        # Secure when the client came over https, also through a TLS-terminating proxy we trust.
         cookie = Cookie(key=COOKIE, value=sid, path="/", httponly=True, samesite="strict",
-                        secure=request.url.scheme == "https", max_age=sessions.ttl_s)
+                        secure=auth.proxies.scheme(request.scope) == "https", max_age=sessions.ttl_s)
         return Response("", status_code=303, headers=SECURITY_HEADERS | {"location": "/ui"}, cookies=[cookie])
 
     @post("/logout", status_code=303, include_in_schema=False)
@@ -82,7 +91,8 @@ def console_pages(auth: AdminAuth) -> Router:
             if not csrf_ok(session, request.headers.get(CSRF_HEADER)):
                 return error_response(403, "permission_error", f"sign out needs the {CSRF_HEADER} header")
             await sessions.end(sid)
-        gone = Cookie(key=COOKIE, value="", path="/", httponly=True, samesite="strict", max_age=0)
+        gone = Cookie(key=COOKIE, value="", path="/", httponly=True, samesite="strict", max_age=0,
+                      secure=auth.proxies.scheme(request.scope) == "https")
         return Response("", status_code=303, headers=SECURITY_HEADERS | {"location": "/ui"}, cookies=[gone])
 
     @get("/static/{name:str}", include_in_schema=False)

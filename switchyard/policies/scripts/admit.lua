@@ -1,12 +1,15 @@
 -- Admit one request against every limit of every scope, all or nothing.
 -- KEYS: 2 per scope (all one hash tag): counters HASH (rq, tk: request / token GCRA theoretical
 --       arrival ms; d td sd, m tm sm: quota day, tokens, spend, month, ...), lease ZSET; then the
---       ticket's mark (STRING): the admission time while the request runs, 'x' once cancelled.
+--       team's reservations (ZSET: mark -> expiry ms, renewed while the request runs; HASH: mark
+--       -> what it reserved, for reap.lua), then the ticket's mark (STRING): the admission time
+--       while the request runs, 'x' once cancelled, 's' once settled, 'r:..' once reaped.
 -- ARGV: tokens, spend (nano-USD), lease id ('' = none), lease ttl ms, clock skew ms (tests),
 --       then 7 limits per scope (-1 = none): rpm tpm concurrency tokens/day tokens/month
 --       spend/day spend/month.
 -- Returns {1, now, req_limit, req_remaining, req_reset, tok_limit, tok_remaining, tok_reset}
---      or {0, now, scope (1-based), kind, retry_ms, limit}.
+--      or {0, now, scope (1-based), kind, retry_ms, limit, remaining}: remaining is what the
+--      refusing quota has left (the gateway may shrink max_tokens to it), -1 for other kinds.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[5])
 local tokens, spend = tonumber(ARGV[1]), tonumber(ARGV[2])
@@ -14,14 +17,19 @@ local lease, ttl = ARGV[3], tonumber(ARGV[4])
 local WINDOW, DAY = 60000, 86400000
 local day = math.floor(now / DAY)
 local mark = KEYS[#KEYS]
--- A cancelled ticket: its caller timed out and gave up on this call, which arrives late.
-if redis.call('EXISTS', mark) == 1 then return {0, now, 0, 'cancelled', 0, 0} end
+local at = redis.call('GET', mark)
+-- A cancelled (or settled) ticket: its caller timed out and gave up on this call, which arrives late.
+if at == 'x' or at == 's' or string.sub(at or '', 1, 2) == 'r:' then return {0, now, 0, 'cancelled', 0, 0} end
+-- Admitted already: this is the same call sent again (its reply was lost to a dropped
+-- connection). Admitted, reserving nothing twice.
+if at then return {1, tonumber(at), -1, -1, 0, -1, -1, 0} end
 
 local month = month_of(day)
 local req_l, req_r, req_t = -1, -1, 0
 local tok_l, tok_r, tok_t = -1, -1, 0
 local writes = {}
-local nscopes = (#KEYS - 1) / 2
+local nscopes = (#KEYS - 3) / 2
+local held = {}  -- the counters whose quotas this admission charges (reap.lua gives them back)
 
 for i = 1, nscopes do
   local c, z, a = KEYS[2 * i - 1], KEYS[2 * i], 5 + (i - 1) * 7
@@ -64,10 +72,10 @@ for i = 1, nscopes do
     local tm = samemonth and tonumber(h[7] or 0) or 0
     local sm = samemonth and tonumber(h[8] or 0) or 0
     local eod, eom = (day + 1) * DAY - now, next_month_ms(month) - now
-    if tpd >= 0 and td + tokens > tpd then return {0, now, i, 'tokens_per_day', eod, tpd} end
-    if tpmo >= 0 and tm + tokens > tpmo then return {0, now, i, 'tokens_per_month', eom, tpmo} end
-    if spd >= 0 and sd + spend > spd then return {0, now, i, 'spend_per_day', eod, spd} end
-    if spmo >= 0 and sm + spend > spmo then return {0, now, i, 'spend_per_month', eom, spmo} end
+    if tpd >= 0 and td + tokens > tpd then return {0, now, i, 'tokens_per_day', eod, tpd, tpd - td} end
+    if tpmo >= 0 and tm + tokens > tpmo then return {0, now, i, 'tokens_per_month', eom, tpmo, tpmo - tm} end
+    if spd >= 0 and sd + spend > spd then return {0, now, i, 'spend_per_day', eod, spd, spd - sd} end
+    if spmo >= 0 and sm + spend > spmo then return {0, now, i, 'spend_per_month', eom, spmo, spmo - sm} end
     local n = #set
     set[n + 1], set[n + 2] = 'd', day
     set[n + 3], set[n + 4] = 'td', string.format('%d', td + tokens)
@@ -79,6 +87,7 @@ for i = 1, nscopes do
   if #set > 0 then
     -- GCRA fields never run more than a window ahead here; quotas live for their month.
     writes[#writes + 1] = {c, set, quota and 35 * DAY or WINDOW + 1000}
+    if quota then held[#held + 1] = c end
   end
 end
 
@@ -93,4 +102,12 @@ for _, w in ipairs(writes) do
 end
 -- Until settled (which deletes it): lets a caller that timed out cancel this admission exactly.
 redis.call('SET', mark, now, 'PX', 30000)
+-- A quota reservation is held until settled; if its replica dies first, it expires and is reaped.
+if #held > 0 and (tokens > 0 or spend > 0) then
+  local resv, resvd = KEYS[#KEYS - 2], KEYS[#KEYS - 1]
+  redis.call('ZADD', resv, now + ttl, mark)
+  redis.call('HSET', resvd, mark, now .. ' ' .. tokens .. ' ' .. spend .. ' ' .. table.concat(held, ' '))
+  redis.call('PEXPIRE', resv, 35 * DAY)
+  redis.call('PEXPIRE', resvd, 35 * DAY)
+end
 return {1, now, req_l, req_r, req_t, tok_l, tok_r, tok_t}

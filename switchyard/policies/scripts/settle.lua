@@ -1,6 +1,7 @@
 -- Settle one request: move its reservation to the real usage, free its lease, record it.
 -- KEYS: 2 per scope (as admit.lua), then the team's day aggregate HASH, its minute aggregate HASH
---       (of the admission's hour), its record STREAM, and the ticket's mark (see admit.lua).
+--       (of the admission's hour), its record STREAM, its reservations ZSET and HASH, and the
+--       ticket's mark (see admit.lua).
 -- ARGV: token delta, spend delta (nano-USD), lease id ('' = none), admitted ms (dates the
 --       quota periods), rates (0 = quotas only, 1 = also move the tpm bucket, 2 = that and give
 --       the request back to the rpm limits: no model was called; c = cancel an admission whose
@@ -14,13 +15,24 @@ local lease, admitted, mode = ARGV[3], tonumber(ARGV[4]), ARGV[5]
 local rates, refund, cancel = mode ~= '0', mode == '2' or mode == 'c', mode == 'c'
 local maxrec, nagg, skew = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local WINDOW, DAY = 60000, 86400000
-local nscopes = (#KEYS - 4) / 2
+local nscopes = (#KEYS - 6) / 2
 local mark = KEYS[#KEYS]
+local resv, resvd = KEYS[#KEYS - 2], KEYS[#KEYS - 1]
 local at = redis.call('GET', mark)
 if at == 's' then return 0 end  -- settled already: this is a replay
+-- The quotas' share of the deltas; a reaped ticket (its replica was thought dead) had its
+-- reservation given back already, so its settlement charges the whole usage.
+local qtd, qsd = td, sd
+local reaped = string.sub(at or '', 1, 2) == 'r:'
+if reaped then
+  local rt, rs = string.match(at, '^r:(%-?%d+):(%-?%d+)')
+  qtd, qsd = td + tonumber(rt), sd + tonumber(rs)
+end
+redis.call('ZREM', resv, mark)
+redis.call('HDEL', resvd, mark)
 if cancel then
   redis.call('SET', mark, 'x', 'PX', 30000)  -- an admission still on its way will be refused
-  if not at or at == 'x' then return 0 end  -- it never happened, or was cancelled already
+  if not at or at == 'x' or reaped then return 0 end  -- it never happened, was cancelled or reaped
   admitted = tonumber(at)
 end
 local day = math.floor(admitted / DAY)
@@ -34,7 +46,7 @@ for i = 1, nscopes do
   local quotas = tonumber(ARGV[a + 4]) >= 0 or tonumber(ARGV[a + 5]) >= 0
       or tonumber(ARGV[a + 6]) >= 0 or tonumber(ARGV[a + 7]) >= 0
   local bucket = rates and tpm >= 0 and td ~= 0
-  local quota = quotas and (td ~= 0 or sd ~= 0)
+  local quota = quotas and (qtd ~= 0 or qsd ~= 0)
   local unreq = refund and rpm >= 0
   if bucket or quota or unreq then
     local h = redis.call('HMGET', c, 'tk', 'd', 'td', 'sd', 'm', 'tm', 'sm', 'rq')
@@ -69,19 +81,19 @@ for i = 1, nscopes do
       local d, m = tonumber(h[2]), tonumber(h[5])
       local n = #set
       if not d or d < day then
-        set[n + 1], set[n + 2], set[n + 3], set[n + 4] = 'd', day, 'td', string.format('%d', td)
-        set[n + 5], set[n + 6] = 'sd', string.format('%d', sd)
+        set[n + 1], set[n + 2], set[n + 3], set[n + 4] = 'd', day, 'td', string.format('%d', qtd)
+        set[n + 5], set[n + 6] = 'sd', string.format('%d', qsd)
       elseif d == day then
-        set[n + 1], set[n + 2] = 'td', string.format('%d', tonumber(h[3] or 0) + td)
-        set[n + 3], set[n + 4] = 'sd', string.format('%d', tonumber(h[4] or 0) + sd)
+        set[n + 1], set[n + 2] = 'td', string.format('%d', tonumber(h[3] or 0) + qtd)
+        set[n + 3], set[n + 4] = 'sd', string.format('%d', tonumber(h[4] or 0) + qsd)
       end
       n = #set
       if not m or m < month then
-        set[n + 1], set[n + 2], set[n + 3], set[n + 4] = 'm', month, 'tm', string.format('%d', td)
-        set[n + 5], set[n + 6] = 'sm', string.format('%d', sd)
+        set[n + 1], set[n + 2], set[n + 3], set[n + 4] = 'm', month, 'tm', string.format('%d', qtd)
+        set[n + 5], set[n + 6] = 'sm', string.format('%d', qsd)
       elseif m == month then
-        set[n + 1], set[n + 2] = 'tm', string.format('%d', tonumber(h[6] or 0) + td)
-        set[n + 3], set[n + 4] = 'sm', string.format('%d', tonumber(h[7] or 0) + sd)
+        set[n + 1], set[n + 2] = 'tm', string.format('%d', tonumber(h[6] or 0) + qtd)
+        set[n + 3], set[n + 4] = 'sm', string.format('%d', tonumber(h[7] or 0) + qsd)
       end
     end
     if quotas then px = 35 * DAY end
@@ -98,7 +110,7 @@ end
 
 if cancel then return 1 end
 redis.call('SET', mark, 's', 'PX', 30000)  -- settled: nothing left to cancel or replay
-local agg, aggm, log = KEYS[#KEYS - 3], KEYS[#KEYS - 2], KEYS[#KEYS - 1]
+local agg, aggm, log = KEYS[#KEYS - 5], KEYS[#KEYS - 4], KEYS[#KEYS - 3]
 local p = 9 + nscopes * 7
 -- The minute's fields are the day's with the minute in place of the key (store.minute_field).
 local minute = tostring(math.floor(admitted / 60000))

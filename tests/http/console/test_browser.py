@@ -19,6 +19,7 @@ import pytest
 from playwright.async_api import Browser, Page, async_playwright, expect
 
 from tests.conftest import free_port
+from tests.fakes.upstream import Behaviour
 from tests.http.console.conftest import KEY, MASTER, complete, console_config, gateway
 from tests.policies.ledger.helpers import wait_rows
 
@@ -305,6 +306,14 @@ async def test_the_console_in_a_browser(upstream, database_url, browser):
         page_text = await page.content()
         assert "pa55word" not in page_text and "s3cret" not in page_text
         await shot(page, "deployments")
+        # An upstream's Retry-After opens the breaker; the operator closes it from the page.
+        upstream.script.append(Behaviour(status=429, retry_after=3600, error="slow down"))
+        assert (await complete(c, KEY)).status_code == 429
+        await goto(page, "deployments")
+        await page.click('[data-reset="openai/gpt-4o/d1"]')
+        await expect(page.locator('[data-reset="openai/gpt-4o/d1"]')).to_have_count(0)
+        await expect(page.locator("#deployments-table")).to_contain_text("closed")
+        assert (await complete(c, KEY)).status_code == 200
 
         await page.click("#signout")
         await expect(page.locator("#signin-form")).to_be_visible()

@@ -28,6 +28,31 @@ async def test_deployments_show_circuit_cooldown_and_recent_errors(upstream):
         assert (await c.get("/admin/deployments")).status_code == 401
 
 
+async def test_an_upstreams_retry_after_is_capped_and_an_operator_can_close_the_breaker(upstream):
+    """A 429 asking for a year holds the deployment for ``router.retry_after_max`` at most (and
+    tells the caller no more); ``POST /admin/deployments/reset`` closes the breaker at once."""
+    year = 365 * 24 * 3600
+    async with gateway(console_config(upstream.url, router={"retries": 0, "retry_after_max": 120})) as c:
+        upstream.script.append(Behaviour(status=429, retry_after=year, error="slow down"))
+        limited = await complete(c, KEY)
+        d = (await c.get("/admin/deployments", headers=MASTER_AUTH)).json()["data"][0]
+        assert d["circuit"] == "open" and 110 < d["cooldown_s"] <= 120
+        assert d["cooldown_until"].endswith("Z")
+        bad = [await c.post("/admin/deployments/reset", headers=MASTER_AUTH, json=body)
+               for body in ({}, {"deployment": 3}, {"deployment": "openai/gpt-4o/nope"})]
+        anon = await c.post("/admin/deployments/reset", json={"deployment": "openai/gpt-4o/d1"})
+        r = await c.post("/admin/deployments/reset", headers=MASTER_AUTH,
+                         json={"deployment": "openai/gpt-4o/d1"})
+        served = await complete(c, KEY)
+    assert limited.status_code == 429 and limited.headers["retry-after"] == "120"
+    assert [b.status_code for b in bad] == [400, 400, 404]
+    assert all(b.json()["error"]["param"] == "deployment" for b in bad)
+    assert anon.status_code == 401
+    assert r.status_code == 200, r.text
+    closed = r.json()
+    assert closed["circuit"] == "closed" and closed["cooldown_s"] == 0 and closed["cooldown_until"] is None
+    assert served.status_code == 200, served.text
+
 async def test_overview_and_latency_count_the_requests_made(upstream):
     async with gateway(console_config(upstream.url)) as c:
         for _ in range(5):

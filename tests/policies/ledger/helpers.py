@@ -10,7 +10,7 @@ import asyncpg
 
 PROMPT_NANO = 2500  # nano-USD per prompt token ($2.5 per 1M)
 COMPLETION_NANO = 10_000  # $10 per 1M
-MASTER = "sk-master"
+MASTER = "sk-master-0123456789"
 KEYS = {"k1": "sk-ledger-one", "k2": "sk-ledger-two"}
 
 

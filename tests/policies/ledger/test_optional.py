@@ -21,16 +21,17 @@ import httpx
 from switchyard.http.app import create_app
 from switchyard.core.config import ConfigError, parse_config
 
-raw = {"master_key": "mk", "teams": [{"name": "t"}], "keys": [{"id": "k", "team": "t", "key": "sk-k"}],
+MK = "mk-0123456789abcdef"
+raw = {"master_key": MK, "teams": [{"name": "t"}], "keys": [{"id": "k", "team": "t", "key": "sk-k"}],
        "models": [{"name": "openai/m", "deployments": [{"name": "d", "base_url": "http://127.0.0.1:9/v1"}]}]}
 
 app = create_app(parse_config(raw))
 async def go():
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://gw") as c:
-        r = await c.get("/admin/usage", headers={"authorization": "Bearer mk"})
+        r = await c.get("/admin/usage", headers={"authorization": f"Bearer {MK}"})
         assert r.status_code == 200 and r.json()["source"] == "store", r.text
-        r = await c.get("/admin/usage", params={"status": "5xx"}, headers={"authorization": "Bearer mk"})
+        r = await c.get("/admin/usage", params={"status": "5xx"}, headers={"authorization": f"Bearer {MK}"})
         assert r.status_code == 400 and "usage.ledger" in r.json()["error"]["message"], r.text
 asyncio.run(go())
 assert "asyncpg" not in sys.modules

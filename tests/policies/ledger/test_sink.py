@@ -81,3 +81,21 @@ async def test_a_record_older_than_some_fields_takes_their_defaults(database_url
         assert row["cost_nano"] == 123_456_789_019
     finally:
         await sink.aclose()
+
+
+async def test_cache_writes_are_stored_and_rolled_up(database_url):
+    """002_cache_write: a record's cache_write_tokens reach usage_records and usage_hourly; a
+    record written before the field existed (no such field) stores 0."""
+    sink = PgSink(database_url)
+    try:
+        with_writes = [{**rec(i).as_fields(), "cache_write_tokens": str(100 * i)} for i in range(3)]
+        older = rec(3).as_fields()
+        older.pop("cache_write_tokens")
+        assert await sink.write([*with_writes, older]) == 4
+        pool = await sink.pool()
+        rows = await pool.fetch("SELECT ticket_id, cache_write_tokens FROM usage_records ORDER BY ts")
+        assert [r["cache_write_tokens"] for r in rows] == [0, 100, 200, 0]
+        assert await pool.fetchval("SELECT sum(cache_write_tokens) FROM usage_hourly") == 300
+        assert UsageRecord.from_fields(with_writes[2]).cache_write_tokens == 200
+    finally:
+        await sink.aclose()

@@ -130,7 +130,13 @@ async function loadDeployments() {
     ["Recent errors (UTC)", x => x.recent_errors.length
       ? el("ul", {class: "errors"}, ...grouped(x.recent_errors).map(e => el("li", {},
           `${e.at.slice(11, 19)} ${e.status}: ${e.message}`, e.count > 1 ? el("b", {class: "count"}, ` ×${e.count}`) : "")))
-      : "none"]], d.data);
+      : "none"],
+    ["", x => x.circuit === "closed" ? "" : el("button", {onclick: () => guarded(() => closeCircuit(x.name)), "data-reset": x.name}, "Close circuit")]], d.data);
+}
+
+async function closeCircuit(name) {  // traffic flows to it again at once (this replica)
+  await api("POST", "/admin/deployments/reset", {deployment: name});
+  await loadDeployments();
 }
 
 // -- routing -------------------------------------------------------------------------------

@@ -26,5 +26,6 @@ CREATE TABLE usage_minute (
     cached_tokens      bigint NOT NULL,
     cost_nano          bigint NOT NULL,
     latency_ms         double precision NOT NULL,
+    cache_write_tokens bigint NOT NULL DEFAULT 0,
     PRIMARY KEY (minute, team, key_id, model, status, reason)
 );

@@ -1,0 +1,29 @@
+"""Claude through Anthropic's Messages API: the codec (request.py writes the body, decode.py reads
+answers and the named-event stream) and its row. The mapping tables are plain data in maps.py."""
+
+from __future__ import annotations
+
+from switchyard.core.config import DeploymentConfig
+from switchyard.core.errors import RETRY_STATUSES
+from switchyard.providers.anthropic.codec import AnthropicCodec
+from switchyard.providers.anthropic.maps import API_VERSION
+from switchyard.providers.wire import Caps, HeaderAuth, Wire, paths, register
+
+CODEC = AnthropicCodec()
+_OWNED = frozenset({"x-api-key", "authorization", "anthropic-version"})
+
+
+def _auth(dep: DeploymentConfig) -> HeaderAuth:
+    fixed = {"anthropic-version": dep.api_version or API_VERSION}
+    if dep.api_key:
+        fixed["x-api-key"] = dep.api_key
+    return HeaderAuth(fixed, _OWNED)
+
+
+# Chat only; a legacy completion body becomes one user message (prompts fan out one per call).
+ROW = Wire("anthropic", CODEC, paths("/v1/messages", "/v1/messages"), auth=_auth,
+           retry_statuses=RETRY_STATUSES | {529},
+           caps=Caps(n=False, chat_n=False, best_of=False, prompts=False), native_dialect="anthropic")
+register("anthropic", ROW)
+
+__all__ = ["CODEC", "ROW", "AnthropicCodec"]

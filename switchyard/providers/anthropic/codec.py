@@ -1,0 +1,75 @@
+"""The Anthropic Messages codec (the ``Codec`` protocol of providers/wire.py), and its native lane."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from switchyard.core.canonical import CanonicalRequest, Chunk
+from switchyard.core.config import DeploymentConfig
+from switchyard.dialects.outgoing import Emulation
+from switchyard.providers.anthropic import decode, request
+from switchyard.providers.anthropic.maps import DEFAULT_MAX_TOKENS
+
+# The Messages API's body fields (anthropic SDK ``MessageCreateParams``): a native body keeps
+# these as the caller wrote them; any other field passes only if the deployment allows it.
+MESSAGES_FIELDS = frozenset({
+    "model", "messages", "max_tokens", "system", "stop_sequences", "stream", "temperature", "top_p",
+    "top_k", "tools", "tool_choice", "metadata", "thinking", "output_config", "service_tier",
+    "container", "context_management", "mcp_servers", "inference_geo", "speed", "cache_control"})
+
+
+@dataclass(frozen=True, slots=True)
+class AnthropicCodec:
+    """One codec, three envelopes (docs/providers.md): the Anthropic API sends the body as is;
+    Bedrock InvokeModel drops ``model`` and ``stream`` (the path says both) and Vertex rawPredict
+    drops ``model``, each adding its ``anthropic_version`` (``envelope``)."""
+
+    model_field: bool = True
+    stream_field: bool = True
+    envelope: Mapping[str, Any] = field(default_factory=dict)
+
+    def render(self, req: CanonicalRequest, model: str,
+               dep: DeploymentConfig) -> tuple[dict[str, Any], Emulation]:
+        body, emulation = request.render(req, model, dep)
+        return self._wrap(body), emulation
+
+    def _wrap(self, body: dict[str, Any]) -> dict[str, Any]:
+        if not self.model_field:
+            body.pop("model", None)
+        if not self.stream_field:
+            body.pop("stream", None)
+        if self.envelope:
+            body.update(self.envelope)
+        return body
+
+    def whole(self, raw: bytes, req: CanonicalRequest) -> list[Chunk]:
+        return decode.whole(raw)
+
+    def stream(self, req: CanonicalRequest) -> decode.MessageStream:
+        return decode.MessageStream()
+
+    def native(self, body: dict[str, Any], req: CanonicalRequest, model: str,
+               allow_params: list[str] | None = None) -> dict[str, Any]:
+        """The caller's own Messages body, kept as sent (cache_control placement, system blocks,
+        thinking blocks and their signatures, field order) except what the gateway owns: the
+        upstream's model name, max_tokens capped at what was admitted (``req.max_tokens``),
+        ``stream`` as served. Fields outside the Messages API pass only when allowed."""
+        allowed = allow_params or []
+        out: dict[str, Any] = {}
+        for k, v in body.items():
+            if k in MESSAGES_FIELDS or "*" in allowed or k in allowed:
+                out[k] = v
+        out["model"] = model
+        asked = body.get("max_tokens")
+        cap = req.max_tokens if req.max_tokens is not None and req.max_tokens > 0 else None
+        if not isinstance(asked, int) or asked <= 0:
+            out["max_tokens"] = cap or DEFAULT_MAX_TOKENS
+        elif cap is not None and asked > cap:
+            out["max_tokens"] = cap
+        if req.stream:
+            out["stream"] = True
+        else:
+            out.pop("stream", None)
+        return self._wrap(out)

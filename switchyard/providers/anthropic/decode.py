@@ -1,0 +1,170 @@
+"""Anthropic answers as canonical chunks: a whole ``Message``, and the named-event stream.
+
+Usage follows OpenAI's meaning: Anthropic's ``input_tokens`` excludes the cache, so the prompt is
+input + cache reads + cache writes. In a stream the input side comes with ``message_start`` and
+the cumulative output with each ``message_delta``; the usage is reported once, whole, with the
+finish. Tool-call deltas are keyed by their content block's ``index`` so parallel calls keep their
+own ids and arguments. Thinking blocks are not relayed (their tokens count in output_tokens).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+
+from switchyard.core.canonical import Chunk, FinishReason, Usage
+from switchyard.providers.anthropic.maps import FINISH, RETRYABLE_ERRORS
+from switchyard.providers.wire import WireError
+
+_decode = msgspec.json.decode
+
+
+def usage_of(u: Any, base: Usage | None = None) -> Usage:
+    """An Anthropic usage object over ``base`` (the stream's usage so far): fields it has replace."""
+    out = Usage() if base is None else Usage(base.prompt_tokens, base.completion_tokens, base.cached_tokens,
+                                              base.cache_write_tokens, base.reasoning_tokens)
+    if not isinstance(u, dict):
+        return out
+    read, write = u.get("cache_read_input_tokens"), u.get("cache_creation_input_tokens")
+    if read is not None:
+        out.cached_tokens = int(read)
+    if write is not None:
+        out.cache_write_tokens = int(write)
+    inp = u.get("input_tokens")
+    if inp is not None:
+        out.prompt_tokens = int(inp) + out.cached_tokens + out.cache_write_tokens
+    elif read is not None or write is not None:  # cache fields alone: keep the input part
+        base_in = (base.prompt_tokens - base.cached_tokens - base.cache_write_tokens) if base else 0
+        out.prompt_tokens = base_in + out.cached_tokens + out.cache_write_tokens
+    if u.get("output_tokens") is not None:
+        out.completion_tokens = int(u["output_tokens"])
+    return out
+
+
+def finish_of(reason: Any) -> FinishReason | None:
+    if reason is None:
+        return None
+    return FINISH.get(reason, "stop")
+
+
+def error_of(obj: Any) -> tuple[str, str | None]:
+    """(type, message) of an Anthropic error object ``{"type": "error", "error": {...}}``."""
+    err = obj.get("error") if isinstance(obj, dict) else None
+    if not isinstance(err, dict):
+        return "error", None
+    return str(err.get("type") or "error"), (str(err["message"]) if err.get("message") else None)
+
+
+def whole(raw: bytes) -> list[Chunk]:
+    try:
+        obj = _decode(raw)
+    except msgspec.DecodeError:
+        raise WireError("sent a malformed answer") from None
+    if not isinstance(obj, dict):
+        raise WireError("sent a malformed answer")
+    if obj.get("type") == "error":  # nothing of it reached the caller: an overload may go elsewhere
+        kind, said = error_of(obj)
+        retry = kind in RETRYABLE_ERRORS
+        raise WireError(f"answered 200 with an error ({kind})", said, retryable=retry,
+                        status=503 if retry else 502)
+    content = obj.get("content")
+    if not isinstance(content, list):
+        raise WireError("sent an answer without content")
+    text: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for block in content:
+        btype = block.get("type") if isinstance(block, dict) else None
+        if btype == "text":
+            text.append(block.get("text") or "")
+        elif btype == "tool_use":
+            calls.append({"id": block.get("id"), "type": "function",
+                          "function": {"name": block.get("name"),
+                                       "arguments": json.dumps(block.get("input") or {})}})
+    ch = Chunk(index=0, text="".join(text), role="assistant", tool_calls=calls or None,
+               finish_reason=finish_of(obj.get("stop_reason")) or "stop", usage=usage_of(obj.get("usage")))
+    if obj.get("stop_reason") == "stop_sequence" and isinstance(obj.get("stop_sequence"), str):
+        ch.stop_word = obj["stop_sequence"]
+    return [ch]
+
+
+class MessageStream:
+    """One streamed answer: message_start, content_block_start/delta/stop, message_delta,
+    message_stop (the end), ping, error."""
+
+    __slots__ = ("done", "finish", "sent", "started", "tools", "usage")
+
+    def __init__(self) -> None:
+        self.done = False
+        self.started = False
+        self.sent = False  # content reached the chunks: a later error is no longer retryable
+        self.usage: Usage | None = None
+        self.tools: dict[int, int] = {}  # content block index -> tool call index (OpenAI's)
+        self.finish: FinishReason | None = None
+
+    def _chunk(self, **kw: Any) -> Chunk:
+        if not self.sent:
+            self.sent = True
+            kw["role"] = "assistant"
+        return Chunk(index=0, **kw)
+
+    def feed(self, name: bytes | None, data: bytes) -> list[Chunk]:
+        try:
+            ev = _decode(data)
+        except msgspec.DecodeError:
+            raise WireError("sent a malformed stream event") from None
+        kind = ev.get("type") if isinstance(ev, dict) else None
+        if kind == "content_block_delta":
+            d = ev.get("delta") or {}
+            dk = d.get("type")
+            if dk == "text_delta":
+                return [self._chunk(text=d.get("text") or "")] if d.get("text") else []
+            if dk == "input_json_delta":
+                i = self.tools.get(ev.get("index", -1))
+                if i is None or not d.get("partial_json"):
+                    return []
+                return [self._chunk(tool_calls=[{"index": i, "function": {"arguments": d["partial_json"]}}])]
+            return []  # thinking, signature and citation deltas are not relayed
+        if kind == "content_block_start":
+            b = ev.get("content_block") or {}
+            if b.get("type") == "tool_use":
+                i = self.tools[ev.get("index", len(self.tools))] = len(self.tools)
+                return [self._chunk(tool_calls=[{"index": i, "id": b.get("id"), "type": "function",
+                                                 "function": {"name": b.get("name"), "arguments": ""}}])]
+            if b.get("type") == "text" and b.get("text"):
+                return [self._chunk(text=b["text"])]
+            return []
+        if kind == "message_start":
+            self.started = True
+            msg = ev.get("message") or {}
+            self.usage = usage_of(msg.get("usage"))
+            return []
+        if kind == "message_delta":
+            self.usage = usage_of(ev.get("usage"), self.usage)
+            reason = (ev.get("delta") or {}).get("stop_reason")
+            if reason is not None:
+                self.finish = finish_of(reason)
+                ch = self._chunk(finish_reason=self.finish, usage=self.usage)
+                if reason == "stop_sequence":
+                    ch.stop_word = (ev.get("delta") or {}).get("stop_sequence")
+                return [ch]
+            return []
+        if kind == "message_stop":
+            self.done = True
+            return []
+        if kind == "error":
+            etype, said = error_of(ev)
+            if not self.sent and etype in RETRYABLE_ERRORS:
+                # Nothing reached the caller: another deployment may serve it (Anthropic sends
+                # overloads as 200 + an error event).
+                raise WireError(f"reported {etype} before any content", said, retryable=True, status=503)
+            raise WireError(f"reported an error mid-stream ({etype})", said)
+        return []  # ping, content_block_stop, and event types added later
+
+    def ending(self) -> str | None:
+        if not self.started:
+            return "sent a stream without any event"
+        if self.finish is None:
+            return "ended the stream before it finished"
+        return None

@@ -1,0 +1,150 @@
+"""Vertex AI's credential: an OAuth2 bearer token for scope ``cloud-platform``, from a
+service-account JSON file (google-auth signs a JWT and trades it at the file's ``token_uri``) or
+Google's application default credentials (environment, gcloud, the GKE/GCE metadata server).
+
+google-auth is the optional ``vertex`` extra, imported only when a Vertex deployment is built.
+Tokens are cached and refreshed *before* they expire, on a worker thread, so requests keep
+flowing on the current token; only the very first request of a deployment (no token yet, and the
+first fetch, started when the deployment is built, not done) waits for one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote
+
+from switchyard.core.canonical import RequestKind
+from switchyard.core.config import ConfigError, DeploymentConfig
+from switchyard.core.errors import UpstreamError, install_hint
+from switchyard.providers.gemini import GEMINI_ROW, GeminiCodec, gemini_paths
+from switchyard.providers.wire import Wire, register
+
+SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+EARLY = 300.0  # refresh this many seconds before expiry
+OWNED = frozenset({"authorization", "x-goog-api-key", "x-goog-user-project"})
+VERTEX = GeminiCodec("vertex")
+CLAUDE_VERSION = "vertex-2023-10-16"  # the anthropic_version Vertex documents for rawPredict
+
+
+class GoogleAuth:
+    """An ``Auth`` whose one header (``Authorization: Bearer <token>``) is added per request."""
+
+    owned = OWNED
+    fixed: dict[str, str] = {}
+    signs = True
+
+    def __init__(
+        self,
+        deployment: str,
+        credentials: Any,
+        request: Callable[[], Any],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._name = deployment
+        self._creds = credentials
+        self._request = request  # a google.auth.transport Request factory
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._token: str | None = None
+        self._expires = 0.0
+        self._fetching: threading.Thread | None = None
+        self._failure: str | None = None
+        self._refresh_soon()
+
+    def sign(self, method: str, target: str, host: str, body: bytes) -> list[tuple[str, str]]:
+        now = self._clock()
+        if self._token is None or now >= self._expires:
+            self._wait()
+        elif now >= self._expires - EARLY:
+            self._refresh_soon()
+        return [("authorization", f"Bearer {self._token}")]
+
+    def _refresh_soon(self) -> None:
+        with self._lock:
+            if self._fetching is None or not self._fetching.is_alive():
+                self._fetching = threading.Thread(
+                    target=self._refresh, name=f"vertex-token-{self._name}", daemon=True
+                )
+                self._fetching.start()
+
+    def _wait(self) -> None:
+        self._refresh_soon()
+        t = self._fetching
+        if t is not None:
+            t.join(timeout=30)
+        if self._token is None or self._clock() >= self._expires:
+            why = self._failure or "the token endpoint did not answer in 30 s"
+            raise UpstreamError(
+                f"upstream {self._name}: could not get a Google OAuth token ({why})",
+                status=502,
+                retryable=True,
+            )
+
+    def _refresh(self) -> None:
+        try:
+            self._creds.refresh(self._request())
+        except Exception as e:  # google.auth.exceptions.* and transport errors: named, never quoted
+            self._failure = type(e).__name__
+            return
+        expiry = getattr(self._creds, "expiry", None)
+        # google-auth's expiry is a naive UTC datetime; without one, assume Google's hour
+        expires = expiry.replace(tzinfo=datetime.UTC).timestamp() if expiry else self._clock() + 3600
+        self._token, self._expires, self._failure = self._creds.token, expires, None
+
+
+def vertex_auth(dep: DeploymentConfig) -> GoogleAuth:
+    try:
+        import google.auth
+        import google.auth.transport.requests
+        from google.oauth2 import service_account
+    except ImportError:
+        raise ConfigError(
+            f"deployment {dep.name}: a vertex deployment needs google-auth: {install_hint('vertex')}"
+        ) from None
+    path = dep.credentials
+    if path:
+        creds = service_account.Credentials.from_service_account_file(path, scopes=[SCOPE])
+    else:
+        creds, _ = google.auth.default(scopes=[SCOPE])
+    return GoogleAuth(dep.name, creds, google.auth.transport.requests.Request)
+
+
+# -- the row ---------------------------------------------------------------------------------------
+
+
+def vertex_row(dep: DeploymentConfig) -> Wire:
+    """The model decides the publisher: ``claude-*`` is Anthropic's (the Messages body in Vertex's
+    rawPredict envelope: the model in the path, ``anthropic_version`` in the body), anything else
+    Google's (generateContent)."""
+    project, location = quote(dep.project or "", safe=""), quote(dep.location or "global", safe="")
+    base = f"/v1/projects/{project}/locations/{location}/publishers"
+    if (dep.model or "").startswith("claude"):
+        from switchyard.providers.anthropic import ROW as CLAUDE
+        from switchyard.providers.anthropic.codec import AnthropicCodec
+
+        codec = AnthropicCodec(model_field=False, envelope={"anthropic_version": CLAUDE_VERSION})
+        claude_paths: dict[tuple[RequestKind, bool], str] = {
+            (kind, stream): base
+            + "/anthropic/models/{model}:"
+            + ("streamRawPredict" if stream else "rawPredict")
+            for kind in ("chat", "completion")
+            for stream in (False, True)
+        }
+        return dataclasses.replace(
+            CLAUDE, name="vertex", codec=codec, paths=claude_paths, auth=vertex_auth, headers={}
+        )
+    return dataclasses.replace(
+        GEMINI_ROW,
+        name="vertex",
+        codec=VERTEX,
+        paths=gemini_paths(base + "/google/models/{model}"),
+        auth=vertex_auth,
+    )
+
+
+register("vertex", vertex_row)

@@ -1,0 +1,293 @@
+"""Real HTTP servers on loopback that play Google's generateContent API, as the Gemini API serves
+it (``/v1beta/models/{m}:generateContent``, ``:streamGenerateContent?alt=sse``, ``x-goog-api-key``)
+and as Vertex AI does (``/v1/projects/{p}/locations/{l}/publishers/google/models/{m}:...`` with an
+OAuth bearer token), plus the OAuth token endpoint a service account's ``token_uri`` names.
+
+Faithful where the gateway can go wrong: each request's parts are validated with google-genai's
+own pydantic models (``types.Content``, ``GenerationConfig``, ``Tool``, ``ToolConfig``: unknown
+fields are refused), and every answer or stream event is validated as a
+``types.GenerateContentResponse`` (with warnings as errors: an unknown enum value fails) before
+it is sent. The token endpoint verifies the JWT assertion with ``google.auth.jwt.decode`` against
+the service account's public key. ``tests/providers/test_gemini_fake.py`` calibrates both with
+google-genai's ``Client`` as their client.
+
+The token endpoint runs on its own thread (google-auth fetches tokens synchronously).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import socket
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs
+
+from aiohttp import web
+from google.genai import types
+
+API_KEY = "gemini-fake-key"
+GOOGLE_TOKEN_URL = "https://oauth2.googleapis.com/token"  # the JWT's audience, wherever it is posted
+STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+
+
+@dataclass
+class Reply:
+    text: str = "Hello from Gemini"
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # functionCall parts
+    finish: str = "STOP"
+    block: str | None = None  # promptFeedback.blockReason: no candidates at all
+    usage: dict[str, int] = field(default_factory=lambda: {"promptTokenCount": 6, "candidatesTokenCount": 3})
+    status: int = 200  # an HTTP error instead of an answer
+    error_after: int | None = None  # streams: an {"error": ...} event after this many events
+    logprobs: bool = False
+
+
+@dataclass
+class Seen:
+    path: str
+    method: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+def _valid(model: type[Any], obj: Any) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model.model_validate(obj)
+
+
+def check_request(body: dict[str, Any]) -> str | None:
+    """What google-genai's models refuse in a generateContent body (None: nothing)."""
+    known = {
+        "contents": None,
+        "systemInstruction": types.Content,
+        "generationConfig": types.GenerationConfig,
+        "toolConfig": types.ToolConfig,
+    }
+    try:
+        for key, value in body.items():
+            if key == "contents":
+                for c in value:
+                    _valid(types.Content, c)
+                    if c.get("role") not in ("user", "model"):
+                        return f"contents role {c.get('role')!r}"
+            elif key == "tools":
+                for t in value:
+                    _valid(types.Tool, t)
+            elif key in known:
+                _valid(known[key], value)  # type: ignore[arg-type]
+            else:
+                return f"Invalid JSON payload received. Unknown name {key!r}"
+    except Exception as e:  # pydantic's ValidationError, or a warning turned error
+        return str(e)[:500]
+    return None if body.get("contents") else "contents is required"
+
+
+@dataclass
+class FakeGemini:
+    default: Reply = field(default_factory=Reply)
+    script: list[Reply] = field(default_factory=list)
+    requests: list[Seen] = field(default_factory=list)
+    tokens: set[str] = field(default_factory=set)  # bearer tokens Vertex accepts (from FakeTokenServer)
+    port: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def __aenter__(self) -> FakeGemini:
+        app = web.Application()
+        app.router.add_post("/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, handle_signals=False)
+        await self._runner.setup()
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        await web.SockSite(self._runner, sock).start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._runner.cleanup()
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        path = request.path
+        model_part = path.rsplit("/models/", 1)[-1]
+        model, _, method = model_part.partition(":")
+        vertex = path.startswith("/v1/projects/") and "/publishers/google/models/" in path
+        if (
+            not (vertex or path.startswith(("/v1beta/models/", "/v1/models/")))
+            or method not in ("generateContent", "streamGenerateContent")
+            or not model
+        ):
+            return _error(404, f"no route {path}")
+        if vertex:
+            auth = request.headers.get("authorization", "")
+            if not auth.startswith("Bearer ") or auth[7:] not in self.tokens:
+                return _error(401, "Request had invalid authentication credentials.")
+        elif request.headers.get("x-goog-api-key") != API_KEY:
+            return _error(400 if "x-goog-api-key" not in request.headers else 403, "API key not valid.")
+        stream = method == "streamGenerateContent"
+        if stream and request.query.get("alt") != "sse":
+            return _error(400, "this fake streams only with alt=sse")
+        try:
+            body = json.loads(await request.read())
+        except ValueError:
+            return _error(400, "Invalid JSON payload received.")
+        problem = check_request(body)
+        if problem:
+            return _error(400, problem)
+        self.requests.append(Seen(path, method, dict(request.headers), body))
+        r = self.script.pop(0) if self.script else self.default
+        if r.status != 200:
+            return _error(r.status, f"fake {STATUS.get(r.status, 'error')}")
+        n = (body.get("generationConfig") or {}).get("candidateCount") or 1
+        if not stream:
+            answer = _answer(r, n, [r.text], final=True)
+            _valid(types.GenerateContentResponse, answer)
+            return web.json_response(answer)
+        resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await resp.prepare(request)
+        words = r.text.split(" ") if r.text else []
+        pieces = [[w if i == 0 else " " + w] for i, w in enumerate(words)] or [[]]
+        events = [_answer(r, n, p, final=False) for p in pieces[:-1]] + [
+            _answer(r, n, pieces[-1], final=True)
+        ]
+        if r.block:
+            events = events[-1:]
+        for i, ev in enumerate(events):
+            if r.error_after is not None and i == r.error_after:
+                ev = {"error": {"code": 503, "message": "fake overload mid-stream", "status": "UNAVAILABLE"}}
+            else:
+                _valid(types.GenerateContentResponse, ev)
+            await resp.write(b"data: " + json.dumps(ev).encode() + b"\r\n\r\n")
+            await asyncio.sleep(0)
+            if "error" in ev:
+                break
+        await resp.write_eof()
+        return resp
+
+
+def _answer(r: Reply, n: int, texts: list[str], *, final: bool) -> dict[str, Any]:
+    usage = {
+        **r.usage,
+        "totalTokenCount": sum(v for k, v in r.usage.items() if k != "cachedContentTokenCount"),
+    }
+    if r.block:
+        return {"promptFeedback": {"blockReason": r.block}, "usageMetadata": usage, "modelVersion": "fake"}
+    cands = []
+    for i in range(n):
+        parts: list[dict[str, Any]] = [{"text": t} for t in texts]
+        if final:
+            parts += [{"functionCall": {"name": name, "args": args}} for name, args in r.calls]
+        cand: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": i}
+        if final:
+            cand["finishReason"] = r.finish
+        if r.logprobs:
+            cand["logprobsResult"] = {
+                "chosenCandidates": [{"token": t, "logProbability": -0.5} for t in texts],
+                "topCandidates": [{"candidates": [{"token": t, "logProbability": -0.5}]} for t in texts],
+            }
+        cands.append(cand)
+    out: dict[str, Any] = {"candidates": cands, "modelVersion": "fake", "responseId": "r1"}
+    if final:
+        out["usageMetadata"] = usage
+    return out
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response(
+        {"error": {"code": status, "message": message, "status": STATUS.get(status, "UNKNOWN")}},
+        status=status,
+    )
+
+
+class FakeTokenServer:
+    """Google's OAuth token endpoint for service accounts, on loopback: verifies the JWT-bearer
+    assertion (RS256, signed by the key whose public half it holds; audience Google's token URL)
+    and issues a token good for ``lifetime`` seconds, added to ``accepted``."""
+
+    def __init__(self, public_pem: bytes, accepted: set[str], lifetime: int = 3600) -> None:
+        self.public_pem, self.accepted, self.lifetime = public_pem, accepted, lifetime
+        self.issued: list[dict[str, Any]] = []  # the verified claims of each grant
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                form = parse_qs(self.rfile.read(int(self.headers.get("content-length") or 0)).decode())
+                status, answer = outer._grant(form)
+                data = json.dumps(answer).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/token"
+
+    def _grant(self, form: dict[str, list[str]]) -> tuple[int, dict[str, Any]]:
+        from google.auth import jwt
+
+        if form.get("grant_type") != ["urn:ietf:params:oauth:grant-type:jwt-bearer"]:
+            return 400, {"error": "unsupported_grant_type"}
+        try:
+            claims = jwt.decode(form["assertion"][0], certs=self.public_pem, audience=GOOGLE_TOKEN_URL)
+        except Exception as e:
+            return 400, {"error": "invalid_grant", "error_description": str(e)[:200]}
+        if "cloud-platform" not in str(claims.get("scope")) or claims["exp"] < time.time():
+            return 400, {"error": "invalid_scope"}
+        self.issued.append(claims)
+        token = "ya29.fake-" + secrets.token_urlsafe(12)
+        self.accepted.add(token)
+        return 200, {"access_token": token, "expires_in": self.lifetime, "token_type": "Bearer"}
+
+    def __enter__(self) -> FakeTokenServer:
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def service_account(token_uri: str) -> tuple[dict[str, Any], bytes]:
+    """A fresh service-account key file's JSON (``token_uri`` pointed at the fake) and its public key."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    private = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    public = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    info = {
+        "type": "service_account",
+        "project_id": "proj",
+        "private_key_id": "k1",
+        "private_key": private,
+        "client_email": "gw@proj.iam.gserviceaccount.com",
+        "client_id": "1",
+        "token_uri": token_uri,
+    }
+    return info, public

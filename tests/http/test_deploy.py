@@ -1,0 +1,187 @@
+"""The container and cluster files under deploy/ and the Dockerfile agree with the gateway itself:
+their command lines parse with the real ``switchyard`` parser, their ports and probes are the ones
+served, their configs load with the real config loader (the slim image's without torch), their
+secrets are provided, and shutdown has longer than ``shutdown_grace``. No Docker daemon or cluster
+runs here: nothing is built or applied (docs/deploy.md says what was not run)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from switchyard.core.config import Config, load_config
+from switchyard.http.cli import build_parser
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+K8S = DEPLOY / "kubernetes"
+
+
+def serve_args(argv: list[str]) -> Any:
+    assert argv[0] == "switchyard", argv
+    args = build_parser().parse_args(argv[1:])
+    assert args.command == "serve"
+    return args
+
+
+def load_with(path: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Config:
+    monkeypatch.setenv("SWITCHYARD_HOME", str(tmp_path / "home"))  # master_key: auto writes here
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    return load_config(path)
+
+
+def check_without(module: str, path: Path) -> subprocess.CompletedProcess[str]:
+    code = (f"import sys; sys.modules[{module!r}] = None\n"
+            "from switchyard.http.cli import main\nsys.exit(main(sys.argv[1:]))")
+    return subprocess.run([sys.executable, "-c", code, "check-config", str(path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+
+
+# --- the image ------------------------------------------------------------------------------
+
+def dockerfile() -> str:
+    return (ROOT / "Dockerfile").read_text()
+
+
+def test_the_image_can_hold_every_extra():
+    text = dockerfile()
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for arg, extra in [("ENGINE", "engine"), ("LEDGER", "ledger"), ("OTEL", "otel"),
+                       ("BEDROCK", "bedrock"), ("VERTEX", "vertex")]:
+        assert re.search(rf"^ARG {arg}=0$", text, re.M), arg
+        assert extra in extras, f"the {arg} build argument installs [{extra}], which pyproject lacks"
+        assert extra in text
+
+
+def test_the_images_command_and_healthcheck_match_the_gateway(tmp_path, monkeypatch):
+    cmd = re.search(r"^CMD (\[.*\])$", dockerfile(), re.M)
+    assert cmd is not None
+    args = serve_args(yaml.safe_load(cmd.group(1)))
+    assert args.host == "0.0.0.0" and f"EXPOSE {args.port}" in dockerfile()
+    assert f"http://127.0.0.1:{args.port}/health" in dockerfile()
+    assert args.config == "/etc/switchyard/config.yaml"
+
+
+def test_the_slim_images_default_config_serves_without_torch(tmp_path):
+    """A bare ``docker run`` of the proxy-only image: its default config passes check-config (as
+    serve checks it) where torch cannot be imported, and needs no secret from the environment."""
+    text = dockerfile()
+    assert "cp /app/configs/config.proxy.yaml /etc/switchyard/config.yaml" in text
+    assert "COPY config.example.yaml deploy/config.proxy.yaml /app/configs/" in text
+    done = check_without("torch", DEPLOY / "config.proxy.yaml")
+    assert done.returncode == 0, done.stderr
+    # ... whereas the engine image's default (config.example.yaml) would have exited there.
+    assert check_without("torch", ROOT / "config.example.yaml").returncode == 2
+    cfg = yaml.safe_load((DEPLOY / "config.proxy.yaml").read_text())
+    assert not re.search(r"env:", (DEPLOY / "config.proxy.yaml").read_text().split("#")[0])
+    assert cfg["server"]["host"] == "0.0.0.0" and cfg["master_key"] == "auto"
+
+
+# --- docker compose -------------------------------------------------------------------------
+
+def compose() -> dict[str, Any]:
+    return yaml.safe_load((DEPLOY / "docker-compose.yaml").read_text())
+
+
+def test_compose_runs_the_gateway_on_redis_and_postgres(tmp_path, monkeypatch):
+    c = compose()
+    gw, services = c["services"]["gateway"], c["services"]
+    assert {"gateway", "redis", "postgres"} <= services.keys()
+    args = serve_args(gw["command"])
+    assert f"{args.port}:{args.port}" in gw["ports"] or any(p.endswith(f":{args.port}") for p in gw["ports"])
+    assert gw["build"]["args"]["LEDGER"] == "1" and gw["build"]["context"] == ".."
+    mounted = {v.split(":")[1]: v.split(":")[0] for v in gw["volumes"]}
+    config_file = DEPLOY / mounted[args.config]
+    env = {k: "x" * 32 for k in gw["environment"]}  # (a master key is 16 characters or more)
+    env["SWITCHYARD_LEDGER_URL"] = "postgresql://switchyard:pw@postgres:5432/switchyard"
+    cfg = load_with(config_file, env, monkeypatch, tmp_path)
+    assert cfg.server.port == args.port
+    assert cfg.store.url == "redis://redis:6379/0"  # the redis service, by its name
+    assert cfg.usage.ledger is not None and "@postgres:5432/" in gw["environment"]["SWITCHYARD_LEDGER_URL"]
+    assert "master_key: env:SWITCHYARD_MASTER_KEY" in config_file.read_text()
+    assert cfg.master_key == "x" * 32  # from the environment, which compose requires to be set
+    assert "${SWITCHYARD_MASTER_KEY:?" in gw["environment"]["SWITCHYARD_MASTER_KEY"]
+    probe = " ".join(gw["healthcheck"]["test"])
+    assert "/ready" in probe and f":{args.port}/" in probe
+    grace = int(gw["stop_grace_period"].rstrip("s"))
+    assert grace > cfg.server.shutdown_grace
+    assert set(gw["depends_on"]) == {"redis", "postgres"}
+    pg = services["postgres"]["environment"]
+    assert f"{pg['POSTGRES_USER']}:" in gw["environment"]["SWITCHYARD_LEDGER_URL"]
+    assert f"/{pg['POSTGRES_DB']}" in gw["environment"]["SWITCHYARD_LEDGER_URL"]
+
+
+# --- Kubernetes -----------------------------------------------------------------------------
+
+def manifests() -> dict[str, dict[str, Any]]:
+    kust = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    out = {}
+    for name in kust["resources"]:
+        for doc in yaml.safe_load_all((K8S / name).read_text()):
+            out[doc["kind"]] = doc
+    return out
+
+
+def test_kubernetes_manifests_match_the_gateway(tmp_path, monkeypatch):
+    m = manifests()
+    assert {"ConfigMap", "Secret", "Deployment", "Service", "PodDisruptionBudget"} <= m.keys()
+    dep = m["Deployment"]
+    pod = dep["spec"]["template"]
+    (c,) = pod["spec"]["containers"]
+    args = serve_args(c["args"])
+    assert dep["spec"]["replicas"] >= 2
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports["http"] == args.port
+    assert c["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "http"}
+    # The config: the ConfigMap mounted where --config points, loaded by the real loader with the
+    # Secret's keys as the environment the pod gets.
+    (mount,) = c["volumeMounts"]
+    (vol,) = [v for v in pod["spec"]["volumes"] if v["name"] == mount["name"]]
+    assert vol["configMap"]["name"] == m["ConfigMap"]["metadata"]["name"]
+    assert args.config == f"{mount['mountPath']}/config.yaml"
+    secret = m["Secret"]
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in c["env"]}
+    for name, ref in refs.items():
+        assert ref["name"] == secret["metadata"]["name"] and ref["key"] in secret["stringData"], name
+    path = tmp_path / "config.yaml"
+    path.write_text(m["ConfigMap"]["data"]["config.yaml"])
+    env = {name: secret["stringData"][ref["key"]] for name, ref in refs.items()}
+    cfg = load_with(path, env, monkeypatch, tmp_path)
+    assert cfg.server.port == args.port
+    assert cfg.store.url.startswith("redis://")  # replicas share limits only through Redis
+    assert cfg.master_key == secret["stringData"]["SWITCHYARD_MASTER_KEY"]
+    # Shutdown: the pod gets longer than the preStop pause plus shutdown_grace plus settling.
+    pre_stop = float(re.search(r"sleep\((\d+)\)", " ".join(c["lifecycle"]["preStop"]["exec"]["command"]))[1])
+    assert pod["spec"]["terminationGracePeriodSeconds"] > pre_stop + cfg.server.shutdown_grace + 5
+    # Prometheus finds /metrics on the served port, and /metrics needs no token then.
+    ann = pod["metadata"]["annotations"]
+    assert ann["prometheus.io/scrape"] == "true" and ann["prometheus.io/path"] == "/metrics"
+    assert int(ann["prometheus.io/port"]) == args.port
+    assert cfg.metrics.enabled and cfg.metrics.token is None
+    # The Service and the PodDisruptionBudget select these pods.
+    labels = pod["metadata"]["labels"]
+    assert m["Service"]["spec"]["selector"].items() <= labels.items()
+    assert m["Service"]["spec"]["ports"][0]["targetPort"] in ("http", args.port)
+    pdb = m["PodDisruptionBudget"]["spec"]
+    assert pdb["selector"]["matchLabels"].items() <= labels.items()
+    assert 0 < pdb["minAvailable"] < dep["spec"]["replicas"]
+    assert pod["spec"]["securityContext"]["runAsUser"] == 10001 and "--uid 10001" in dockerfile()
+
+
+def test_every_deploy_yaml_parses_and_has_no_repeated_key():
+    from switchyard.core.config import _repeated_key
+
+    files = sorted(DEPLOY.rglob("*.yaml"))
+    assert len(files) >= 8
+    for f in files:
+        for node in yaml.compose_all(f.read_text(), Loader=yaml.SafeLoader):
+            assert _repeated_key(node, [], set()) is None, f
