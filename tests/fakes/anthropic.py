@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +24,8 @@ from aiohttp import web
 from anthropic.types import Message, RawMessageStreamEvent
 from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
 from anthropic.types.shared import ErrorResponse
+
+from tests.fakes.serve import serve_app
 
 _REQUEST = pydantic.TypeAdapter(MessageCreateParamsNonStreaming)
 _EVENT = pydantic.TypeAdapter(RawMessageStreamEvent)
@@ -80,12 +81,7 @@ class FakeAnthropic:
     async def __aenter__(self) -> FakeAnthropic:
         app = web.Application()
         app.router.add_post("/v1/messages", self._handle)
-        self._runner = web.AppRunner(app, handle_signals=False)
-        await self._runner.setup()
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", self.port))
-        self.port = sock.getsockname()[1]
-        await web.SockSite(self._runner, sock).start()
+        self._runner, self.port = await serve_app(app, self.port)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

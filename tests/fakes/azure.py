@@ -9,12 +9,13 @@ it is sent; tests/providers/test_azure.py drives it with ``openai.AsyncAzureOpen
 from __future__ import annotations
 
 import json
-import socket
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+from tests.fakes.serve import serve_app
 
 _FILTERS = {"hate": {"filtered": False, "severity": "safe"}}
 _PROMPT_FILTER = [{"prompt_index": 0, "content_filter_results": _FILTERS}]
@@ -44,12 +45,7 @@ class FakeAzure:
         app = web.Application()
         app.router.add_post("/openai/deployments/{deployment}/chat/completions", self._classic)
         app.router.add_post("/openai/v1/chat/completions", self._v1)
-        self._runner = web.AppRunner(app, handle_signals=False)
-        await self._runner.setup()
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", self.port))
-        self.port = sock.getsockname()[1]
-        await web.SockSite(self._runner, sock).start()
+        self._runner, self.port = await serve_app(app, self.port)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

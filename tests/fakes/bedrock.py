@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import socket
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
@@ -37,6 +36,7 @@ from botocore.model import ServiceModel
 from botocore.validate import ParamValidator
 
 from switchyard.providers.aws.eventstream import encode_frame
+from tests.fakes.serve import serve_app
 
 ACCESS_KEY, SECRET_KEY = "AKIDFAKEBEDROCK", "fake/secret+key"
 API_KEY = "bedrock-api-key-fake"
@@ -88,12 +88,7 @@ class FakeBedrock:
     async def __aenter__(self) -> FakeBedrock:
         app = web.Application()
         app.router.add_post("/model/{model}/{op}", self._handle)
-        self._runner = web.AppRunner(app, handle_signals=False)
-        await self._runner.setup()
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        await web.SockSite(self._runner, sock).start()
+        self._runner, self.port = await serve_app(app)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-import socket
 import threading
 import time
 import warnings
@@ -30,6 +29,8 @@ from urllib.parse import parse_qs
 
 from aiohttp import web
 from google.genai import types
+
+from tests.fakes.serve import serve_app
 
 API_KEY = "gemini-fake-key"
 GOOGLE_TOKEN_URL = "https://oauth2.googleapis.com/token"  # the JWT's audience, wherever it is posted
@@ -113,12 +114,7 @@ class FakeGemini:
     async def __aenter__(self) -> FakeGemini:
         app = web.Application()
         app.router.add_post("/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, handle_signals=False)
-        await self._runner.setup()
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        await web.SockSite(self._runner, sock).start()
+        self._runner, self.port = await serve_app(app)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

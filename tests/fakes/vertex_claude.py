@@ -10,7 +10,6 @@ with the anthropic SDK's own types and answers with its models. Calibrated with 
 from __future__ import annotations
 
 import json
-import socket
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
@@ -19,6 +18,7 @@ import aiohttp
 from aiohttp import web
 
 from tests.fakes.anthropic import FakeAnthropic, Seen
+from tests.fakes.serve import serve_app
 
 # What Google documents, and what the anthropic SDK's Vertex client sends by default (its own API
 # version): either is an anthropic_version Vertex takes.
@@ -43,12 +43,7 @@ class FakeVertexClaude:
         app.router.add_post(
             "/v1/projects/{project}/locations/{location}/publishers/anthropic/models/{tail}", self._handle
         )
-        self._runner = web.AppRunner(app, handle_signals=False)
-        await self._runner.setup()
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        await web.SockSite(self._runner, sock).start()
+        self._runner, self.port = await serve_app(app)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

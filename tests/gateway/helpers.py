@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +12,7 @@ from aiohttp import web
 from switchyard.core.canonical import Usage
 from switchyard.core.config import Config
 from switchyard.policies.factory import Policies, build_policies
+from tests.fakes.serve import serve_app
 
 
 @dataclass
@@ -72,12 +72,7 @@ class StallingUpstream:
     async def __aenter__(self) -> StallingUpstream:
         app = web.Application()
         app.router.add_post("/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1)
-        await self._runner.setup()
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        await web.SockSite(self._runner, sock).start()
+        self._runner, self.port = await serve_app(app, shutdown_timeout=1)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
