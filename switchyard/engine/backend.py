@@ -97,7 +97,7 @@ class EngineBackend:
     def stats(self) -> dict[str, float]:
         return self._stats  # as the engine process last reported (see process.Meter)
 
-    async def count_tokens(self, req: CanonicalRequest) -> int:
+    async def count_tokens(self, req: CanonicalRequest, *, exact: bool = False) -> int:
         rid, q = self._open("count", req)
         try:
             msg = await q.get()

@@ -22,11 +22,13 @@ from typing import Any
 
 import pydantic
 from aiohttp import web
-from anthropic.types import Message, RawMessageStreamEvent
+from anthropic.types import Message, MessageTokensCount, RawMessageStreamEvent
+from anthropic.types.message_count_tokens_params import MessageCountTokensParams
 from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
 from anthropic.types.shared import ErrorResponse
 
 _REQUEST = pydantic.TypeAdapter(MessageCreateParamsNonStreaming)
+_COUNT = pydantic.TypeAdapter(MessageCountTokensParams)
 _EVENT = pydantic.TypeAdapter(RawMessageStreamEvent)
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "not_found_error", 429: "rate_limit_error", 500: "api_error", 529: "overloaded_error"}
@@ -63,6 +65,7 @@ class Seen:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    raw: bytes = b""  # the body's bytes as they arrived
 
 
 @dataclass
@@ -80,6 +83,7 @@ class FakeAnthropic:
     async def __aenter__(self) -> FakeAnthropic:
         app = web.Application()
         app.router.add_post("/v1/messages", self._handle)
+        app.router.add_post("/v1/messages/count_tokens", self._count)
         self._runner = web.AppRunner(app, handle_signals=False)
         await self._runner.setup()
         sock = socket.socket()
@@ -98,15 +102,43 @@ class FakeAnthropic:
         ErrorResponse.model_validate(body)
         return web.json_response(body, status=status, headers=headers)
 
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
-        body = await request.json()
-        self.requests.append(Seen(request.path, dict(request.headers), body))
+    async def _seen(self, request: web.Request) -> tuple[dict[str, Any], web.Response | None]:
+        raw = await request.read()
+        body = json.loads(raw)
+        self.requests.append(Seen(request.path, dict(request.headers), body, raw))
         given = (request.headers.get("x-api-key")
                  or request.headers.get("authorization", "").removeprefix("Bearer "))
         if given != self.key:
-            return self._error(401, f"invalid x-api-key {given}")  # quotes the key, as APIs do
+            return body, self._error(401, f"invalid x-api-key {given}")  # quotes the key, as APIs do
         if "anthropic-version" not in request.headers:
-            return self._error(400, "anthropic-version: header is required")
+            return body, self._error(400, "anthropic-version: header is required")
+        return body, None
+
+    @staticmethod
+    def tokens(body: dict[str, Any]) -> int:
+        """This fake's token count of a prompt (its answers' ``input_tokens`` too)."""
+        return len(json.dumps(body["messages"]).split()) + len(str(body.get("system", "")).split())
+
+    async def _count(self, request: web.Request) -> web.Response:
+        """``POST /v1/messages/count_tokens``: the Messages fields without max_tokens or stream."""
+        body, refused = await self._seen(request)
+        if refused is not None:
+            return refused
+        extra = sorted(set(body) - set(MessageCountTokensParams.__annotations__))
+        if extra:
+            return self._error(400, f"{extra[0]}: Extra inputs are not permitted")
+        try:
+            _consume(_COUNT.validate_python(body))
+        except pydantic.ValidationError as e:
+            return self._error(400, f"invalid request: {e.errors()[0]['loc']}: {e.errors()[0]['msg']}")
+        out = {"input_tokens": self.tokens(body)}
+        MessageTokensCount.model_validate(out)
+        return web.json_response(out)
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        body, refused = await self._seen(request)
+        if refused is not None:
+            return refused
         try:
             _consume(_REQUEST.validate_python({k: v for k, v in body.items() if k != "stream"}))
         except pydantic.ValidationError as e:
@@ -129,7 +161,7 @@ class FakeAnthropic:
             text, stop_reason = "".join(pieces), "max_tokens"
         if b.tools and stop_reason == "end_turn":
             stop_reason = "tool_use"
-        prompt = len(json.dumps(body["messages"]).split()) + len(str(body.get("system", "")).split())
+        prompt = self.tokens(body)
         usage = {"input_tokens": prompt,
                  "output_tokens": len(pieces) + 5 * len(b.tools),
                  "cache_read_input_tokens": b.cache_read, "cache_creation_input_tokens": b.cache_write}

@@ -73,3 +73,16 @@ class AnthropicCodec:
         else:
             out.pop("stream", None)
         return self._wrap(out)
+
+    def count(self, body: dict[str, Any], model: str,
+              allow_params: list[str] | None = None) -> dict[str, Any]:
+        """The caller's count_tokens body for the upstream's own count: the Messages fields as
+        sent (no max_tokens or stream: the count endpoint refuses them), the upstream's model."""
+        allowed = allow_params or []
+        out = {k: v for k, v in body.items()
+               if (k in MESSAGES_FIELDS or "*" in allowed or k in allowed)
+               and k not in ("max_tokens", "stream")}
+        out["model"] = model
+        if self.envelope:
+            out.update(self.envelope)
+        return out
