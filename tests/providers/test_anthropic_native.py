@@ -151,3 +151,34 @@ async def test_count_tokens_asks_the_upstream(gateway_for) -> None:
     assert seen.body["model"] == "claude-up" and "max_tokens" not in seen.body
     assert seen.body["system"] == system(5) and seen.body["tools"] == TOOLS
     assert n.input_tokens == FakeAnthropic.tokens(seen.body)
+
+
+async def test_claude_on_vertex_takes_the_native_body_in_its_envelope(gateway_for, tmp_path) -> None:
+    from tests.fakes.gemini import FakeTokenServer, service_account
+    from tests.fakes.vertex_claude import FakeVertexClaude
+
+    accepted: set[str] = set()
+    async with FakeVertexClaude(accepted) as fake:
+        with FakeTokenServer(b"", accepted) as tokens:
+            info, tokens.public_pem = service_account(tokens.url)
+            path = tmp_path / "sa.json"
+            path.write_text(json.dumps(info))
+            dep = {"name": "vc", "provider": "vertex", "base_url": fake.url, "project": "proj",
+                   "location": "us-east5", "credentials": str(path), "model": "claude-up"}
+            cfg = base_config([{"name": MODEL, "deployments": [dep], "max_output_tokens": 1000}])
+            sent: list[bytes] = []
+            async with gateway_for(cfg) as gw:
+                c = client(gw, sent)
+                fake.inner.script.append(Claude(text="hi from vertex"))
+                msg = await c.messages.create(**ask(6))
+                n = await c.messages.count_tokens(model=MODEL, system=system(7), messages=TURNS)
+    assert msg.content[0].text == "hi from vertex"  # type: ignore[union-attr]
+    first, count = fake.requests
+    assert first.path.endswith("/publishers/anthropic/models/claude-up:rawPredict")
+    body = {k: v for k, v in json.loads(sent[0]).items() if k != "model"}
+    assert first.raw == msgspec.json.encode({**body, "max_tokens": 1000,
+                                             "anthropic_version": "vertex-2023-10-16"})
+    assert msgspec.json.encode(system(6)) in first.raw
+    assert count.path.endswith("/publishers/anthropic/models/count-tokens:rawPredict")
+    assert count.body["model"] == "claude-up" and count.body["system"] == system(7)
+    assert n.input_tokens == FakeAnthropic.tokens(fake.inner.requests[-1].body)
