@@ -172,7 +172,7 @@ async def test_claude_on_vertex_takes_the_native_body_in_its_envelope(gateway_fo
                 fake.inner.script.append(Claude(text="hi from vertex"))
                 msg = await c.messages.create(**ask(6))
                 n = await c.messages.count_tokens(model=MODEL, system=system(7), messages=TURNS)
-    assert msg.content[0].text == "hi from vertex"  # type: ignore[union-attr]
+    assert msg.content[0].text == "hi from vertex"
     first, count = fake.requests
     assert first.path.endswith("/publishers/anthropic/models/claude-up:rawPredict")
     body = {k: v for k, v in json.loads(sent[0]).items() if k != "model"}
