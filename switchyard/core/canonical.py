@@ -198,12 +198,17 @@ class Chunk:
     # More chunks have already arrived and follow at once: the gateway may write them to the
     # caller together (one send instead of many when an upstream delivers a burst).
     more: bool = False
+    # The native lane's reasoning, in the caller's API (Anthropic): whole ``thinking`` /
+    # ``redacted_thinking`` blocks, signatures included, or in a stream a block's start and its
+    # ``thinking_delta`` / ``signature_delta`` pieces. A caller must send them back as they came.
+    thinking: list[dict[str, Any]] | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         # The engine pickles every streamed chunk to the gateway: by position, a chunk pickles in
         # 2.3 us and loads in 1.2, against 5.2 and 3.6 through a slots dataclass's state (measured).
         return (Chunk, (self.index, self.text, self.finish_reason, self.logprobs, self.usage, self.tokens,
-                        self.role, self.tool_calls, self.prompt_logprobs, self.stop_word, self.more))
+                        self.role, self.tool_calls, self.prompt_logprobs, self.stop_word, self.more,
+                        self.thinking))
 
 
 @dataclass(slots=True)
@@ -223,3 +228,4 @@ class Choice:
     tool_calls: list[dict[str, Any]] | None = None
     prompt_logprobs: list[TokenLogprob] | None = None
     stop_word: str | None = None
+    thinking: list[dict[str, Any]] | None = None  # the native lane's thinking blocks, whole

@@ -25,7 +25,7 @@ class Tally:
             self.reported = ch.usage
         if ch.tokens is not None:
             self.counted += ch.tokens
-        elif ch.text or ch.tool_calls:
+        elif ch.text or ch.tool_calls or ch.thinking:
             self.counted += 1
 
     def usage(self) -> Usage:
@@ -60,6 +60,8 @@ def gather(chunks: list[Chunk], usage: Usage) -> Completion:
             c.prompt_logprobs = ch.prompt_logprobs
         if ch.tool_calls:
             c.tool_calls = (c.tool_calls or []) + ch.tool_calls
+        if ch.thinking:
+            c.thinking = (c.thinking or []) + ch.thinking
     for i, c in by_index.items():
         c.text = "".join(texts[i])
     return Completion(choices=[by_index[i] for i in sorted(by_index)], usage=usage)

@@ -29,6 +29,7 @@ from anthropic.types.shared import ErrorResponse
 
 _REQUEST = pydantic.TypeAdapter(MessageCreateParamsNonStreaming)
 _COUNT = pydantic.TypeAdapter(MessageCountTokensParams)
+SIGNATURE = "EuYBCkQYAiJAsig+fake/signature=="  # what a thinking block is signed with
 _EVENT = pydantic.TypeAdapter(RawMessageStreamEvent)
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "not_found_error", 429: "rate_limit_error", 500: "api_error", 529: "overloaded_error"}
@@ -58,6 +59,7 @@ class Claude:
     inband_error: str | None = None  # streams: an error event of this type ...
     error_after: int = 0  # ... after this many text deltas (0: before any content)
     cut_after: int | None = None  # streams: drop the connection after this many events
+    thinking: str | None = None  # a thinking block (with a signature) before the answer
 
 
 @dataclass
@@ -166,6 +168,8 @@ class FakeAnthropic:
                  "output_tokens": len(pieces) + 5 * len(b.tools),
                  "cache_read_input_tokens": b.cache_read, "cache_creation_input_tokens": b.cache_write}
         content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+        if b.thinking is not None:
+            content.insert(0, {"type": "thinking", "thinking": b.thinking, "signature": SIGNATURE})
         content += [{"type": "tool_use", "id": f"toolu_{i:02d}{name}", "name": name, "input": args}
                     for i, (name, args) in enumerate(b.tools)]
         msg = {"id": "msg_fake", "type": "message", "role": "assistant", "model": body["model"],
@@ -187,16 +191,25 @@ class FakeAnthropic:
         if b.inband_error and b.error_after == 0:
             events.append(error)
         index = 0
+        if b.thinking is not None:
+            events += [{"type": "content_block_start", "index": 0,
+                        "content_block": {"type": "thinking", "thinking": "", "signature": ""}},
+                       {"type": "content_block_delta", "index": 0,
+                        "delta": {"type": "thinking_delta", "thinking": b.thinking}},
+                       {"type": "content_block_delta", "index": 0,
+                        "delta": {"type": "signature_delta", "signature": SIGNATURE}},
+                       {"type": "content_block_stop", "index": 0}]
+            index = 1
         if pieces and pieces != [""]:
-            events.append({"type": "content_block_start", "index": 0,
+            events.append({"type": "content_block_start", "index": index,
                            "content_block": {"type": "text", "text": ""}})
             for i, p in enumerate(pieces):
-                events.append({"type": "content_block_delta", "index": 0,
+                events.append({"type": "content_block_delta", "index": index,
                                "delta": {"type": "text_delta", "text": p}})
                 if b.inband_error and b.error_after == i + 1:
                     events.append(error)
-            events.append({"type": "content_block_stop", "index": 0})
-            index = 1
+            events.append({"type": "content_block_stop", "index": index})
+            index += 1
         for block in msg["content"]:
             if block["type"] != "tool_use":
                 continue

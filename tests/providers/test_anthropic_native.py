@@ -13,7 +13,7 @@ import httpx
 import httpx2
 import msgspec
 
-from tests.fakes.anthropic import Claude, FakeAnthropic
+from tests.fakes.anthropic import SIGNATURE, Claude, FakeAnthropic
 from tests.gateway.conftest import KEY, base_config
 from tests.gateway.helpers import recording_policies
 
@@ -82,7 +82,7 @@ async def test_native_body_arrives_as_sent_and_usage_settles_once(gateway_for) -
         sent: list[bytes] = []
         async with gateway_for(cfg, policies=policies) as gw:
             c = client(gw, sent)
-            up.script.append(Claude(text="a b c", cache_read=4000, cache_write=2000))
+            up.script.append(Claude(text="a b c", cache_read=4000, cache_write=2000, thinking="Let me see."))
             msg = await c.messages.create(**ask(1))
             up.script.append(Claude(text="d e"))
             beta = {"anthropic-beta": "interleaved-thinking-2025-05-14", "anthropic-version": "2023-06-01"}
@@ -93,7 +93,11 @@ async def test_native_body_arrives_as_sent_and_usage_settles_once(gateway_for) -
     assert_native(sent[1], up.requests[1].raw, 2)
     assert up.requests[1].headers["anthropic-beta"] == "interleaved-thinking-2025-05-14"
     assert "anthropic-beta" not in up.requests[0].headers
-    assert msg.content[0].text == "a b c"
+    # Claude's thinking comes back whole, signed, before the text (the caller must return it).
+    assert [b.type for b in msg.content] == ["thinking", "text"]
+    first = msg.content[0]
+    assert first.type == "thinking" and first.thinking == "Let me see." and first.signature == SIGNATURE
+    assert msg.content[1].type == "text" and msg.content[1].text == "a b c"
     assert msg.usage.cache_read_input_tokens == 4000 and msg.usage.cache_creation_input_tokens == 2000
     assert len(settled) == 2
     u = settled[0].usage
@@ -109,15 +113,20 @@ async def test_native_stream_keeps_the_body_and_answers_anthropic_events(gateway
         policies, settled = recording_policies(cfg)
         sent: list[bytes] = []
         async with gateway_for(cfg, policies=policies) as gw:
-            up.script.append(Claude(text="one two three", cache_read=10, cache_write=20))
+            up.script.append(Claude(text="one two three", cache_read=10, cache_write=20, thinking="Hmm."))
             stream = await client(gw, sent).messages.create(**ask(3), stream=True)
             events = [e async for e in stream]
             await gw.app.state.gateway.drain()
     assert_native(sent[0], up.requests[0].raw, 3, stream=True)
     kinds = [e.type for e in events]
     assert kinds[0] == "message_start" and kinds[-2:] == ["message_delta", "message_stop"]
-    assert "content_block_start" in kinds and "content_block_stop" in kinds
-    text = "".join(e.delta.text for e in events if e.type == "content_block_delta")
+    starts = [e.content_block.type for e in events if e.type == "content_block_start"]
+    assert starts == ["thinking", "text"]
+    deltas = [e.delta for e in events if e.type == "content_block_delta"]
+    assert deltas[0].type == "thinking_delta" and deltas[0].thinking == "Hmm."
+    assert deltas[1].type == "signature_delta" and deltas[1].signature == SIGNATURE
+    assert [e.index for e in events if e.type.startswith("content_block")][:4] == [0, 0, 0, 0]
+    text = "".join(d.text for d in deltas if d.type == "text_delta")
     assert text == "one two three"
     final = events[-2]
     assert final.usage.output_tokens == 3

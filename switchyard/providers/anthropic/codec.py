@@ -45,10 +45,11 @@ class AnthropicCodec:
         return body
 
     def whole(self, raw: bytes, req: CanonicalRequest) -> list[Chunk]:
-        return decode.whole(raw)
+        return decode.whole(raw, thinking=req.native is not None)
 
     def stream(self, req: CanonicalRequest) -> decode.MessageStream:
-        return decode.MessageStream()
+        # Thinking blocks go back only to a caller that spoke this API (it must return them).
+        return decode.MessageStream(thinking=req.native is not None)
 
     def native(self, body: dict[str, Any], req: CanonicalRequest, model: str,
                allow_params: list[str] | None = None) -> dict[str, Any]:
