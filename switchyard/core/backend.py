@@ -26,9 +26,10 @@ class Backend(Protocol):
         through); ``None`` means the deployment's configured one."""
         ...
 
-    async def count_tokens(self, req: CanonicalRequest) -> int | None:
+    async def count_tokens(self, req: CanonicalRequest, *, exact: bool = False) -> int | None:
         """The prompt's exact token count with the model's own tokenizer, or None when this
-        backend cannot count (the gateway then estimates; see ``switchyard.policies.tokens``)."""
+        backend cannot count (the gateway then estimates; see ``switchyard.policies.tokens``).
+        ``exact``: the count is the answer (count_tokens), worth an upstream round trip."""
         ...
 
     def stats(self) -> dict[str, float]:

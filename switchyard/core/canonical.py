@@ -200,6 +200,10 @@ class Chunk:
     # More chunks have already arrived and follow at once: the gateway may write them to the
     # caller together (one send instead of many when an upstream delivers a burst).
     more: bool = False
+    # The native lane's reasoning, in the caller's API (Anthropic): whole ``thinking`` /
+    # ``redacted_thinking`` blocks, signatures included, or in a stream a block's start and its
+    # ``thinking_delta`` / ``signature_delta`` pieces. A caller must send them back as they came.
+    thinking: list[dict[str, Any]] | None = None
     embeddings: list[list[float]] | None = None  # embeddings: one vector per input, in input order
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -207,7 +211,7 @@ class Chunk:
         # 2.3 us and loads in 1.2, against 5.2 and 3.6 through a slots dataclass's state (measured).
         return (Chunk, (self.index, self.text, self.finish_reason, self.logprobs, self.usage, self.tokens,
                         self.role, self.tool_calls, self.prompt_logprobs, self.stop_word, self.more,
-                        self.embeddings))
+                        self.thinking, self.embeddings))
 
 
 @dataclass(slots=True)
@@ -227,4 +231,5 @@ class Choice:
     tool_calls: list[dict[str, Any]] | None = None
     prompt_logprobs: list[TokenLogprob] | None = None
     stop_word: str | None = None
+    thinking: list[dict[str, Any]] | None = None  # the native lane's thinking blocks, whole
     embeddings: list[list[float]] | None = None

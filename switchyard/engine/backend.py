@@ -105,7 +105,7 @@ class EngineBackend:
     def stats(self) -> dict[str, float]:
         return self._stats  # as the engine process last reported (see process.Meter)
 
-    async def count_tokens(self, req: CanonicalRequest) -> int:
+    async def count_tokens(self, req: CanonicalRequest, *, exact: bool = False) -> int:
         rid, q = self._open("count", req)
         try:
             msg = await q.get()
@@ -232,7 +232,7 @@ class EmbedderBackend(EngineBackend):
     kinds = frozenset({"embedding"})
     _counter: Callable[[CanonicalRequest], int] | None = None
 
-    async def count_tokens(self, req: CanonicalRequest) -> int:
+    async def count_tokens(self, req: CanonicalRequest, *, exact: bool = False) -> int:
         """Counted here with the model's tokenizer (no torch), not through the process: see
         ``embedder.token_counter``."""
         if self._counter is None:

@@ -250,7 +250,7 @@ class Gateway:
             ctx.deadline = ctx.started + timeout
             if req.timeout is None:  # the router bounds each attempt by req.timeout
                 req = replace(req, timeout=timeout)
-        ctx.run.prompt_tokens = await self._count(req, route)
+        ctx.run.prompt_tokens = await self._count(req, route, exact=ep.counts)
         return req
 
     async def _admit(self, ctx: RequestContext, req: CanonicalRequest) -> CanonicalRequest:
@@ -289,9 +289,9 @@ class Gateway:
             raise Forbidden(f"key {principal.key_id} may not use model {req.model}", param="model")
         return route
 
-    async def _count(self, req: CanonicalRequest, route: Route) -> int:
+    async def _count(self, req: CanonicalRequest, route: Route, *, exact: bool = False) -> int:
         backend = route.targets[0].backend
-        counted = await backend.count_tokens(req) if backend.ready else None
+        counted = await backend.count_tokens(req, exact=exact) if backend.ready else None
         return counted if counted is not None else count_prompt_tokens(req, route.model)
 
     @staticmethod
@@ -409,7 +409,7 @@ class Gateway:
         try:
             while ch is not None:
                 tally.add(ch)
-                if ch.text or ch.finish_reason or ch.logprobs or ch.role or ch.tool_calls:
+                if ch.text or ch.finish_reason or ch.logprobs or ch.role or ch.tool_calls or ch.thinking:
                     last = ch if ch.finish_reason else last
                     held.append(renderer.event(ch))
                 # The first event goes out at once (time to first byte); later ones that arrived

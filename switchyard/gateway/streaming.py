@@ -25,7 +25,7 @@ class Tally:
             self.reported = ch.usage
         if ch.tokens is not None:
             self.counted += ch.tokens
-        elif ch.text or ch.tool_calls:
+        elif ch.text or ch.tool_calls or ch.thinking:
             self.counted += 1
 
     def usage(self) -> Usage:
@@ -61,6 +61,8 @@ def gather(chunks: list[Chunk], usage: Usage) -> Completion:
             c.prompt_logprobs = ch.prompt_logprobs
         if ch.tool_calls:
             c.tool_calls = (c.tool_calls or []) + ch.tool_calls
+        if ch.thinking:
+            c.thinking = (c.thinking or []) + ch.thinking
         if ch.embeddings is not None:
             c.embeddings = (c.embeddings or []) + ch.embeddings
     for i, c in by_index.items():

@@ -54,14 +54,65 @@ class UpstreamBackend:
                          **deployment.headers}
         # never from a caller: the credential headers (all of them, set or not) and what we send
         self._own_headers = self.auth.owned | frozenset(k.lower() for k in self._headers)
+        # Sent per request, not in the prebuilt prefix: the native lane sends the caller's instead.
+        self._per_call = {k: self._headers.pop(k) for k in list(self._headers)
+                          if k.lower() in self.wire.native_headers}
+        self._native = getattr(self.codec, "native", None) if self.wire.native_dialect else None
         self._targets: dict[tuple[str, bool, str], str] = {}
         self._scrub = Scrubber(deployment.api_key, deployment.aws_secret_access_key,
                                deployment.aws_session_token)
 
     ready = True
 
-    async def count_tokens(self, req: CanonicalRequest) -> int | None:
-        return None  # the upstream's tokenizer is not here: the gateway estimates
+    async def count_tokens(self, req: CanonicalRequest, *, exact: bool = False) -> int | None:
+        """The upstream's own count when asked for the count itself (``exact``: count_tokens) and
+        the caller spoke this upstream's API; else None and the gateway estimates (an upstream
+        round trip per request would cost every request its latency)."""
+        path, count = self.wire.count_path, getattr(self.codec, "count", None)
+        native = req.native
+        if not exact or path is None or count is None or not self._is_native(req) or native is None:
+            return None
+        dep = self.deployment
+        body = count(msgspec.json.decode(native.body), self.upstream_model, dep.allow_extra_params)
+        if self._query:
+            path += ("&" if "?" in path else "?") + self._query
+        raw = _encode(body)
+        if self._exchange is None:
+            await self.start()
+        assert self._exchange is not None
+        signed = self.auth.sign("POST", path, self._exchange.host, raw) if self.auth.signs else None
+        try:
+            with transport_errors(dep.name, callers_deadline=False):
+                resp = await self._exchange.send(path, raw, self._headers_for(req), dep.timeout,
+                                                 dep.connect_timeout, signed)
+            try:
+                answer = await resp.read()
+                status = resp.status
+            finally:
+                await resp.aclose()
+        except UpstreamError:
+            return None  # the estimate stands in
+        if status != 200:
+            return None
+        try:
+            n = msgspec.json.decode(answer).get("input_tokens")
+        except (msgspec.DecodeError, AttributeError):
+            return None
+        return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
+
+    def _is_native(self, req: CanonicalRequest) -> bool:
+        """The native lane: the caller spoke the API this upstream speaks."""
+        return (self._native is not None and req.native is not None
+                and req.native.api == self.wire.native_dialect)
+
+    def _headers_for(self, req: CanonicalRequest) -> dict[str, str] | None:
+        """The per-request API headers: the deployment's, or on the native lane the caller's."""
+        if not self._per_call and not self.wire.native_headers:
+            return None
+        if req.native is not None and self._is_native(req):
+            sent = {k: v for k, v in req.native.headers.items() if k.lower() in self.wire.native_headers}
+            return {**self._per_call, **sent}
+        return self._per_call or None
 
     def stats(self) -> dict[str, float]:
         return {}
@@ -90,6 +141,12 @@ class UpstreamBackend:
             name = sorted(self._own_headers.intersection(req.extra_headers))[0]
             raise InvalidRequest(f"{passthrough.HEADERS_FIELD}.{name}: deployment {dep.name} sets this "
                                  "header itself", param=f"{passthrough.HEADERS_FIELD}.{name}")
+        if self._native is not None and req.native is not None and self._is_native(req):
+            # The caller's own body (cache_control, system blocks, thinking signatures kept),
+            # but for what the gateway owns; its unknown fields pass only when allowed.
+            body = self._native(msgspec.json.decode(req.native.body), req, upstream_model,
+                                dep.allow_extra_params)
+            return body, Emulation()
         return self.codec.render(req, upstream_model, dep)
 
     def _target(self, req: CanonicalRequest, upstream_model: str) -> str:
@@ -119,6 +176,9 @@ class UpstreamBackend:
         assert self._exchange is not None
         dep = self.deployment
         extra = req.extra_headers or None  # checked when parsed and against the allow-list
+        api = self._headers_for(req)
+        if api:
+            extra = {**api, **extra} if extra else api
         own = OUTGOING.get()  # the request id and trace context
         if own:
             extra = {**extra, **own} if extra else own

@@ -136,7 +136,8 @@ def vertex_row(dep: DeploymentConfig) -> Wire:
             for stream in (False, True)
         }
         return dataclasses.replace(
-            CLAUDE, name="vertex", codec=codec, paths=claude_paths, auth=vertex_auth, headers={}
+            CLAUDE, name="vertex", codec=codec, paths=claude_paths, auth=vertex_auth, headers={},
+            count_path=base + "/anthropic/models/count-tokens:rawPredict"
         )
     return dataclasses.replace(
         GEMINI_ROW,

@@ -27,8 +27,11 @@ The two protocols, for whoever writes a codec or an auth:
     A codec reports an unusable answer by raising ``WireError`` (the driver words it with the
     deployment's name and scrubs any upstream text); ``retryable=True`` only when nothing of the
     answer can have reached the caller (an in-band overload before any content).
-    ``native(body, req, model) -> body`` (optional): the native lane. When the caller spoke this
-    API itself, the caller's body is kept as sent except the fields the gateway owns.
+    ``native(body, req, model, allow_params) -> body`` (optional): the native lane. When the caller
+    spoke this API itself (``Wire.native_dialect``), the caller's body is kept as sent except the
+    fields the gateway owns; the row's ``native_headers`` go as the caller sent them.
+    ``count(body, model, allow_params) -> body`` (optional, with ``Wire.count_path``): the body of
+    the upstream's own token count, from the caller's count request in the same API.
 """
 
 from __future__ import annotations
@@ -141,6 +144,9 @@ class Wire:
     retry_statuses: frozenset[int] = RETRY_STATUSES
     caps: Caps = Caps()
     native_dialect: str | None = None  # the caller dialect whose bodies this API takes as sent
+    # Sent per request: the deployment's value, or on the native lane the caller's (anthropic-version).
+    native_headers: frozenset[str] = frozenset()
+    count_path: str | None = None  # the upstream's own prompt token count (native lane only)
 
     def target(self, kind: RequestKind, stream: bool, model: str) -> str:
         path = self.paths[(kind, stream)]

@@ -21,13 +21,16 @@ from typing import Any
 
 import pydantic
 from aiohttp import web
-from anthropic.types import Message, RawMessageStreamEvent
+from anthropic.types import Message, MessageTokensCount, RawMessageStreamEvent
+from anthropic.types.message_count_tokens_params import MessageCountTokensParams
 from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
 from anthropic.types.shared import ErrorResponse
 
 from tests.fakes.serve import serve_app
 
 _REQUEST = pydantic.TypeAdapter(MessageCreateParamsNonStreaming)
+_COUNT = pydantic.TypeAdapter(MessageCountTokensParams)
+SIGNATURE = "EuYBCkQYAiJAsig+fake/signature=="  # what a thinking block is signed with
 _EVENT = pydantic.TypeAdapter(RawMessageStreamEvent)
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "not_found_error", 429: "rate_limit_error", 500: "api_error", 529: "overloaded_error"}
@@ -57,6 +60,7 @@ class Claude:
     inband_error: str | None = None  # streams: an error event of this type ...
     error_after: int = 0  # ... after this many text deltas (0: before any content)
     cut_after: int | None = None  # streams: drop the connection after this many events
+    thinking: str | None = None  # a thinking block (with a signature) before the answer
 
 
 @dataclass
@@ -64,6 +68,7 @@ class Seen:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    raw: bytes = b""  # the body's bytes as they arrived
 
 
 @dataclass
@@ -81,6 +86,7 @@ class FakeAnthropic:
     async def __aenter__(self) -> FakeAnthropic:
         app = web.Application()
         app.router.add_post("/v1/messages", self._handle)
+        app.router.add_post("/v1/messages/count_tokens", self._count)
         self._runner, self.port = await serve_app(app, self.port)
         return self
 
@@ -94,15 +100,43 @@ class FakeAnthropic:
         ErrorResponse.model_validate(body)
         return web.json_response(body, status=status, headers=headers)
 
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
-        body = await request.json()
-        self.requests.append(Seen(request.path, dict(request.headers), body))
+    async def _seen(self, request: web.Request) -> tuple[dict[str, Any], web.Response | None]:
+        raw = await request.read()
+        body = json.loads(raw)
+        self.requests.append(Seen(request.path, dict(request.headers), body, raw))
         given = (request.headers.get("x-api-key")
                  or request.headers.get("authorization", "").removeprefix("Bearer "))
         if given != self.key:
-            return self._error(401, f"invalid x-api-key {given}")  # quotes the key, as APIs do
+            return body, self._error(401, f"invalid x-api-key {given}")  # quotes the key, as APIs do
         if "anthropic-version" not in request.headers:
-            return self._error(400, "anthropic-version: header is required")
+            return body, self._error(400, "anthropic-version: header is required")
+        return body, None
+
+    @staticmethod
+    def tokens(body: dict[str, Any]) -> int:
+        """This fake's token count of a prompt (its answers' ``input_tokens`` too)."""
+        return len(json.dumps(body["messages"]).split()) + len(str(body.get("system", "")).split())
+
+    async def _count(self, request: web.Request) -> web.Response:
+        """``POST /v1/messages/count_tokens``: the Messages fields without max_tokens or stream."""
+        body, refused = await self._seen(request)
+        if refused is not None:
+            return refused
+        extra = sorted(set(body) - set(MessageCountTokensParams.__annotations__))
+        if extra:
+            return self._error(400, f"{extra[0]}: Extra inputs are not permitted")
+        try:
+            _consume(_COUNT.validate_python(body))
+        except pydantic.ValidationError as e:
+            return self._error(400, f"invalid request: {e.errors()[0]['loc']}: {e.errors()[0]['msg']}")
+        out = {"input_tokens": self.tokens(body)}
+        MessageTokensCount.model_validate(out)
+        return web.json_response(out)
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        body, refused = await self._seen(request)
+        if refused is not None:
+            return refused
         try:
             _consume(_REQUEST.validate_python({k: v for k, v in body.items() if k != "stream"}))
         except pydantic.ValidationError as e:
@@ -125,11 +159,13 @@ class FakeAnthropic:
             text, stop_reason = "".join(pieces), "max_tokens"
         if b.tools and stop_reason == "end_turn":
             stop_reason = "tool_use"
-        prompt = len(json.dumps(body["messages"]).split()) + len(str(body.get("system", "")).split())
+        prompt = self.tokens(body)
         usage = {"input_tokens": prompt,
                  "output_tokens": len(pieces) + 5 * len(b.tools),
                  "cache_read_input_tokens": b.cache_read, "cache_creation_input_tokens": b.cache_write}
         content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+        if b.thinking is not None:
+            content.insert(0, {"type": "thinking", "thinking": b.thinking, "signature": SIGNATURE})
         content += [{"type": "tool_use", "id": f"toolu_{i:02d}{name}", "name": name, "input": args}
                     for i, (name, args) in enumerate(b.tools)]
         msg = {"id": "msg_fake", "type": "message", "role": "assistant", "model": body["model"],
@@ -151,16 +187,25 @@ class FakeAnthropic:
         if b.inband_error and b.error_after == 0:
             events.append(error)
         index = 0
+        if b.thinking is not None:
+            events += [{"type": "content_block_start", "index": 0,
+                        "content_block": {"type": "thinking", "thinking": "", "signature": ""}},
+                       {"type": "content_block_delta", "index": 0,
+                        "delta": {"type": "thinking_delta", "thinking": b.thinking}},
+                       {"type": "content_block_delta", "index": 0,
+                        "delta": {"type": "signature_delta", "signature": SIGNATURE}},
+                       {"type": "content_block_stop", "index": 0}]
+            index = 1
         if pieces and pieces != [""]:
-            events.append({"type": "content_block_start", "index": 0,
+            events.append({"type": "content_block_start", "index": index,
                            "content_block": {"type": "text", "text": ""}})
             for i, p in enumerate(pieces):
-                events.append({"type": "content_block_delta", "index": 0,
+                events.append({"type": "content_block_delta", "index": index,
                                "delta": {"type": "text_delta", "text": p}})
                 if b.inband_error and b.error_after == i + 1:
                     events.append(error)
-            events.append({"type": "content_block_stop", "index": 0})
-            index = 1
+            events.append({"type": "content_block_stop", "index": index})
+            index += 1
         for block in msg["content"]:
             if block["type"] != "tool_use":
                 continue

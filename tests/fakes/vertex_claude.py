@@ -57,8 +57,21 @@ class FakeVertexClaude:
         auth = request.headers.get("authorization", "")
         if not auth.startswith("Bearer ") or auth[7:] not in self.tokens:
             return _error(401, "UNAUTHENTICATED", "Request had invalid authentication credentials.")
-        body: dict[str, Any] = json.loads(await request.read())
-        self.requests.append(Seen(request.path, dict(request.headers), body))
+        raw = await request.read()
+        body: dict[str, Any] = json.loads(raw)
+        self.requests.append(Seen(request.path, dict(request.headers), body, raw))
+        if model == "count-tokens":  # the token count: the model in the body, as the SDK sends it
+            problem = (
+                "count-tokens: model is required in the body"
+                if "model" not in body
+                else f"anthropic_version {body.get('anthropic_version')!r}"
+                if body.get("anthropic_version") not in VERSIONS
+                else None
+            )
+            if problem:
+                return _error(400, "INVALID_ARGUMENT", problem)
+            inner = {k: v for k, v in body.items() if k != "anthropic_version"}
+            return await self._forward(request, "/v1/messages/count_tokens", inner)
         problem = (
             "model goes in the path, not the body"
             if "model" in body
@@ -72,9 +85,12 @@ class FakeVertexClaude:
         if problem:
             return _error(400, "INVALID_ARGUMENT", problem)
         inner = {k: v for k, v in body.items() if k != "anthropic_version"}
+        return await self._forward(request, "/v1/messages", {"model": model, **inner})
+
+    async def _forward(self, request: web.Request, path: str, body: dict[str, Any]) -> web.StreamResponse:
         async with self._session.post(
-            self.inner.url + "/v1/messages",
-            json={"model": model, **inner},
+            self.inner.url + path,
+            json=body,
             headers={"x-api-key": self.inner.key, "anthropic-version": "2023-06-01"},
         ) as up:
             resp = web.StreamResponse(
@@ -85,7 +101,6 @@ class FakeVertexClaude:
                 await resp.write(chunk)
             await resp.write_eof()
             return resp
-
 
 def _error(status: int, code: str, message: str) -> web.Response:
     return web.json_response({"error": {"code": status, "message": message, "status": code}}, status=status)

@@ -58,6 +58,7 @@ class AnthropicRenderer(Renderer):
         self._block = -1  # the index of the last block opened
         self._open = False  # whether that block is still open
         self._text = False  # whether it is a text block
+        self._thought = False  # whether it is a thinking block (the native lane's)
         self._calls: dict[Any, int | None] = {}  # a call's stream index -> its block (None: left out)
         self._finish: str | None = None
         self._word: str | None = None
@@ -67,6 +68,7 @@ class AnthropicRenderer(Renderer):
         content: list[dict[str, Any]] = []
         finish = word = None
         for c in comp.choices[:1]:
+            content.extend(c.thinking or ())  # as the upstream wrote them, signatures included
             if c.text:
                 content.append({"type": "text", "text": c.text})
             for call in (c.tool_calls or [])[:1 if self.one_call else None]:
@@ -101,6 +103,7 @@ class AnthropicRenderer(Renderer):
         out = self._close()
         self._block += 1
         self._open, self._text = True, block["type"] == "text"
+        self._thought = block["type"] == "thinking"
         return out + event(b"content_block_start", {"type": "content_block_start", "index": self._block,
                                                      "content_block": block})
 
@@ -108,6 +111,8 @@ class AnthropicRenderer(Renderer):
         if ch.index != 0:
             return b""
         out = [self._start()]
+        for piece in ch.thinking or ():
+            out.append(self._thinking(piece))
         if ch.text:
             if not (self._open and self._text):
                 out.append(self._begin({"type": "text", "text": ""}))
@@ -118,6 +123,15 @@ class AnthropicRenderer(Renderer):
         if ch.finish_reason is not None:
             self._finish, self._word = ch.finish_reason, ch.stop_word
         return b"".join(out)
+
+    def _thinking(self, piece: dict[str, Any]) -> bytes:
+        """A thinking block's start, or its ``thinking_delta`` / ``signature_delta``, as Claude sent it."""
+        if piece.get("type") in ("thinking", "redacted_thinking"):
+            return self._begin(piece)
+        if not (self._open and self._thought):
+            return b""  # a delta without its block: nothing to attach it to
+        return event(b"content_block_delta", {"type": "content_block_delta", "index": self._block,
+                                              "delta": piece})
 
     def _call(self, call: dict[str, Any], n: int) -> bytes:
         key = call.get("index", ("n", n))

@@ -23,7 +23,9 @@ def _auth(dep: DeploymentConfig) -> HeaderAuth:
 # Chat only; a legacy completion body becomes one user message (prompts fan out one per call).
 ROW = Wire("anthropic", CODEC, paths("/v1/messages", "/v1/messages"), auth=_auth,
            retry_statuses=RETRY_STATUSES | {529},
-           caps=Caps(n=False, chat_n=False, best_of=False, prompts=False), native_dialect="anthropic")
+           caps=Caps(n=False, chat_n=False, best_of=False, prompts=False), native_dialect="anthropic",
+           native_headers=frozenset({"anthropic-version", "anthropic-beta"}),
+           count_path="/v1/messages/count_tokens")
 register("anthropic", ROW)
 
 __all__ = ["CODEC", "ROW", "AnthropicCodec"]

@@ -45,10 +45,11 @@ class AnthropicCodec:
         return body
 
     def whole(self, raw: bytes, req: CanonicalRequest) -> list[Chunk]:
-        return decode.whole(raw)
+        return decode.whole(raw, thinking=req.native is not None)
 
     def stream(self, req: CanonicalRequest) -> decode.MessageStream:
-        return decode.MessageStream()
+        # Thinking blocks go back only to a caller that spoke this API (it must return them).
+        return decode.MessageStream(thinking=req.native is not None)
 
     def native(self, body: dict[str, Any], req: CanonicalRequest, model: str,
                allow_params: list[str] | None = None) -> dict[str, Any]:
@@ -73,3 +74,16 @@ class AnthropicCodec:
         else:
             out.pop("stream", None)
         return self._wrap(out)
+
+    def count(self, body: dict[str, Any], model: str,
+              allow_params: list[str] | None = None) -> dict[str, Any]:
+        """The caller's count_tokens body for the upstream's own count: the Messages fields as
+        sent (no max_tokens or stream: the count endpoint refuses them), the upstream's model."""
+        allowed = allow_params or []
+        out = {k: v for k, v in body.items()
+               if (k in MESSAGES_FIELDS or "*" in allowed or k in allowed)
+               and k not in ("max_tokens", "stream")}
+        out["model"] = model
+        if self.envelope:
+            out.update(self.envelope)
+        return out

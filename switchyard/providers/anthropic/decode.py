@@ -4,7 +4,8 @@ Usage follows OpenAI's meaning: Anthropic's ``input_tokens`` excludes the cache,
 input + cache reads + cache writes. In a stream the input side comes with ``message_start`` and
 the cumulative output with each ``message_delta``; the usage is reported once, whole, with the
 finish. Tool-call deltas are keyed by their content block's ``index`` so parallel calls keep their
-own ids and arguments. Thinking blocks are not relayed (their tokens count in output_tokens).
+own ids and arguments. Thinking blocks (their tokens count in output_tokens) are relayed only on the
+native lane (``thinking``: an Anthropic caller, who must send them back with their signatures).
 """
 
 from __future__ import annotations
@@ -57,7 +58,10 @@ def error_of(obj: Any) -> tuple[str, str | None]:
     return str(err.get("type") or "error"), (str(err["message"]) if err.get("message") else None)
 
 
-def whole(raw: bytes) -> list[Chunk]:
+_THINKING = ("thinking", "redacted_thinking")
+
+
+def whole(raw: bytes, *, thinking: bool = False) -> list[Chunk]:
     try:
         obj = _decode(raw)
     except msgspec.DecodeError:
@@ -74,16 +78,20 @@ def whole(raw: bytes) -> list[Chunk]:
         raise WireError("sent an answer without content")
     text: list[str] = []
     calls: list[dict[str, Any]] = []
+    thought: list[dict[str, Any]] = []
     for block in content:
         btype = block.get("type") if isinstance(block, dict) else None
-        if btype == "text":
+        if btype in _THINKING and thinking:
+            thought.append(block)
+        elif btype == "text":
             text.append(block.get("text") or "")
         elif btype == "tool_use":
             calls.append({"id": block.get("id"), "type": "function",
                           "function": {"name": block.get("name"),
                                        "arguments": json.dumps(block.get("input") or {})}})
     ch = Chunk(index=0, text="".join(text), role="assistant", tool_calls=calls or None,
-               finish_reason=finish_of(obj.get("stop_reason")) or "stop", usage=usage_of(obj.get("usage")))
+               finish_reason=finish_of(obj.get("stop_reason")) or "stop", usage=usage_of(obj.get("usage")),
+               thinking=thought or None)
     if obj.get("stop_reason") == "stop_sequence" and isinstance(obj.get("stop_sequence"), str):
         ch.stop_word = obj["stop_sequence"]
     return [ch]
@@ -93,9 +101,10 @@ class MessageStream:
     """One streamed answer: message_start, content_block_start/delta/stop, message_delta,
     message_stop (the end), ping, error."""
 
-    __slots__ = ("done", "finish", "sent", "started", "tools", "usage")
+    __slots__ = ("done", "finish", "sent", "started", "thinking", "tools", "usage")
 
-    def __init__(self) -> None:
+    def __init__(self, *, thinking: bool = False) -> None:
+        self.thinking = thinking  # relay thinking blocks (the native lane)
         self.done = False
         self.started = False
         self.sent = False  # content reached the chunks: a later error is no longer retryable
@@ -125,7 +134,9 @@ class MessageStream:
                 if i is None or not d.get("partial_json"):
                     return []
                 return [self._chunk(tool_calls=[{"index": i, "function": {"arguments": d["partial_json"]}}])]
-            return []  # thinking, signature and citation deltas are not relayed
+            if dk in ("thinking_delta", "signature_delta") and self.thinking:
+                return [self._chunk(thinking=[d])]
+            return []  # citation deltas, and thinking off the native lane, are not relayed
         if kind == "content_block_start":
             b = ev.get("content_block") or {}
             if b.get("type") == "tool_use":
@@ -134,6 +145,8 @@ class MessageStream:
                                                  "function": {"name": b.get("name"), "arguments": ""}}])]
             if b.get("type") == "text" and b.get("text"):
                 return [self._chunk(text=b["text"])]
+            if b.get("type") in _THINKING and self.thinking:
+                return [self._chunk(thinking=[b])]
             return []
         if kind == "message_start":
             self.started = True
