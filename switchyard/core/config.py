@@ -63,6 +63,7 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {"bedrock": ("region",), "vertex":
 PROVIDER_FIELDS: dict[str, tuple[str, ...]] = {
     "api_version": ("azure", "anthropic"),
     "region": ("bedrock",),
+    "api": ("bedrock",),
     "aws_access_key_id": ("bedrock",),
     "aws_secret_access_key": ("bedrock",),
     "aws_session_token": ("bedrock",),
@@ -164,6 +165,9 @@ class DeploymentConfig(_Model):
     api_version: str | None = Field(None, description="azure: the classic API's api-version (unset: "
                                     "the v1 API); anthropic: the anthropic-version header")
     region: str | None = Field(None, description="bedrock")
+    api: Literal["converse", "invoke"] | None = Field(
+        None, description="bedrock: converse (default, any model) or invoke (InvokeModel with the "
+        "Anthropic Messages body: Claude models only)")
     aws_access_key_id: Secret = None
     aws_secret_access_key: Secret = None
     aws_session_token: Secret = None

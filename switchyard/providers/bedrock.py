@@ -463,7 +463,7 @@ async def converse_frames(
 def bedrock_row(dep: DeploymentConfig) -> Wire:
     # SigV4 signs the whole path: a base_url with a path of its own (a proxy) prefixes the target.
     prefix = urlsplit(dep.base_url or "").path.rstrip("/")
-    return Wire(
+    row = Wire(
         "bedrock",
         CONVERSE,
         PATHS,
@@ -475,6 +475,11 @@ def bedrock_row(dep: DeploymentConfig) -> Wire:
         retry_statuses=RETRY_STATUSES | {424},
         caps=CAPS,
     )
+    if dep.api == "invoke":  # Claude's own Messages body through InvokeModel
+        from switchyard.providers.bedrock_claude import invoke_row
+
+        return invoke_row(row)
+    return row
 
 
 register("bedrock", bedrock_row)
