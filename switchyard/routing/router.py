@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from switchyard.core.backend import Backend
 from switchyard.core.canonical import CanonicalRequest, Chunk
 from switchyard.core.config import Config
-from switchyard.core.errors import GatewayError, RateLimited, Unavailable
+from switchyard.core.errors import GatewayError, RateLimited, Unavailable, UpstreamError
 from switchyard.core.logs import Throttled
 from switchyard.core.propagation import OUTGOING, REQUEST_ID
 from switchyard.policies.tokens import encoding, encodings_of
@@ -33,7 +33,7 @@ from switchyard.routing.resolve import Resolver, Route, RunInfo, Target
 from switchyard.routing.retry import backoff, deadline_exceeded, retry_after_header
 from switchyard.routing.strategies import PICKERS, by_usage
 from switchyard.routing.usage import Counters, LocalCounters, counters_for
-from switchyard.routing.window import cap_output, fit_window
+from switchyard.routing.window import cap_output, fit_window, stated_overflow, truncating
 
 if TYPE_CHECKING:
     from switchyard.policies.store import Store
@@ -77,7 +77,7 @@ class Router:
         asked = route.group
         try:
             route, req = self._fit(req, route, info)
-            target, served, (gen, first) = await self._first(req, route, asked, info, deadline)
+            target, served, (gen, first) = await self._first_fitted(req, route, asked, info, deadline)
         except BaseException:
             if info.upstream_start is not None:
                 info.upstream_end = time.monotonic()
@@ -106,6 +106,28 @@ class Router:
             await gen.aclose()
             if count and tokens:
                 await self.counters.add(target.name, 0, tokens)
+
+    async def _first_fitted(self, req: CanonicalRequest, route: Route, asked: str, info: RunInfo,
+                            deadline: float | None) -> tuple[Target, Route, Attempt]:
+        """``_first``, with a truncating overflow policy honoured where no window is configured:
+        the upstream's own overflow error states its window, and the request, fitted to it as
+        the policy asks, is sent once more."""
+        policy = truncating(req) if route.model.context_window is None else None
+        if policy is None or any(t.deployment.backend == "engine" for t in route.targets):
+            # The engine knows its own window and fits exactly, with the model's tokenizer.
+            return await self._first(req, route, asked, info, deadline)
+        if req.overflow is not None:  # the gateway honours it: no upstream is asked to
+            req = dataclasses.replace(req, overflow=None)
+        try:
+            return await self._first(req, route, asked, info, deadline)
+        except UpstreamError as e:
+            stated = stated_overflow(e.message, req.max_tokens) if e.status == 400 else None
+            if stated is None:
+                raise
+            window, prompt = stated
+            fitted = fit_window(dataclasses.replace(req, overflow=policy), route.group, route.model,
+                                window, prompt)
+            return await self._first(fitted, route, asked, info, deadline)
 
     async def _first(self, req: CanonicalRequest, route: Route, asked: str, info: RunInfo,
                      deadline: float | None) -> tuple[Target, Route, Attempt]:

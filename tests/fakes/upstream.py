@@ -50,6 +50,8 @@ class FakeUpstream:
     cut: int = 0  # streams cut off so far
     inflight: int = 0  # requests being answered now
     peak: int = 0  # the most ever answered at once
+    # vLLM's refusal of a request over its max_model_len (prompt counted as below, in words)
+    context_window: int | None = None
 
     @property
     def url(self) -> str:
@@ -98,9 +100,15 @@ class FakeUpstream:
         n_tokens = body.get("max_tokens") or body.get("max_new_tokens") or 16
         if n_tokens < 0:
             n_tokens = 16
+        prompt_tokens = len(json.dumps(body.get("prompt") or body.get("messages")).split())
+        if self.context_window is not None and prompt_tokens + n_tokens > self.context_window:
+            return web.json_response({"object": "error", "type": "BadRequestError", "code": 400, "message": (
+                f"This model's maximum context length is {self.context_window} tokens. However, you "
+                f"requested {prompt_tokens + n_tokens} tokens ({prompt_tokens} in the messages, "
+                f"{n_tokens} in the completion). Please reduce the length of the messages or completion.")},
+                status=400)
         words = (b.text.split(" ") if b.text is not None else [f"w{i}" for i in range(n_tokens)])
         pieces = [w if i == 0 else " " + w for i, w in enumerate(words)]
-        prompt_tokens = len(json.dumps(body.get("prompt") or body.get("messages")).split())
         n = body.get("n") or 1
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": len(pieces) * n,
                  "total_tokens": prompt_tokens + len(pieces) * n}
