@@ -20,7 +20,7 @@ import time
 from collections.abc import AsyncGenerator, Callable, Iterator
 from typing import TYPE_CHECKING
 
-from switchyard.core.backend import Backend
+from switchyard.core.backend import Backend, ReportsWindow
 from switchyard.core.canonical import CanonicalRequest, Chunk
 from switchyard.core.config import Config
 from switchyard.core.errors import GatewayError, RateLimited, Unavailable, UpstreamError
@@ -111,12 +111,16 @@ class Router:
                             deadline: float | None) -> tuple[Target, Route, Attempt]:
         """``_first``, with a truncating overflow policy honoured where no window is configured:
         the upstream's own overflow error states its window, and the request, fitted to it as
-        the policy asks, is sent once more."""
+        the policy asks, is sent once more. A window the upstream reports is used first."""
         policy = truncating(req) if route.model.context_window is None else None
         if policy is None or any(t.deployment.backend == "engine" for t in route.targets):
             # The engine knows its own window and fits exactly, with the model's tokenizer.
             return await self._first(req, route, asked, info, deadline)
-        if req.overflow is not None:  # the gateway honours it: no upstream is asked to
+        window = await self._reported_window(route)
+        if window is not None:  # fitted to what the upstream reports (vLLM's max_model_len)
+            self._need(req, route, info)
+            req = fit_window(req, route.group, route.model, window, info.prompt_tokens or 0)
+        elif req.overflow is not None:  # the gateway honours it: no upstream is asked to
             req = dataclasses.replace(req, overflow=None)
         try:
             return await self._first(req, route, asked, info, deadline)
@@ -128,6 +132,14 @@ class Router:
             fitted = fit_window(dataclasses.replace(req, overflow=policy), route.group, route.model,
                                 window, prompt)
             return await self._first(fitted, route, asked, info, deadline)
+
+    @staticmethod
+    async def _reported_window(route: Route) -> int | None:
+        """The smallest window the route's deployments report (each asked once, bounded)."""
+        asks = [t.backend.reported_window(route.upstream_model) for t in route.targets
+                if isinstance(t.backend, ReportsWindow)]
+        known = [w for w in await asyncio.gather(*asks) if w is not None]
+        return min(known) if known else None
 
     async def _first(self, req: CanonicalRequest, route: Route, asked: str, info: RunInfo,
                      deadline: float | None) -> tuple[Target, Route, Attempt]:

@@ -52,6 +52,10 @@ class FakeUpstream:
     peak: int = 0  # the most ever answered at once
     # vLLM's refusal of a request over its max_model_len (prompt counted as below, in words)
     context_window: int | None = None
+    # GET /models as vLLM answers it: max_model_len per model id (None: no such endpoint, a 404)
+    reported: dict[str, int] | None = None
+    models_stall: float = 0.0  # seconds before /models answers
+    models_asked: int = 0
 
     @property
     def url(self) -> str:
@@ -64,6 +68,7 @@ class FakeUpstream:
     async def __aenter__(self) -> FakeUpstream:
         app = web.Application()
         app.router.add_post("/{tail:.*}", self._handle)
+        app.router.add_get("/v1/models", self._models)
         self._runner = web.AppRunner(app, handle_signals=False)
         await self._runner.setup()
         sock = socket.socket()
@@ -75,6 +80,16 @@ class FakeUpstream:
 
     async def __aexit__(self, *exc: object) -> None:
         await self._runner.cleanup()
+
+    async def _models(self, request: web.Request) -> web.StreamResponse:
+        self.models_asked += 1
+        if self.models_stall:
+            await asyncio.sleep(self.models_stall)
+        if self.reported is None:
+            return web.json_response({"detail": "Not Found"}, status=404)
+        return web.json_response({"object": "list", "data": [
+            {"id": name, "object": "model", "created": 1, "owned_by": "vllm", "root": name,
+             "max_model_len": n} for name, n in self.reported.items()]})
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.inflight += 1

@@ -75,3 +75,35 @@ async def test_a_prompt_over_the_stated_window_is_refused_naming_it(upstream, ga
                                                   "max_tokens": 2})
         assert r.status_code == 400 and "context window of 5 tokens" in r.text, r.text
     assert len(upstream.requests) == 1
+
+
+# --- the window vLLM reports (GET /v1/models max_model_len), asked once per deployment
+
+async def test_reported_window_fits_before_sending_and_is_asked_once(upstream, gateway_for) -> None:
+    upstream.context_window = 20
+    upstream.reported = {"up": 20, "other": 4096}
+    cfg = base_config([upstream_model(MODEL, upstream.url, dialect="vllm", model="up")])
+    async with gateway_for(cfg) as client:
+        for _ in range(2):
+            r = await client.post(FIREWORKS[0], json={"model": MODEL, "prompt": "hi", "max_tokens": 50})
+            assert r.status_code == 200, r.text
+        prompt = " ".join(f"hello{i % 2}" for i in range(40)) + " END"
+        m = await client.post(MISTRALRS[0], headers=MISTRALRS[1], json={
+            "model": MODEL, "prompt": prompt, "max_tokens": 3, "truncate_sequence": True})
+        assert m.status_code == 200, m.text
+    sent = [s.body for s in upstream.requests]
+    assert len(sent) == 3  # each fitted before it was sent: no refusal, no second try
+    assert all(b["max_tokens"] <= 19 for b in sent[:2])
+    assert sent[2]["prompt"].endswith("END") and len(sent[2]["prompt"].split()) + 3 <= 20
+    assert upstream.models_asked == 1
+
+
+async def test_a_stalled_models_endpoint_is_unknown_within_its_bound(upstream, gateway_for) -> None:
+    upstream.context_window = 20
+    upstream.reported = {"up": 20}
+    upstream.models_stall = 3  # past the 2 s bound (providers/window.py TIMEOUT_S)
+    cfg = base_config([upstream_model(MODEL, upstream.url, dialect="vllm", model="up")])
+    async with gateway_for(cfg) as client:
+        r = await client.post(FIREWORKS[0], json={"model": MODEL, "prompt": "hi", "max_tokens": 50})
+        assert r.status_code == 200, r.text  # the stated window, after the upstream's refusal
+    assert [s.body["max_tokens"] for s in upstream.requests] == [50, 19]
