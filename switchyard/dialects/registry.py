@@ -10,20 +10,24 @@ from switchyard.core.errors import InvalidRequest
 from switchyard.dialects.anthropic.render import AnthropicRenderer
 from switchyard.dialects.anthropic.request import ANTHROPIC
 from switchyard.dialects.chat import CHAT
+from switchyard.dialects.embeddings import EMBEDDINGS, EmbeddingsRenderer
 from switchyard.dialects.fireworks import FIREWORKS
 from switchyard.dialects.llamacpp import LLAMACPP, LLAMACPP_NATIVE
 from switchyard.dialects.mistralrs import MISTRALRS
 from switchyard.dialects.openai import OPENAI, VLLM
 from switchyard.dialects.render import RENDERERS, Renderer
+from switchyard.dialects.responses import RESPONSES
+from switchyard.dialects.responses_render import ResponsesRenderer
 from switchyard.dialects.sgp import SGP
 from switchyard.dialects.spec import Dialect
 
 # The dialects of /v1/completions (and of upstreams).
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (OPENAI, VLLM, LLAMACPP, MISTRALRS, FIREWORKS, SGP)}
 # Every dialect a caller may speak, by the name its canonical requests carry.
-CALLERS: dict[str, Dialect] = {**DIALECTS, CHAT.name: CHAT, ANTHROPIC.name: ANTHROPIC}
+CALLERS: dict[str, Dialect] = {**DIALECTS, **{d.name: d for d in (CHAT, ANTHROPIC, RESPONSES, EMBEDDINGS)}}
 # Every answer shape, by name.
-ANSWERS: dict[str, type[Renderer]] = {**RENDERERS, "anthropic": AnthropicRenderer}
+ANSWERS: dict[str, type[Renderer]] = {**RENDERERS, "anthropic": AnthropicRenderer,
+                                      "responses": ResponsesRenderer, "embeddings": EmbeddingsRenderer}
 
 # Canonical fields that are no dialect's body field (the request's envelope as rendered).
 _ENVELOPE = frozenset({"model", "prompt", "messages", "stream", "stream_options"})

@@ -118,6 +118,13 @@ class Dialect:
     named_errors: ErrorShape | None = None
     # The server's own stop semantics: True when the returned text keeps the stop sequence.
     stop_in_output: bool = False
+    # What rows cannot express (cross-field rewrites): body -> (the body the rows read, fields
+    # accepted but dropped, by name, for the warning header; strict keys do not refuse them).
+    prepare: Callable[[dict[str, Any]], tuple[dict[str, Any], dict[str, Any]]] | None = None
+    # The fields ``prepare`` reads (beside the rows): for the OpenAPI document and error checks.
+    prepared: tuple[str, ...] = ()
+    # The dialect's name for a required canonical field, where it differs ("messages": "input").
+    required: dict[str, str] = field(default_factory=dict)
     # The caller's answer names the stop sequence that matched (Anthropic's stop_sequence): the
     # gateway applies stop sequences itself rather than sending them to an upstream that
     # cannot say which one matched.

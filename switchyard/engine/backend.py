@@ -12,14 +12,14 @@ import os
 import socket
 import sys
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from switchyard.core.canonical import CanonicalRequest, Chunk
 from switchyard.core.config import DeploymentConfig, EngineConfig
-from switchyard.core.errors import Unavailable
+from switchyard.core.errors import InvalidRequest, Unavailable
 from switchyard.engine import tools
 from switchyard.engine.channel import AsyncChannel, error_of
 
@@ -30,6 +30,11 @@ RESTART_BACKOFF = (0.5, 1.0, 2.0, 5.0, 10.0)  # seconds between restarts of a cr
 
 
 class EngineBackend:
+    """The text-generating engine (``switchyard.engine.process``)."""
+
+    process = "switchyard.engine.process"  # the module the engine process runs
+    kinds: frozenset[str] = frozenset({"completion", "chat"})  # the request kinds it serves
+
     def __init__(self, deployment: DeploymentConfig) -> None:
         self.deployment = deployment
         self.config: EngineConfig = deployment.engine or EngineConfig()
@@ -68,6 +73,9 @@ class EngineBackend:
     async def generate(self, req: CanonicalRequest,
                        upstream_model: str | None = None) -> AsyncGenerator[Chunk, None]:
         """``upstream_model`` (a wildcard route's name) means nothing here: one model is loaded."""
+        if req.kind not in self.kinds:
+            what = "serves embeddings only" if req.kind != "embedding" else "does not serve embeddings"
+            raise InvalidRequest(f"model {req.model} {what}", param="model")
         req, tool_plan = tools.prepare(req)
         rewrite = tools.ToolCallStream(tool_plan).rewrite if tool_plan is not None else None
         rid, q = self._open("submit", req)
@@ -141,7 +149,7 @@ class EngineBackend:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_ROOT), env.get("PYTHONPATH")]))
         try:
             self._proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "switchyard.engine.process", str(child.fileno()),
+                sys.executable, "-m", self.process, str(child.fileno()),
                 json.dumps(self.config.model_dump()), pass_fds=(child.fileno(),), env=env,
                 stdin=asyncio.subprocess.DEVNULL)
         finally:
@@ -214,3 +222,22 @@ class EngineBackend:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             await proc.wait()
+
+
+class EmbedderBackend(EngineBackend):
+    """The built-in embedding model in a process of its own (``switchyard.engine.embedder``):
+    the same channel, supervision and restarts as the text engine."""
+
+    process = "switchyard.engine.embedder"
+    kinds = frozenset({"embedding"})
+    _counter: Callable[[CanonicalRequest], int] | None = None
+
+    async def count_tokens(self, req: CanonicalRequest) -> int:
+        """Counted here with the model's tokenizer (no torch), not through the process: see
+        ``embedder.token_counter``."""
+        if self._counter is None:
+            from switchyard.engine.embedder import token_counter
+
+            self._counter = token_counter(self.config)
+        return self._counter(req)
+

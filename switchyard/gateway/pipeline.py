@@ -298,6 +298,8 @@ class Gateway:
     def _reservation(req: CanonicalRequest, route: Route, prompt_tokens: int) -> int:
         """Completion tokens per choice to hold against the limits until the real count is known
         (and, when the caller set no bound, the bound sent upstream)."""
+        if req.kind == "embedding":
+            return 0  # an embedding produces no tokens: only its input counts
         window = max(route.model.context_window - prompt_tokens, 1) if route.model.context_window else None
         max_tokens = req.max_tokens
         if max_tokens is None or max_tokens < 0:

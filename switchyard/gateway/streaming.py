@@ -43,7 +43,8 @@ def gather(chunks: list[Chunk], usage: Usage) -> Completion:
     by_index: dict[int, Choice] = {}
     texts: dict[int, list[str]] = {}
     for ch in chunks:
-        if ch.usage is not None and not ch.text and ch.finish_reason is None and ch.logprobs is None:
+        if (ch.usage is not None and not ch.text and ch.finish_reason is None and ch.logprobs is None
+                and ch.embeddings is None):
             continue  # a usage-only chunk
         c = by_index.get(ch.index)
         if c is None:
@@ -60,6 +61,8 @@ def gather(chunks: list[Chunk], usage: Usage) -> Completion:
             c.prompt_logprobs = ch.prompt_logprobs
         if ch.tool_calls:
             c.tool_calls = (c.tool_calls or []) + ch.tool_calls
+        if ch.embeddings is not None:
+            c.embeddings = (c.embeddings or []) + ch.embeddings
     for i, c in by_index.items():
         c.text = "".join(texts[i])
     return Completion(choices=[by_index[i] for i in sorted(by_index)], usage=usage)

@@ -12,18 +12,21 @@ import msgspec
 from litestar import Litestar, Request, Response, get
 from litestar.exceptions import HTTPException
 from litestar.openapi import OpenAPIConfig
+from litestar.params import FromPath
 from litestar.types import ControllerRouterHandler
 
 from switchyard.core.config import Config
-from switchyard.core.errors import GatewayError, PayloadTooLarge
+from switchyard.core.errors import GatewayError, NotFound, PayloadTooLarge
 from switchyard.dialects.anthropic.request import ANTHROPIC, read_request
 from switchyard.dialects.chat import CHAT
+from switchyard.dialects.embeddings import EMBEDDINGS
 from switchyard.dialects.errors import error_bytes
 from switchyard.dialects.fireworks import FIREWORKS
 from switchyard.dialects.llamacpp import LLAMACPP, LLAMACPP_NATIVE
 from switchyard.dialects.mistralrs import MISTRALRS
 from switchyard.dialects.openai import OPENAI, VLLM
 from switchyard.dialects.passthrough import check_config
+from switchyard.dialects.responses import RESPONSES
 from switchyard.dialects.sgp import SGP
 from switchyard.dialects.spec import Dialect
 from switchyard.gateway.pipeline import Endpoint, Gateway
@@ -52,6 +55,8 @@ LLAMACPP_COMPLETION = Endpoint("completion", LLAMACPP_NATIVE, renderer="llamacpp
 CHAT_COMPLETIONS = Endpoint("chat", CHAT)
 MESSAGES = Endpoint("chat", ANTHROPIC, read=read_request)
 COUNT_TOKENS = Endpoint("chat", ANTHROPIC, read=read_request, counts=True)
+RESPONSES_CREATE = Endpoint("chat", RESPONSES, renderer="responses")
+EMBEDDINGS_CREATE = Endpoint("embedding", EMBEDDINGS, renderer="embeddings")
 SETTLE_AFTER_CUT = 5.0  # seconds that requests cut at shutdown may take to settle
 
 log = logging.getLogger("switchyard")
@@ -76,6 +81,10 @@ HOT: dict[str, tuple[Endpoint, str, list[Dialect]]] = {
                      "anthropic-beta read; ?beta=true accepted); errors in Anthropic's shape", [ANTHROPIC]),
     "/v1/messages/count_tokens": (COUNT_TOKENS, "Anthropic Messages token count: {\"input_tokens\": N} "
                                   "(the engine's tokenizer, else the gateway's estimate)", [ANTHROPIC]),
+    "/v1/responses": (RESPONSES_CREATE, "OpenAI Responses, stateless: answered by any backend through "
+                      "chat; nothing is stored", [RESPONSES]),
+    "/v1/embeddings": (EMBEDDINGS_CREATE, "Embeddings: OpenAI-family upstreams and the built-in embedder",
+                       [EMBEDDINGS]),
 }
 
 
@@ -104,6 +113,18 @@ def create_app(config: Config, *, router: Router | None = None,
                 if principal.may_use(m.name) and not name.endswith("*")]
         return Response(msgspec.json.encode({"object": "list", "data": data}),
                         media_type="application/json")
+
+    @get("/v1/responses/{response_id:str}")
+    async def stored_response(request: Request[Any, Any, Any], response_id: FromPath[str]) -> Response[Any]:
+        """Responses are not stored (the Responses API here is stateless): 404 to any key."""
+        err: GatewayError = NotFound("responses are not stored by this gateway (its Responses API is "
+                                     "stateless)", param="response_id")
+        try:
+            await gw.authenticate(request.headers)
+        except GatewayError as e:
+            err = e
+        status, body = error_bytes("responses", err)
+        return Response(body, status_code=status, headers=err.headers, media_type="application/json")
 
     @get("/health")
     async def health() -> dict[str, str]:
@@ -154,7 +175,7 @@ def create_app(config: Config, *, router: Router | None = None,
         gw.tracing = Tracing(config.tracing, package_version())
         gw.observers.append(gw.tracing.end)
     handlers: list[ControllerRouterHandler] = [
-        models, health, ready, admin_router(policies.registry, policies.usage, auth),
+        models, stored_response, health, ready, admin_router(policies.registry, policies.usage, auth),
         *console_routes(gw, router, policies, auth)]
     if exporter is not None:
 

@@ -46,6 +46,8 @@ def dialect_schema(dialects: list[Dialect], models: list[str] | None = None) -> 
     for d in dialects:
         for p in d.params:
             props.setdefault(p.name, param_schema(p))
+        for name in d.prepared:
+            props.setdefault(name, Schema(description="read by the dialect's own pass (docs/dialects.md)"))
     if models and "model" in props:
         model = props["model"]
         assert isinstance(model, Schema)

@@ -15,12 +15,23 @@ from switchyard.core.config import DeploymentConfig
 from switchyard.dialects.outgoing import Emulation, render_request
 from switchyard.dialects.spec import Dialect
 from switchyard.providers.failures import message_of
-from switchyard.providers.parse import chunks_of, decode_answer
+from switchyard.providers.parse import chunks_of, decode_answer, embeddings_of
 from switchyard.providers.wire import Caps, WireError
 
 
 def _error_text(error: Any) -> str:
     return message_of({"error": error}) or "no message"
+
+
+def embeddings_body(req: CanonicalRequest, model: str) -> dict[str, Any]:
+    """OpenAI's embeddings body, as the caller wrote it (every OpenAI-family server reads it; the
+    answer comes back in either encoding and is written in the caller's)."""
+    prompts = req.prompt or []
+    body: dict[str, Any] = {"model": model, "input": prompts[0] if len(prompts) == 1 else prompts}
+    for name in ("dimensions", "encoding_format", "user"):
+        if (v := getattr(req, name)) is not None:
+            body[name] = v
+    return body
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,11 +41,18 @@ class OpenAICodec:
 
     def render(self, req: CanonicalRequest, model: str,
                dep: DeploymentConfig) -> tuple[dict[str, Any], Emulation]:
+        if req.kind == "embedding":
+            return embeddings_body(req, model), Emulation()
         return render_request(self.dialect, req, model, dep.allow_extra_params,
                               stream_usage=self.caps.stream_usage,
                               overflow_is_error=self.caps.overflow_is_error)
 
     def whole(self, raw: bytes, req: CanonicalRequest) -> list[Chunk]:
+        if req.kind == "embedding":
+            try:
+                return [embeddings_of(raw, len(req.prompt or ()))]
+            except ValueError as e:
+                raise WireError(str(e)) from None
         try:
             obj = decode_answer(raw)
         except msgspec.DecodeError:

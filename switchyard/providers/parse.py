@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 
 from switchyard.core.canonical import Chunk, TokenLogprob, TopLogprob, Usage
+from switchyard.dialects.embeddings import floats_b64
 
 
 class _Details(msgspec.Struct):
@@ -106,3 +107,33 @@ def chunks_of(ans: Answer, *, chat: bool, delta: bool) -> list[Chunk]:
 
 
 _EMPTY = _Message()
+
+
+class _Vector(msgspec.Struct):
+    embedding: list[float] | str  # a string: base64 float32, as asked with encoding_format
+    index: int = 0
+
+
+class _Embeddings(msgspec.Struct):
+    data: list[_Vector] | None = None
+    usage: _Usage | None = None
+    error: Any = None
+
+
+_decode_embeddings = msgspec.json.Decoder(_Embeddings, strict=False).decode
+
+
+def embeddings_of(raw: bytes, inputs: int) -> Chunk:
+    """An OpenAI-shaped embeddings answer -> one chunk with every vector (in input order) and
+    the usage (prompt tokens only). ``ValueError`` (its message: what is wrong) for anything else."""
+    try:
+        ans = _decode_embeddings(raw)
+        vectors = [v.embedding if isinstance(v.embedding, list) else floats_b64(v.embedding)
+                   for v in sorted(ans.data or (), key=lambda v: v.index)]
+    except (msgspec.DecodeError, ValueError):  # base64's errors are ValueErrors
+        raise ValueError("sent a malformed embeddings answer") from None
+    if ans.error is not None or len(vectors) != inputs:
+        got = "an error" if ans.error is not None else f"{len(vectors)} vectors for {inputs} inputs"
+        raise ValueError(f"sent {got} in its embeddings answer")
+    usage = usage_of(ans.usage) or Usage()
+    return Chunk(embeddings=vectors, usage=Usage(prompt_tokens=usage.prompt_tokens), finish_reason="stop")

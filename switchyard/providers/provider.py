@@ -108,8 +108,10 @@ class UpstreamBackend:
         t = self._targets.get(key)
         if t is None:
             if (req.kind, req.stream) not in self.wire.paths:  # (completions are sent as chat)
-                raise InvalidRequest(f"model {req.model} serves completions only: its upstream "
-                                     f"({self.wire.name}) has no chat endpoint", param="model")
+                has = "an embeddings" if req.kind == "embedding" else "a chat"
+                serves = "text" if req.kind == "embedding" else "completions"
+                raise InvalidRequest(f"model {req.model} serves {serves} only: its upstream "
+                                     f"({self.wire.name}) has no {has.split()[1]} endpoint", param="model")
             if len(self._targets) >= 1024:  # wildcard routes vary the model: keep it bounded
                 self._targets.clear()
             t = self.wire.target(req.kind, req.stream, upstream_model)

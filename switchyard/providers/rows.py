@@ -16,7 +16,7 @@ from switchyard.dialects.spec import Dialect
 from switchyard.providers.openai import OpenAICodec
 from switchyard.providers.wire import BEARER, Auth, Caps, Wire, header_auth, paths, register
 
-OPENAI_PATHS = paths("/chat/completions", "/completions")
+OPENAI_PATHS = paths("/chat/completions", "/completions", "/embeddings")
 
 
 def _caps(d: Dialect, **kw: bool) -> Caps:
@@ -49,7 +49,8 @@ register("sgp", _row("sgp", _D["sgp"], _caps(_D["sgp"], prompts=False),
 _MISTRAL = dataclasses.replace(_D["openai"], emits={**_D["openai"].emits,
                                                   "seed": lambda v: {"random_seed": v}})
 # Chat-only rows: completion bodies go as one user message each (prompts fanned out).
-register("mistral", _row("mistral", _MISTRAL, _caps(_MISTRAL, prompts=False), paths("/chat/completions")))
+register("mistral", _row("mistral", _MISTRAL, _caps(_MISTRAL, prompts=False),
+                         paths("/chat/completions", embedding="/embeddings")))
 # Cohere's compatibility API: chat only, no stream_options, no n.
 register("cohere", _row("cohere", _D["openai"], Caps(n=False, chat_n=False, best_of=False, prompts=False),
                         paths("/chat/completions")))
@@ -60,7 +61,8 @@ register("cohere", _row("cohere", _D["openai"], Caps(n=False, chat_n=False, best
 _AZURE_AUTH = header_auth("api-key")
 _AZURE_CAPS = _caps(_D["openai"], stream_usage=True, overflow_is_error=True)
 _AZURE_V1 = _row("azure", _D["openai"], _AZURE_CAPS,
-                 paths("/openai/v1/chat/completions", "/openai/v1/completions"), _AZURE_AUTH)
+                 paths("/openai/v1/chat/completions", "/openai/v1/completions", "/openai/v1/embeddings"),
+                 _AZURE_AUTH)
 
 
 def _azure(dep: DeploymentConfig) -> Wire:
@@ -68,7 +70,8 @@ def _azure(dep: DeploymentConfig) -> Wire:
         return _AZURE_V1
     return dataclasses.replace(
         _AZURE_V1, paths=paths("/openai/deployments/{model}/chat/completions",
-                               "/openai/deployments/{model}/completions"),
+                               "/openai/deployments/{model}/completions",
+                               "/openai/deployments/{model}/embeddings"),
         query={"api-version": dep.api_version})
 
 

@@ -149,13 +149,16 @@ class Wire:
         return f"{path}?{urlencode(self.query)}" if self.query else path
 
 
-def paths(chat: str | None, completion: str | None = None) -> dict[tuple[RequestKind, bool], str]:
-    """The same path streamed or not (the body says which)."""
+def paths(chat: str | None, completion: str | None = None,
+          embedding: str | None = None) -> dict[tuple[RequestKind, bool], str]:
+    """The same path streamed or not (the body says which); embeddings never stream."""
     out: dict[tuple[RequestKind, bool], str] = {}
     if chat is not None:
         out[("chat", False)] = out[("chat", True)] = chat
     if completion is not None:
         out[("completion", False)] = out[("completion", True)] = completion
+    if embedding is not None:
+        out[("embedding", False)] = embedding
     return out
 
 

@@ -38,6 +38,8 @@ class Sub:
 
 def needs_fanout(req: CanonicalRequest, caps: Caps) -> bool:
     n = req.n or 1
+    if req.kind == "embedding":
+        return False  # every embeddings API takes a list of inputs
     if req.kind == "chat":
         return n > 1 and not caps.chat_n
     return ((n > 1 and not caps.n) or (req.prompt is not None and len(req.prompt) > 1 and not caps.prompts)

@@ -24,7 +24,7 @@ from switchyard.routing.health import Health
 def caps_of(dep: DeploymentConfig) -> Caps:
     """What a deployment's upstream can carry (its provider row's), so the router knows what to
     fan out; the engine carries everything."""
-    return Caps() if dep.backend == "engine" else wire_for(dep).caps
+    return Caps() if dep.backend != "upstream" else wire_for(dep).caps
 
 
 def native_of(dep: DeploymentConfig) -> str | None:
@@ -104,6 +104,13 @@ class RunInfo:
 
 
 def build_backend(model: ModelConfig, dep: DeploymentConfig) -> Backend:
+    if dep.backend == "embedder":
+        if importlib.util.find_spec("torch") is None:
+            raise ConfigError(f"models.{model.name}: deployment {dep.name} uses the built-in embedder, "
+                              f"which needs the 'engine' extra ({install_hint('engine')})")
+        from switchyard.engine import EmbedderBackend
+
+        return EmbedderBackend(dep)  # one per worker under --workers (it is small)
     if dep.backend == "engine":
         # The engine process imports torch; a proxy-only install finds out here, not at first use.
         if importlib.util.find_spec("torch") is None:

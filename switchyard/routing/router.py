@@ -309,13 +309,15 @@ class Router:
         """The prompt does not fit the group's window: go straight to its ``context_fallback``;
         with none left, fit it as the caller's overflow policy asks (or refuse). Where the window
         is known the gateway honours the policy itself (``window.fit_window``)."""
+        if req.kind == "embedding":
+            return route, req  # a window bounds each input, not their sum: the backend truncates
         seen = {route.group}
         req = cap_output(req, route.model)
         while route.model.context_window is not None:
             window = route.model.context_window
             nxt = route.model.context_fallback
             if self._need(req, route, info) <= window or nxt is None or nxt in seen:
-                if all(t.deployment.backend == "engine" for t in route.targets):
+                if all(t.deployment.backend != "upstream" for t in route.targets):
                     return route, req  # the engine fits exactly itself, with the model's tokenizer
                 return route, fit_window(req, route.group, route.model, window, info.prompt_tokens or 0)
             route = self.resolve(nxt)

@@ -124,6 +124,19 @@ def write_doc(results: dict[tuple[str, str, str], tuple[str, str]]) -> None:
               "- also (`test_claude_code.py`): Claude Code's CLI itself (`claude -p`, npm "
               "`@anthropic-ai/claude-code` 2.1.197, installed by `make claude-code`), offline, with "
               "`ANTHROPIC_AUTH_TOKEN` and with `ANTHROPIC_API_KEY`: it prints the upstream's answer"]
+    lines += ["- also (`tests/gateway/test_responses.py`, `tests/engine/test_gateway_engine.py`): the openai "
+              "SDK's `responses.create` and `responses.stream`, whole and streamed, a function-tool round "
+              "trip (the call, then its `function_call_output`), on an upstream route and on the engine",
+              "- also (`tests/gateway/test_embeddings.py`, `tests/engine/test_embedder.py`): the openai "
+              "SDK's `embeddings.create` in float, base64 and its default (base64, decoded by the SDK), and "
+              "LangChain's `OpenAIEmbeddings` (with `check_embedding_ctx_length=False`: by default it sends "
+              "tiktoken cl100k ids, which only OpenAI's own models read), on an upstream route and on the "
+              "built-in all-MiniLM-L6-v2"]
+    lines += ["- also (`test_codex.py`): the Codex CLI itself (npm `@openai/codex` 0.169.0, installed by "
+              "`make test`), `codex exec` headless with the gateway as a custom provider "
+              "(`wire_api = \"responses\"`): its 28 KB request (function, `namespace` and hosted "
+              "`web_search` tools, `reasoning`, `include`, developer messages) reaches an upstream as a chat "
+              "completion and Codex prints the answer"]
     lines += ["", "How each SDK is pointed at the gateway:", ""]
     lines += [f"- {client}: {HOW[client]}" for client in [*clients, "anthropic"]]
     text = "\n".join(lines) + "\n"

@@ -72,12 +72,12 @@ def submit(engine: Any, req: Any) -> int:
 
 def results(engine: Any, rid: int) -> list[Any]:
     """Chunks of a finished request; raises the error it ended with."""
-    from switchyard.engine.backend import _error
+    from switchyard.engine.channel import error_of
 
     out = []
     for msg in engine.collector.msgs.pop(rid, []):
         if msg[0] == "error":
-            raise _error(msg)
+            raise error_of(msg)
         if msg[0] == "chunk":
             out.append(msg[2])
     return out

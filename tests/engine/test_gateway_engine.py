@@ -150,3 +150,32 @@ async def test_bad_tools_are_400s_naming_them(gw, extra, param):
     with pytest.raises(openai.BadRequestError) as e:
         await sdk(gw).chat.completions.create(model="local/m", messages=ASK, max_tokens=3, **extra)
     assert e.value.body["param"] == param
+
+
+# --- the Responses API over the engine (read into chat) -------------------------------------------
+
+RESP_ADD = {"type": "function", "name": "add", "description": ADD["function"]["description"],
+            "parameters": ADD["function"]["parameters"]}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_responses_tool_call_on_the_engine(gw, stream):
+    oa = sdk(gw)
+    kw = {"model": "local/m", "input": [{"role": "user", "content": ASK[0]["content"]}], "tools": [RESP_ADD],
+          "tool_choice": "required", "temperature": 1.0, "max_output_tokens": 100}
+    if stream:
+        async with oa.responses.stream(**kw) as s:
+            kinds = [e.type async for e in s]
+            r = await s.get_final_response()
+        assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+    else:
+        r = await oa.responses.create(**kw)
+    (call,) = [o for o in r.output if o.type == "function_call"]
+    assert call.name == "add" and isinstance(json.loads(call.arguments), dict)
+    back = await oa.responses.create(
+        model="local/m", tools=[RESP_ADD], max_output_tokens=5, temperature=0,
+        input=[*kw["input"], {"type": "function_call", "call_id": call.call_id, "name": "add",
+                              "arguments": call.arguments},
+               {"type": "function_call_output", "call_id": call.call_id, "output": "5"}])
+    assert back.status in ("completed", "incomplete") and back.usage is not None
+    assert back.usage.output_tokens > 0

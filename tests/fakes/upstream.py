@@ -10,8 +10,11 @@ share that shape), and misbehaves on request: errors, stalls, cut streams, refus
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import math
 import socket
+import struct
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,6 +114,8 @@ class FakeUpstream:
             headers = {"retry-after": str(b.retry_after)} if b.retry_after is not None else {}
             return web.json_response({"error": {"message": b.error, "type": "upstream"}},
                                      status=b.status, headers=headers)
+        if request.path.endswith("/embeddings"):
+            return web.json_response(_embeddings(body))
         chat = request.path.endswith("chat/completions")
         n_tokens = body.get("max_tokens") or body.get("max_new_tokens") or 16
         if n_tokens < 0:
@@ -196,6 +201,30 @@ def _tool_call(body: dict[str, Any]) -> dict[str, Any] | None:
     args = {k: (props.get(k) or {}).get("enum", ["w0"])[0]
             for k in (fn.get("parameters") or {}).get("required") or []}
     return {"id": "call_up", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+
+def fake_vector(item: Any, dims: int = 8) -> list[float]:
+    """A deterministic unit vector for one embeddings input (text or token ids)."""
+    seed = sum(ord(ch) for ch in item) if isinstance(item, str) else sum(item)
+    raw = [math.sin(seed + k) for k in range(dims)]
+    norm = math.sqrt(sum(x * x for x in raw))
+    return [x / norm for x in raw]
+
+
+def _embeddings(body: dict[str, Any]) -> dict[str, Any]:
+    """OpenAI's embeddings answer: a vector per input (``dimensions`` long), floats or base64."""
+    inputs = body["input"]
+    if isinstance(inputs, str) or (inputs and isinstance(inputs[0], int)):
+        inputs = [inputs]
+    data = []
+    for i, item in enumerate(inputs):
+        vec: Any = fake_vector(item, body.get("dimensions") or 8)
+        if body.get("encoding_format") == "base64":
+            vec = base64.b64encode(struct.pack(f"<{len(vec)}f", *vec)).decode()
+        data.append({"object": "embedding", "index": i, "embedding": vec})
+    tokens = sum(len(x.split()) if isinstance(x, str) else len(x) for x in inputs)
+    return {"object": "list", "model": body.get("model"), "data": data,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
 
 async def _stream_call(resp: web.StreamResponse, body: dict[str, Any], call: dict[str, Any]) -> None:

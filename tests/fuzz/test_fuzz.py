@@ -33,7 +33,8 @@ FUZZ = settings(max_examples=60, deadline=None, derandomize=True,
 
 
 def _params(path: str) -> list[str]:
-    return sorted({p.name for d in HOT[path][2] for p in d.params})
+    dialects = HOT[path][2]
+    return sorted({p.name for d in dialects for p in d.params} | {n for d in dialects for n in d.prepared})
 
 
 json_values = st.recursive(
@@ -45,6 +46,20 @@ hostile_names = st.text(alphabet=st.characters(codec="utf-8"), min_size=1, max_s
     ["a\r\nx-evil: 1", "nul\x00", "caf\u00e9\u2603", "\ud7ff", " "])
 
 
+# Responses input items: each kind with fields of any type (and the odd unknown kind).
+_ITEM_KINDS = ["message", "function_call", "function_call_output", "reasoning", "item_reference",
+               "custom_tool_call", "web_search_call", "nonsense"]
+response_items = st.lists(st.fixed_dictionaries(
+    {"type": st.sampled_from(_ITEM_KINDS)},
+    optional={"role": st.sampled_from(["user", "developer", "assistant", "robot"]) | json_values,
+              "content": json_values | st.lists(st.fixed_dictionaries(
+                  {"type": st.sampled_from(["input_text", "output_text", "input_image", "x"]),
+                   "text": json_values}), max_size=3),
+              "call_id": json_values, "name": json_values, "arguments": json_values, "output": json_values}),
+    max_size=4)
+response_tools = st.lists(st.fixed_dictionaries(
+    {"type": st.sampled_from(["function", "web_search", "namespace", "mcp"]) | json_values},
+    optional={"name": json_values, "parameters": json_values}), max_size=3)
 # Anthropic content blocks: every documented type, with fields of random types and shapes.
 _BLOCK_FIELDS = ["text", "source", "id", "name", "input", "tool_use_id", "content", "cache_control",
                  "title", "is_error", "citations", "thinking", "signature"]
@@ -57,8 +72,7 @@ blocks = st.lists(st.fixed_dictionaries(
 
 
 def bodies(path: str) -> st.SearchStrategy[dict[str, Any]]:
-    known = st.sampled_from(_params(path))
-    fields = st.dictionaries(known | hostile_names, json_values, max_size=6)
+    fields = st.dictionaries(st.sampled_from(_params(path)) | hostile_names, json_values, max_size=6)
     base = st.fixed_dictionaries({"model": st.sampled_from(MODELS) | json_values})
     if path.startswith("/v1/messages"):
         turns = st.lists(st.fixed_dictionaries({
@@ -70,6 +84,12 @@ def bodies(path: str) -> st.SearchStrategy[dict[str, Any]]:
         content = st.fixed_dictionaries({"messages": st.lists(st.fixed_dictionaries(
             {"role": st.sampled_from(["user", "system", "assistant", "tool"]), "content": json_values}),
             max_size=3)})
+    elif path == "/v1/responses":
+        content = st.fixed_dictionaries({"input": json_values | response_items},
+                                        optional={"tools": response_tools})
+    elif path == "/v1/embeddings":
+        content = st.fixed_dictionaries({"input": json_values | st.lists(
+            st.lists(st.integers(min_value=-5, max_value=2**40), max_size=4), max_size=3)})
     else:
         content = st.fixed_dictionaries({"prompt": json_values})
     return st.tuples(base, content, fields).map(lambda t: {**t[0], **t[1], **t[2]})
@@ -98,7 +118,8 @@ def check(resp: httpx.Response, path: str, sent: dict[str, Any] | None,
         assert param, resp.text
         head = param.split(".")[0].split("[")[0]
         # The caller's vocabulary: what it sent, the endpoint's documented fields, headers.
-        names = set(sent or {}) | set(_params(path)) | {h.lower() for h in headers or {}} | _NOT_FIELDS
+        names = (set(sent or {}) | set(_params(path)) | {h.lower() for h in headers or {}} | _NOT_FIELDS
+                 | {"response_id"})
         assert head in names or param in names, (param, sorted(names), resp.text[:300])
 
 

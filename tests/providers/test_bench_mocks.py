@@ -1,0 +1,80 @@
+"""bench/provider_mock.py's pre-built answers (the upstreams of ``bench/overhead.py --providers``)
+decode through the gateway's real rows into the same answer: N text deltas, finish ``stop`` and
+the usage, for OpenAI SSE, Anthropic named events and Bedrock event-stream frames. A mock that
+drifted from the wire would bench a failing stream; this catches it without running the bench."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from switchyard.core.canonical import CanonicalRequest
+from switchyard.core.config import DeploymentConfig
+from switchyard.providers.sse import sse_batches
+from switchyard.providers.wire import wire_for
+
+_spec = importlib.util.spec_from_file_location(
+    "provider_mock", Path(__file__).resolve().parents[2] / "bench" / "provider_mock.py")
+assert _spec and _spec.loader
+mock = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(mock)
+
+DEPS: dict[str, dict[str, Any]] = {
+    "openai": {"provider": "openai", "base_url": "http://127.0.0.1:9/v1"},
+    "anthropic": {"provider": "anthropic", "base_url": "http://127.0.0.1:9", "api_key": "k",
+                  "model": "claude-bench"},
+    "bedrock": {"provider": "bedrock", "base_url": "http://127.0.0.1:9", "region": "us-east-1",
+                "aws_access_key_id": "AK", "aws_secret_access_key": "SK", "model": "anthropic.claude-v2"},
+}
+SUFFIX = {"openai": b"/chat/completions", "anthropic": b"/v1/messages", "bedrock": b"/converse-stream"}
+
+
+def dechunk(raw: bytes) -> tuple[bytes, list[bytes]]:
+    """The head and the HTTP/1.1 chunks of one whole chunked response (the terminator checked)."""
+    head, _, rest = raw.partition(b"\r\n\r\n")
+    chunks = []
+    while True:
+        size, _, rest = rest.partition(b"\r\n")
+        n = int(size, 16)
+        if n == 0:
+            assert rest == b"\r\n"
+            return head, chunks
+        chunks.append(rest[:n])
+        assert rest[n:n + 2] == b"\r\n"
+        rest = rest[n + 2:]
+
+
+@pytest.mark.parametrize("provider", list(DEPS))
+def test_mock_answer_decodes_through_the_real_row(provider: str) -> None:
+    n = 7
+    head, chunks = dechunk(mock.answers(n)[SUFFIX[provider]])
+    assert head.startswith(b"HTTP/1.1 200 OK")
+    dep = DeploymentConfig.model_validate({"name": "d", **DEPS[provider]})
+    wire = wire_for(dep)
+    req = CanonicalRequest(kind="chat", model="v/m", dialect="openai", stream=True, max_tokens=100,
+                           messages=[{"role": "user", "content": "hi"}])
+    dec = wire.codec.stream(req)
+    framing = wire.framing or sse_batches
+
+    async def arrivals() -> AsyncIterator[bytes]:
+        for c in chunks:  # one network read per HTTP chunk, as the mock writes them
+            yield c
+
+    async def decode() -> list[Any]:
+        out = []
+        async for batch in framing(arrivals()):
+            for name, payload in batch:
+                out += dec.feed(name, payload)
+        return out
+
+    out = asyncio.run(decode())
+    assert dec.ending() is None
+    assert "".join(c.text for c in out) == "".join(mock.words(n))
+    assert [c.finish_reason for c in out if c.finish_reason] == ["stop"]
+    usage = next(c.usage for c in out if c.usage)
+    assert (usage.prompt_tokens, usage.completion_tokens) == (mock.PROMPT_TOKENS, n)
