@@ -107,3 +107,12 @@ async def test_a_stalled_models_endpoint_is_unknown_within_its_bound(upstream, g
         r = await client.post(FIREWORKS[0], json={"model": MODEL, "prompt": "hi", "max_tokens": 50})
         assert r.status_code == 200, r.text  # the stated window, after the upstream's refusal
     assert [s.body["max_tokens"] for s in upstream.requests] == [50, 19]
+
+
+async def test_an_upstream_with_the_field_applies_the_policy_itself(upstream, gateway_for) -> None:
+    cfg = base_config([upstream_model(MODEL, upstream.url, dialect="mistralrs", model="up")])
+    async with gateway_for(cfg) as client:
+        r = await client.post(MISTRALRS[0], headers=MISTRALRS[1], json={
+            "model": MODEL, "prompt": "hi", "max_tokens": 3, "truncate_sequence": True})
+        assert r.status_code == 200, r.text
+    assert upstream.requests[-1].body["truncate_sequence"] is True and upstream.models_asked == 0
