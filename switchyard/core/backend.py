@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from switchyard.core.canonical import CanonicalRequest, Chunk
 
@@ -44,3 +44,10 @@ class Backend(Protocol):
     def ready(self) -> bool: ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class ReportsWindow(Protocol):
+    """A backend whose upstream may report its context window (vLLM's ``/v1/models``)."""
+
+    async def reported_window(self, upstream_model: str | None = None) -> int | None: ...

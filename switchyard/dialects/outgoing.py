@@ -40,7 +40,7 @@ class Emulation:
 
 # Which of a dialect's constraint fields a constraint kind most likely came from.
 _CONSTRAINT_HINTS = {"regex": ("regex",), "choice": ("choice",), "grammar": ("grammar",),
-                     "lark": ("grammar",), "json_schema": ("json", "response_format"),
+                     "lark": ("grammar",), "json_schema": ("response_format", "json"),
                      "json_object": ("response_format", "json")}
 # Upstreams whose own answer to an overflowing request is the error: overflow "error" needs
 # nothing sent (default when no provider row says it).
@@ -176,8 +176,9 @@ def _no_op(req: CanonicalRequest, field: str, value: Any, overflow_is_error: boo
 
 def _refuse(req: CanonicalRequest, field: str, dialect: Dialect) -> NoReturn:
     name = caller_param(req, field)
-    # The gateway honours an overflow policy itself where it knows the window (routing/window.py).
-    how = "; the gateway honours it where the model's context_window is configured" \
+    # The router honours a truncating policy itself before a body is written (routing/window.py):
+    # only a request rendered outside a route gets here.
+    how = "; the gateway honours it on a route" \
         if field == "overflow" else ""
     raise InvalidRequest(f"{name} is not supported by model {req.model}: its upstream speaks the "
                          f"{dialect.name} dialect{how}", param=name)

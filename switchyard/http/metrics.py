@@ -129,7 +129,7 @@ class Recorder:
         usage = ctx.usage
         if usage is not None and (usage.prompt_tokens or usage.completion_tokens):
             self._usage(ctx, group, team, usage.prompt_tokens, usage.completion_tokens,
-                        usage.cached_tokens)
+                        usage.cached_tokens, usage.cache_write_tokens)
 
     def _admission(self, ctx: RequestContext, team: str) -> None:
         if ctx.ticket is not None:
@@ -146,11 +146,13 @@ class Recorder:
         d[(team, decision)] = d.get((team, decision), 0) + 1
 
     def _usage(self, ctx: RequestContext, group: str, team: str, prompt: int, completion: int,
-               cached: int) -> None:
+               cached: int, cache_write: int) -> None:
         assert ctx.route is not None and ctx.principal is not None
         extra: Key = (ctx.principal.key_id,) if self.per_key else ()
         tokens = self.counts["tokens"]
-        for kind, n in (("prompt", prompt), ("completion", completion), ("cached", cached)):
+        # cached (read from) and cache_write (written to the prompt cache) are parts of prompt
+        for kind, n in (("prompt", prompt), ("completion", completion), ("cached", cached),
+                        ("cache_write", cache_write)):
             if n:
                 k = (group, team, kind, *extra)
                 tokens[k] = tokens.get(k, 0) + n

@@ -106,8 +106,9 @@ _FIELD_TYPES: dict[str, type] = {
 # Aggregate metrics kept per (team, day, key, model); hash field = "<key>\x1f<model>\x1f<metric>".
 # The same sums per (team, minute, model) for the last two hours: "<minute>\x1f<model>\x1f<metric>"
 # in the hash of the minute's hour (the scripts derive these fields from the daily ones).
+# A metric added later is simply absent from older hashes: it reads 0 (usage.usage_row).
 METRICS = ("requests", "errors", "refused", "prompt_tokens", "completion_tokens", "cached_tokens",
-           "cost_nano")
+           "cost_nano", "cache_write_tokens")
 SEP = "\x1f"
 MINUTE_MS = 60_000
 HOUR_MS = 3_600_000
@@ -122,7 +123,7 @@ def refused(status: int, attempts: int) -> bool:
 def agg_increments(r: UsageRecord) -> list[tuple[str, int]]:
     base = f"{r.key_id}{SEP}{r.model}{SEP}"
     vals = (1, 1 if r.status >= 400 else 0, 1 if refused(r.status, r.attempts) else 0, r.prompt_tokens,
-            r.completion_tokens, r.cached_tokens, r.cost_nano)
+            r.completion_tokens, r.cached_tokens, r.cost_nano, r.cache_write_tokens)
     return [(base + m, v) for m, v in zip(METRICS, vals, strict=True) if v]
 
 

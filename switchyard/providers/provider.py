@@ -31,7 +31,9 @@ from switchyard.providers.failures import (
     transport_errors,
     wire_failure,
 )
+from switchyard.providers.openai import OpenAICodec
 from switchyard.providers.sse import sse_batches
+from switchyard.providers.window import ReportedWindows
 from switchyard.providers.wire import Wire, WireError, wire_for
 
 _encode = msgspec.json.encode
@@ -61,6 +63,9 @@ class UpstreamBackend:
         self._targets: dict[tuple[str, bool, str], str] = {}
         self._scrub = Scrubber(deployment.api_key, deployment.aws_secret_access_key,
                                deployment.aws_session_token)
+        # OpenAI-family servers may report their window (vLLM); signed APIs are not asked.
+        self._windows = (ReportedWindows(self._base, self._headers, transport)
+                         if isinstance(self.codec, OpenAICodec) and not self.auth.signs else None)
 
     ready = True
 
@@ -116,6 +121,12 @@ class UpstreamBackend:
 
     def stats(self) -> dict[str, float]:
         return {}
+
+    async def reported_window(self, upstream_model: str | None = None) -> int | None:
+        """The context window the upstream reports for the model (vLLM's ``max_model_len``)."""
+        if self._windows is None:
+            return None
+        return await self._windows.window(upstream_model or self.upstream_model)
 
     async def start(self) -> None:
         if self._exchange is None:

@@ -20,12 +20,13 @@ import time
 from collections.abc import AsyncGenerator, Callable, Iterator
 from typing import TYPE_CHECKING
 
-from switchyard.core.backend import Backend
+from switchyard.core.backend import Backend, ReportsWindow
 from switchyard.core.canonical import CanonicalRequest, Chunk
 from switchyard.core.config import Config
-from switchyard.core.errors import GatewayError, RateLimited, Unavailable
+from switchyard.core.errors import GatewayError, RateLimited, Unavailable, UpstreamError
 from switchyard.core.logs import Throttled
 from switchyard.core.propagation import OUTGOING, REQUEST_ID
+from switchyard.dialects.registry import DIALECTS
 from switchyard.policies.tokens import encoding, encodings_of
 from switchyard.routing.fanout import fan_out, needs_fanout
 from switchyard.routing.health import OPEN, Health
@@ -33,7 +34,7 @@ from switchyard.routing.resolve import Resolver, Route, RunInfo, Target
 from switchyard.routing.retry import backoff, deadline_exceeded, retry_after_header
 from switchyard.routing.strategies import PICKERS, by_usage
 from switchyard.routing.usage import Counters, LocalCounters, counters_for
-from switchyard.routing.window import cap_output, fit_window
+from switchyard.routing.window import cap_output, fit_window, stated_overflow, truncating
 
 if TYPE_CHECKING:
     from switchyard.policies.store import Store
@@ -77,7 +78,7 @@ class Router:
         asked = route.group
         try:
             route, req = self._fit(req, route, info)
-            target, served, (gen, first) = await self._first(req, route, asked, info, deadline)
+            target, served, (gen, first) = await self._first_fitted(req, route, asked, info, deadline)
         except BaseException:
             if info.upstream_start is not None:
                 info.upstream_end = time.monotonic()
@@ -106,6 +107,42 @@ class Router:
             await gen.aclose()
             if count and tokens:
                 await self.counters.add(target.name, 0, tokens)
+
+    async def _first_fitted(self, req: CanonicalRequest, route: Route, asked: str, info: RunInfo,
+                            deadline: float | None) -> tuple[Target, Route, Attempt]:
+        """``_first``, with a truncating overflow policy honoured where no window is configured:
+        the upstream's own overflow error states its window, and the request, fitted to it as
+        the policy asks, is sent once more. A window the upstream reports is used first."""
+        policy = truncating(req) if route.model.context_window is None else None
+        if policy is None or any(t.deployment.backend == "engine" for t in route.targets) or all(
+                t.native in DIALECTS and "overflow" in DIALECTS[t.native].emits for t in route.targets):
+            # The engine knows its own window and fits exactly, with the model's tokenizer; an
+            # upstream with the field (Fireworks, mistral.rs) applies the policy itself.
+            return await self._first(req, route, asked, info, deadline)
+        window = await self._reported_window(route)
+        if window is not None:  # fitted to what the upstream reports (vLLM's max_model_len)
+            self._need(req, route, info)
+            req = fit_window(req, route.group, route.model, window, info.prompt_tokens or 0)
+        elif req.overflow is not None:  # the gateway honours it: no upstream is asked to
+            req = dataclasses.replace(req, overflow=None)
+        try:
+            return await self._first(req, route, asked, info, deadline)
+        except UpstreamError as e:
+            stated = stated_overflow(e.message, req.max_tokens) if e.status == 400 else None
+            if stated is None:
+                raise
+            window, prompt = stated
+            fitted = fit_window(dataclasses.replace(req, overflow=policy), route.group, route.model,
+                                window, prompt)
+            return await self._first(fitted, route, asked, info, deadline)
+
+    @staticmethod
+    async def _reported_window(route: Route) -> int | None:
+        """The smallest window the route's deployments report (each asked once, bounded)."""
+        asks = [t.backend.reported_window(route.upstream_model) for t in route.targets
+                if isinstance(t.backend, ReportsWindow)]
+        known = [w for w in await asyncio.gather(*asks) if w is not None]
+        return min(known) if known else None
 
     async def _first(self, req: CanonicalRequest, route: Route, asked: str, info: RunInfo,
                      deadline: float | None) -> tuple[Target, Route, Attempt]:

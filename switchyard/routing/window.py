@@ -6,9 +6,10 @@ the gateway counts them for admission (``switchyard.policies.tokens``)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
-from switchyard.core.canonical import CanonicalRequest, Prompt
+from switchyard.core.canonical import CanonicalRequest, OverflowPolicy, Prompt
 from switchyard.core.config import ModelConfig
 from switchyard.core.errors import InvalidRequest
 from switchyard.dialects.defaults import sampling_defaults
@@ -57,3 +58,35 @@ def _keep_last(prompt: Prompt, keep: int, req: CanonicalRequest, model: ModelCon
         return prompt[-keep:]
     raise InvalidRequest(f"model {model.name}: a prompt mixing token ids and text cannot be truncated "
                          "by the gateway", param="prompt")
+
+
+# An upstream's own overflow error (OpenAI's and vLLM's wordings): its window and the prompt as it
+# counted it, so an unconfigured window is learned from the refusal and the request fitted once.
+_MAX = re.compile(r"maximum context length is (\d+)")
+_PROMPT = re.compile(r"\((\d+) in the (?:messages|prompt)|has (\d+) input tokens|(\d+) prompt tokens")
+_REQUESTED = re.compile(r"requested (\d+) tokens")
+
+
+def stated_overflow(message: str, max_tokens: int | None) -> tuple[int, int] | None:
+    """(window, prompt tokens) an upstream's context-overflow error states; None when it is
+    another error or does not say both."""
+    m = _MAX.search(message)
+    if m is None:
+        return None
+    window = int(m.group(1))
+    p = _PROMPT.search(message)
+    if p is not None:
+        return window, int(next(g for g in p.groups() if g is not None))
+    r = _REQUESTED.search(message)
+    if r is not None and max_tokens is not None and max_tokens > 0:
+        return window, max(int(r.group(1)) - max_tokens, 0)
+    return None
+
+
+def truncating(req: CanonicalRequest) -> OverflowPolicy | None:
+    """The caller's overflow policy (said, else its product's) when it fits the request rather
+    than refusing it."""
+    policy = req.overflow or sampling_defaults(req.dialect).get("overflow")
+    if policy == "truncate_max_tokens" or policy == "truncate_prompt":
+        return policy
+    return None

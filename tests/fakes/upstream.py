@@ -53,6 +53,12 @@ class FakeUpstream:
     cut: int = 0  # streams cut off so far
     inflight: int = 0  # requests being answered now
     peak: int = 0  # the most ever answered at once
+    # vLLM's refusal of a request over its max_model_len (prompt counted as below, in words)
+    context_window: int | None = None
+    # GET /models as vLLM answers it: max_model_len per model id (None: no such endpoint, a 404)
+    reported: dict[str, int] | None = None
+    models_stall: float = 0.0  # seconds before /models answers
+    models_asked: int = 0
 
     @property
     def url(self) -> str:
@@ -65,6 +71,7 @@ class FakeUpstream:
     async def __aenter__(self) -> FakeUpstream:
         app = web.Application()
         app.router.add_post("/{tail:.*}", self._handle)
+        app.router.add_get("/v1/models", self._models)
         self._runner = web.AppRunner(app, handle_signals=False)
         await self._runner.setup()
         sock = socket.socket()
@@ -76,6 +83,16 @@ class FakeUpstream:
 
     async def __aexit__(self, *exc: object) -> None:
         await self._runner.cleanup()
+
+    async def _models(self, request: web.Request) -> web.StreamResponse:
+        self.models_asked += 1
+        if self.models_stall:
+            await asyncio.sleep(self.models_stall)
+        if self.reported is None:
+            return web.json_response({"detail": "Not Found"}, status=404)
+        return web.json_response({"object": "list", "data": [
+            {"id": name, "object": "model", "created": 1, "owned_by": "vllm", "root": name,
+             "max_model_len": n} for name, n in self.reported.items()]})
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.inflight += 1
@@ -103,9 +120,15 @@ class FakeUpstream:
         n_tokens = body.get("max_tokens") or body.get("max_new_tokens") or 16
         if n_tokens < 0:
             n_tokens = 16
+        prompt_tokens = len(json.dumps(body.get("prompt") or body.get("messages")).split())
+        if self.context_window is not None and prompt_tokens + n_tokens > self.context_window:
+            return web.json_response({"object": "error", "type": "BadRequestError", "code": 400, "message": (
+                f"This model's maximum context length is {self.context_window} tokens. However, you "
+                f"requested {prompt_tokens + n_tokens} tokens ({prompt_tokens} in the messages, "
+                f"{n_tokens} in the completion). Please reduce the length of the messages or completion.")},
+                status=400)
         words = (b.text.split(" ") if b.text is not None else [f"w{i}" for i in range(n_tokens)])
         pieces = [w if i == 0 else " " + w for i, w in enumerate(words)]
-        prompt_tokens = len(json.dumps(body.get("prompt") or body.get("messages")).split())
         n = body.get("n") or 1
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": len(pieces) * n,
                  "total_tokens": prompt_tokens + len(pieces) * n}

@@ -12,6 +12,7 @@ from switchyard.core.errors import RateLimited
 from switchyard.policies.base import Outcome, Principal, Ticket
 from switchyard.policies.limits import LOWERED_HEADER, Limiter
 from switchyard.policies.store import DAY_MS
+from switchyard.policies.usage import usage_row
 from tests.policies.conftest import make_config
 
 GPT = "openai/gpt-4o"
@@ -288,7 +289,8 @@ async def test_usage_records_and_aggregates(store, limiter_for):
     p = who(key_limits=Limits(rpm=100))
     await settle(lim, await admit(lim, p, GPT, 1000, 100), 1000, 100)
     await lim.settle(await admit(lim, p, GPT, 10, 10),
-                     Outcome(Usage(10, 0, cached_tokens=5), 502, deployment="oai", latency_ms=7.5))
+                     Outcome(Usage(10, 0, cached_tokens=5, cache_write_tokens=2), 502, deployment="oai",
+                             latency_ms=7.5))
     await settle(lim, await admit(lim, who(key="bob"), SMOL, 5, 5), 5, 3)
     recs = await store.records("ml", 10)
     assert [(r.key_id, r.model, r.prompt_tokens, r.completion_tokens, r.status) for r in recs] == [
@@ -301,10 +303,14 @@ async def test_usage_records_and_aggregates(store, limiter_for):
         "alice\x1fopenai/gpt-4o\x1frequests": 2, "alice\x1fopenai/gpt-4o\x1ferrors": 1,
         "alice\x1fopenai/gpt-4o\x1fprompt_tokens": 1010, "alice\x1fopenai/gpt-4o\x1fcompletion_tokens": 100,
         "alice\x1fopenai/gpt-4o\x1fcached_tokens": 5, "alice\x1fopenai/gpt-4o\x1fcost_nano": 3_525_000,
+        "alice\x1fopenai/gpt-4o\x1fcache_write_tokens": 2,
         "bob\x1flocal/smol\x1frequests": 1, "bob\x1flocal/smol\x1fprompt_tokens": 5,
         "bob\x1flocal/smol\x1fcompletion_tokens": 3,
     }
     assert await store.aggregates("ops", [day]) == {}
+    assert recs[1].cache_write_tokens == 2
+    # Sums kept before cache writes were counted read 0 (the hashes have no such field).
+    assert usage_row({"requests": 1, "prompt_tokens": 3})["cache_write_tokens"] == 0
 
 
 async def test_documents_and_sets(store):

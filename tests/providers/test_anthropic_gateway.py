@@ -270,3 +270,26 @@ async def test_n_is_fanned_out_one_call_per_choice(gateway_for) -> None:
     assert r.status_code == 200, r.text
     assert [c["index"] for c in r.json()["choices"]] == [0, 1]
     assert len(up.requests) == 2 and all("n" not in s.body for s in up.requests)
+
+
+async def test_cache_writes_show_in_metrics_usage_api_and_records(gateway_for) -> None:
+    from tests.gateway.conftest import MASTER
+
+    async with FakeAnthropic() as up:
+        cfg = claude(up, price={"prompt_per_1m": 3, "completion_per_1m": 15, "cache_read_per_1m": 0.3,
+                                "cache_write_per_1m": 3.75})
+        async with gateway_for(cfg) as client:
+            up.script.append(Claude(text="a b c", cache_read=40, cache_write=2000))
+            assert (await _chat(client)).status_code == 200
+            await client.app.state.gateway.drain()
+            admin = {"authorization": f"Bearer {MASTER}"}
+            metrics = (await client.get("/metrics", headers=admin)).text
+            agg = (await client.get("/admin/usage", headers=admin, params={"group_by": "model"})).json()
+            recs = (await client.get("/admin/usage/records", headers=admin, params={"team": "t"})).json()
+    lines = {ln.split("{")[0] + "{" + ln.split("{")[1].split("}")[0] + "}": float(ln.rsplit(" ", 1)[1])
+             for ln in metrics.splitlines() if ln.startswith("switchyard_tokens")}
+    kinds = {k.split('kind="')[1].split('"')[0]: v for k, v in lines.items() if MODEL in k}
+    assert kinds["cache_write"] == 2000 and kinds["cached"] == 40 and kinds["prompt"] > 2040
+    assert agg["total"]["cache_write_tokens"] == 2000 and agg["total"]["cached_tokens"] == 40
+    assert agg["data"][0]["model"] == MODEL and agg["data"][0]["cache_write_tokens"] == 2000
+    assert [(r["cache_write_tokens"], r["cached_tokens"]) for r in recs["data"]] == [(2000, 40)]

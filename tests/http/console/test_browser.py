@@ -138,7 +138,8 @@ async def test_the_console_in_a_browser(upstream, database_url, browser):
         legend = "#chart-{} + ul.legend li"
         stacked = await page.locator(legend.format("requests")).all_text_contents()
         assert stacked == ["answered", "errors", "refused"]
-        assert await page.locator(legend.format("tokens")).all_text_contents() == ["prompt", "completion"]
+        assert await page.locator(legend.format("tokens")).all_text_contents() == [
+            "prompt", "cache read", "cache write", "completion"]
         for name in ("requests", "tokens"):
             marks = await ticks(page, f"chart-{name}")
             assert len(marks) >= 2 and all(re.fullmatch(r"\d+(\.\d)?[kMG]?|\d+", m) for m in marks), marks

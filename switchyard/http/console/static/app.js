@@ -36,7 +36,11 @@ async function loadOverview() {
     {name: "errors", cls: "s-err", values: o.series.map(s => s.errors - s.refused)},
     {name: "refused", cls: "s-refused", values: o.series.map(s => s.refused)}], {integer: true});
   barChart(document.getElementById("chart-tokens"), labels, [
-    {name: "prompt", cls: "s-prompt", values: o.series.map(s => s.prompt_tokens)},
+    // Cache reads and writes are parts of the prompt: stacked apart, the bar still totals prompt + completion.
+    {name: "prompt", cls: "s-prompt",
+     values: o.series.map(s => Math.max(s.prompt_tokens - (s.cached_tokens || 0) - (s.cache_write_tokens || 0), 0))},
+    {name: "cache read", cls: "s-cache-read", values: o.series.map(s => s.cached_tokens || 0)},
+    {name: "cache write", cls: "s-cache-write", values: o.series.map(s => s.cache_write_tokens || 0)},
     {name: "completion", cls: "s-completion", values: o.series.map(s => s.completion_tokens)}], {integer: true});
   barChart(document.getElementById("chart-spend"), labels, [
     {name: "spend (USD)", cls: "s-spend", values: o.series.map(s => s.cost_usd)}], {fmt: usd});
@@ -90,6 +94,7 @@ async function loadUsage(reset) {
   document.getElementById("records-note").textContent = r.error || "";
   table(document.getElementById("usage-agg"), [[group, x => String(x[group])], ["Requests", x => num(x.requests)],
     ["Errors", x => num(x.errors)], ["Refused", x => num(x.refused)], ["Prompt", x => num(x.prompt_tokens)],
+    ["Cache read", x => num(x.cached_tokens || 0)], ["Cache write", x => num(x.cache_write_tokens || 0)],
     ["Completion", x => num(x.completion_tokens)], ["Spend", x => usd(x.cost_usd)]], a.data);
   table(document.getElementById("usage-records"), [
     ["Time (UTC)", x => utc(x.ts_ms)], ["Team", x => x.team],
