@@ -1,4 +1,4 @@
-"""GGUF -> safetensors folder, run as its own process (``python -m backends.engine.convert SRC DST``)
+"""GGUF -> safetensors folder, run as its own process (``python -m switchyard.engine.convert SRC DST``)
 by ``loader.resolve_folder``: transformers dequantizes through its modeling classes, which the
 engine process itself never imports (~100 MiB resident; docs/engine.md).
 
