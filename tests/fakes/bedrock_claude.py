@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import socket
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
@@ -31,7 +30,8 @@ from botocore.validate import ParamValidator
 
 from switchyard.providers.aws.eventstream import encode_frame
 from tests.fakes.anthropic import FakeAnthropic
-from tests.fakes.bedrock import _MODEL, ERRORS, _check_auth, _error
+from tests.fakes.bedrock import _MODEL, ERRORS, Seen, _check_auth, _error
+from tests.fakes.serve import serve_app
 
 # What AWS documents, and what the anthropic SDK's Bedrock client sends by default (its own API
 # version): either is an anthropic_version Bedrock takes.
@@ -46,14 +46,6 @@ class Invoke:
     error: str | None = None  # an x-amzn-ErrorType answered before any answer
     exception: str | None = None  # streams: an exception frame ...
     exception_after: int = 0  # ... after this many chunk events
-
-
-@dataclass
-class Seen:
-    operation: str
-    model: str
-    headers: dict[str, str]
-    body: dict[str, Any]
 
 
 @dataclass
@@ -72,12 +64,7 @@ class FakeBedrockClaude:
         self._session = aiohttp.ClientSession()
         app = web.Application()
         app.router.add_post("/model/{model}/{op}", self._handle)
-        self._runner = web.AppRunner(app, handle_signals=False)
-        await self._runner.setup()
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        await web.SockSite(self._runner, sock).start()
+        self._runner, self.port = await serve_app(app)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
