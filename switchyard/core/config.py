@@ -32,7 +32,6 @@ from switchyard.core.headers import denied_header, header_problem
 
 MIN_MASTER_KEY = 16  # characters: shorter is a password, not a secret
 
-DialectName = Literal["openai", "vllm", "llamacpp", "mistralrs", "fireworks", "sgp"]
 OPENAI_FAMILY: tuple[str, ...] = ("openai", "vllm", "llamacpp", "mistralrs", "fireworks", "sgp")
 ProviderName = Literal["openai", "vllm", "llamacpp", "mistralrs", "fireworks", "sgp", "azure", "anthropic",
                        "gemini", "vertex", "bedrock", "mistral", "cohere"]

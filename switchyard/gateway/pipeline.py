@@ -25,7 +25,6 @@ import msgspec
 from switchyard.core.canonical import CanonicalRequest, Chunk, RequestKind, Usage
 from switchyard.core.config import Config
 from switchyard.core.errors import Forbidden, GatewayError, InvalidRequest, Unauthorized, Unavailable
-from switchyard.core.propagation import REQUEST_ID
 from switchyard.dialects.defaults import sampling_defaults
 from switchyard.dialects.errors import error_bytes, error_json
 from switchyard.dialects.parse import parse_request
@@ -315,9 +314,11 @@ class Gateway:
     def _dropped(req: CanonicalRequest, route: Route) -> str | None:
         """The warning for unknown fields that not every deployment of the route receives, and for
         what the caller's API makes optional and a translating deployment leaves out."""
+        native = req.native
+        if not req.extra and (native is None or not native.optional):
+            return None  # nothing the caller sent can be left out (most requests)
         dropped: set[str] = set()
         optional = False
-        native = req.native
         for t in route.targets:
             d = t.deployment
             same = d.backend == "upstream" and d.dialect == req.dialect
@@ -480,4 +481,4 @@ def _charged(tally: Tally, status: int) -> Usage:
     return Usage()
 
 
-__all__ = ["JSON", "REQUEST_ID", "SSE", "Endpoint", "Gateway", "Reader", "Responder", "bearer_key"]
+__all__ = ["JSON", "SSE", "Endpoint", "Gateway", "Reader", "Responder", "bearer_key"]

@@ -14,7 +14,7 @@ from litestar.params import FromPath
 from switchyard.core.errors import GatewayError, InvalidRequest
 from switchyard.dialects.errors import openai_error
 from switchyard.http.admin_auth import AdminAuth
-from switchyard.policies.registry import _UNSET, Registry
+from switchyard.policies.registry import UNSET, Registry
 from switchyard.policies.store import StoreDown, StoreSlow, UsageRecord
 from switchyard.policies.usage import UsageSource
 from switchyard.policies.usage_filter import parse_filter, to_csv
@@ -65,7 +65,7 @@ def _on_bad_json(_: Request[Any, Any, Any], e: SerializationException) -> Respon
     return error_response(400, "invalid_request_error", "the body is not valid JSON")
 
 
-async def _body(request: Request[Any, Any, Any]) -> dict[str, Any]:
+async def json_body(request: Request[Any, Any, Any]) -> dict[str, Any]:
     raw = await request.body()
     if not raw:
         return {}
@@ -105,7 +105,7 @@ def admin_router(registry: Registry, usage: UsageSource, auth: AdminAuth) -> Rou
 
     @post("/keys", status_code=201)
     async def create_key(request: Request[Any, Any, Any]) -> dict[str, Any]:
-        b = await _body(request)
+        b = await json_body(request)
         if not isinstance(b.get("team"), str):
             raise InvalidRequest("team is required (a string)", param="team")
         raw, info = await registry.create_key(b["team"], key_id=b.get("id"), models=b.get("models"),
@@ -114,7 +114,7 @@ def admin_router(registry: Registry, usage: UsageSource, auth: AdminAuth) -> Rou
 
     @post("/keys/{key_id:str}/rotate", status_code=201)
     async def rotate_key(key_id: FromPath[str], request: Request[Any, Any, Any]) -> dict[str, Any]:
-        b = await _body(request)
+        b = await json_body(request)
         raw, info = await registry.rotate(key_id, grace_seconds=b.get("grace_seconds", 0))
         return {**info, "key": raw}
 
@@ -128,12 +128,12 @@ def admin_router(registry: Registry, usage: UsageSource, auth: AdminAuth) -> Rou
 
     @patch("/keys/{key_id:str}")
     async def update_key(key_id: FromPath[str], request: Request[Any, Any, Any]) -> dict[str, Any]:
-        b = await _body(request)
+        b = await json_body(request)
         revoked = b.get("revoked")
         if revoked is not None and not isinstance(revoked, bool):
             raise InvalidRequest("revoked must be true or false", param="revoked")
-        return await registry.update_key(key_id, limits=b.get("limits"), models=b.get("models", _UNSET),
-                                         revoked=revoked, expires_at=b.get("expires_at", _UNSET))
+        return await registry.update_key(key_id, limits=b.get("limits"), models=b.get("models", UNSET),
+                                         revoked=revoked, expires_at=b.get("expires_at", UNSET))
 
     @delete("/keys/{key_id:str}", status_code=200)
     async def revoke_key(key_id: FromPath[str]) -> dict[str, Any]:
@@ -153,8 +153,8 @@ def admin_router(registry: Registry, usage: UsageSource, auth: AdminAuth) -> Rou
 
     @put("/teams/{name:str}")
     async def put_team(name: FromPath[str], request: Request[Any, Any, Any]) -> dict[str, Any]:
-        b = await _body(request)
-        return await registry.update_team(name, limits=b.get("limits"), models=b.get("models", _UNSET),
+        b = await json_body(request)
+        return await registry.update_team(name, limits=b.get("limits"), models=b.get("models", UNSET),
                                           model_limits=b.get("model_limits"))
 
     @patch("/teams/{name:str}")

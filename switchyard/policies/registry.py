@@ -15,7 +15,7 @@ from switchyard.core.errors import InvalidRequest, NotFound
 from switchyard.policies.keys import KeyRing, digest, doc_names, stored_limits
 from switchyard.policies.store import Store
 
-_UNSET: Any = object()
+UNSET: Any = object()
 # Key ids and team names become parts of store keys, usage records, log lines and metric labels.
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}")
 
@@ -115,7 +115,7 @@ class Registry:
     async def teams(self) -> list[dict[str, Any]]:
         return [await self.team(t) for t in await self.team_names()]
 
-    async def update_team(self, name: str, *, limits: dict[str, Any] | None = None, models: Any = _UNSET,
+    async def update_team(self, name: str, *, limits: dict[str, Any] | None = None, models: Any = UNSET,
                           model_limits: dict[str, Any] | None = None) -> dict[str, Any]:
         """Creates the team when neither the config nor the store knows it."""
         check_name(name, "name")
@@ -126,7 +126,7 @@ class Registry:
         doc = await self._team_doc(name) or {}
         if limits is not None:
             doc["limits"] = merge_limits(stored_limits(cur["limits"]), limits).model_dump()
-        if models is not _UNSET:
+        if models is not UNSET:
             doc["models"] = _check_models(models)
         if model_limits is not None:
             if not isinstance(model_limits, dict):
@@ -199,15 +199,15 @@ class Registry:
         return [await self.key(i) for i in ids]
 
     async def update_key(self, key_id: str, *, limits: dict[str, Any] | None = None,
-                         models: Any = _UNSET, revoked: bool | None = None,
-                         expires_at: Any = _UNSET) -> dict[str, Any]:
+                         models: Any = UNSET, revoked: bool | None = None,
+                         expires_at: Any = UNSET) -> dict[str, Any]:
         name, doc = await self._locate(key_id)
-        if expires_at is not _UNSET:
+        if expires_at is not UNSET:
             doc["expires_ms"] = parse_expiry(expires_at)
         if limits is not None:
             cur = await self.key(key_id)
             doc["limits"] = merge_limits(stored_limits(cur["limits"]), limits).model_dump()
-        if models is not _UNSET:
+        if models is not UNSET:
             doc["models"] = _check_models(models)
         if revoked is not None:
             doc["revoked"] = revoked

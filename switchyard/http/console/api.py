@@ -12,7 +12,7 @@ from urllib.parse import urlsplit, urlunsplit
 from litestar import Request, Router, get, post
 
 from switchyard.core.errors import InvalidRequest, NotFound
-from switchyard.http.admin import ADMIN_ERRORS, _body
+from switchyard.http.admin import ADMIN_ERRORS, json_body
 from switchyard.http.console.overview import RANGES, overview
 from switchyard.policies.latency import latency, parse_window
 from switchyard.routing.snapshot import target_snapshot
@@ -52,7 +52,7 @@ def console_api(gw: Gateway, router: GatewayRouter, policies: Policies, auth: Ad
     async def reset_deployment(request: Request[Any, Any, Any]) -> dict[str, Any]:
         """Close a deployment's circuit breaker (cooldown and Retry-After hold included) at once;
         body ``{"deployment": "group/deployment"}``. This replica only (breakers are per replica)."""
-        name = (await _body(request)).get("deployment")
+        name = (await json_body(request)).get("deployment")
         if not isinstance(name, str) or not name:
             raise InvalidRequest("deployment: give the deployment's name (group/deployment)",
                                  param="deployment")
