@@ -7,6 +7,10 @@ as the body array ``anthropic_beta``. The whole answer is the Anthropic ``Messag
 is event-stream frames: each ``chunk`` event's payload is ``{"bytes": base64(one Anthropic stream
 event's JSON)}``, read by the Anthropic stream decoder; exception frames are read as Converse's
 are. Auth, framing and error statuses are the Converse row's (providers/bedrock.py).
+
+An Anthropic Messages caller takes the native lane: its body goes as sent (system blocks,
+cache_control, thinking signatures) but for what the gateway owns, in the same envelope; its
+``count_tokens`` asks Bedrock's CountTokens (``/model/{id}/count-tokens``) over that body.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from switchyard.core.config import DeploymentConfig
 from switchyard.core.errors import InvalidRequest
 from switchyard.dialects.outgoing import Emulation
 from switchyard.providers.anthropic import decode
-from switchyard.providers.anthropic.codec import AnthropicCodec
+from switchyard.providers.anthropic.codec import AnthropicCodec, count_field
 from switchyard.providers.bedrock import RETRYABLE_EXCEPTIONS
 from switchyard.providers.wire import Wire, WireError
 
@@ -74,6 +78,26 @@ class InvokeCodec:
         if names := betas(req):
             body["anthropic_beta"] = names
         return body, emulation
+
+    def native(self, body: dict[str, Any], req: CanonicalRequest, model: str,
+               allow_params: list[str] | None = None) -> dict[str, Any]:
+        """An Anthropic caller's body as sent, in InvokeModel's envelope (see AnthropicCodec.native)."""
+        out = self.inner.native(body, req, model, allow_params)
+        if names := betas(req):
+            out["anthropic_beta"] = names
+        return out
+
+    def count(self, body: dict[str, Any], model: str,
+              allow_params: list[str] | None = None) -> dict[str, Any]:
+        """CountTokens over the InvokeModel body it would send (a blob: base64 in JSON). That
+        body needs a max_tokens, which does not change the count."""
+        invoke = self.inner.count(body, model, allow_params)
+        invoke.pop("model", None)
+        invoke["max_tokens"] = 1
+        return {"input": {"invokeModel": {"body": base64.b64encode(msgspec.json.encode(invoke)).decode()}}}
+
+    def counted(self, raw: bytes) -> int | None:
+        return count_field(raw, "inputTokens")
 
     def whole(self, raw: bytes, req: CanonicalRequest) -> list[Chunk]:
         return self.inner.whole(raw, req)
@@ -125,5 +149,7 @@ INVOKE = InvokeCodec()
 
 
 def invoke_row(converse: Wire) -> Wire:
-    """The Converse row (auth, framing, statuses) with InvokeModel's paths and the Claude codec."""
-    return dataclasses.replace(converse, codec=INVOKE, paths=PATHS)
+    """The Converse row (auth, framing, statuses) with InvokeModel's paths and the Claude codec;
+    an Anthropic caller's body takes the native lane (betas ride in the body, not as headers)."""
+    return dataclasses.replace(converse, codec=INVOKE, paths=PATHS, native_dialect="anthropic",
+                               count_path="/model/{model}/count-tokens")

@@ -73,9 +73,11 @@ class UpstreamBackend:
         """The upstream's own count when asked for the count itself (``exact``: count_tokens) and
         the caller spoke this upstream's API; else None and the gateway estimates (an upstream
         round trip per request would cost every request its latency)."""
-        path, count = self.wire.count_path, getattr(self.codec, "count", None)
+        path = self.wire.count_target(self.upstream_model)
+        count, counted = getattr(self.codec, "count", None), getattr(self.codec, "counted", None)
         native = req.native
-        if not exact or path is None or count is None or not self._is_native(req) or native is None:
+        if (not exact or path is None or count is None or counted is None or not self._is_native(req)
+                or native is None):
             return None
         dep = self.deployment
         body = count(msgspec.json.decode(native.body), self.upstream_model, dep.allow_extra_params)
@@ -99,10 +101,7 @@ class UpstreamBackend:
             return None  # the estimate stands in
         if status != 200:
             return None
-        try:
-            n = msgspec.json.decode(answer).get("input_tokens")
-        except (msgspec.DecodeError, AttributeError):
-            return None
+        n = counted(answer)
         return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
 
     def _is_native(self, req: CanonicalRequest) -> bool:

@@ -30,8 +30,9 @@ The two protocols, for whoever writes a codec or an auth:
     ``native(body, req, model, allow_params) -> body`` (optional): the native lane. When the caller
     spoke this API itself (``Wire.native_dialect``), the caller's body is kept as sent except the
     fields the gateway owns; the row's ``native_headers`` go as the caller sent them.
-    ``count(body, model, allow_params) -> body`` (optional, with ``Wire.count_path``): the body of
-    the upstream's own token count, from the caller's count request in the same API.
+    ``count(body, model, allow_params) -> body`` and ``counted(raw) -> int | None`` (optional, with
+    ``Wire.count_path``, where ``{model}`` is filled as in ``paths``): the body of the upstream's own
+    token count, from the caller's count request in the same API, and the count read from its answer.
 """
 
 from __future__ import annotations
@@ -147,6 +148,11 @@ class Wire:
     # Sent per request: the deployment's value, or on the native lane the caller's (anthropic-version).
     native_headers: frozenset[str] = frozenset()
     count_path: str | None = None  # the upstream's own prompt token count (native lane only)
+
+    def count_target(self, model: str) -> str | None:
+        if self.count_path is None:
+            return None
+        return self.count_path.replace("{model}", quote(model, safe=""))
 
     def target(self, kind: RequestKind, stream: bool, model: str) -> str:
         path = self.paths[(kind, stream)]

@@ -36,7 +36,8 @@ from tests.fakes.serve import serve_app
 # What AWS documents, and what the anthropic SDK's Bedrock client sends by default (its own API
 # version): either is an anthropic_version Bedrock takes.
 VERSIONS = ("bedrock-2023-05-31", "2023-06-01", "2026-10-21")
-OPERATIONS = {"invoke": "InvokeModel", "invoke-with-response-stream": "InvokeModelWithResponseStream"}
+OPERATIONS = {"invoke": "InvokeModel", "invoke-with-response-stream": "InvokeModelWithResponseStream",
+              "count-tokens": "CountTokens"}
 
 
 @dataclass
@@ -81,6 +82,8 @@ class FakeBedrockClaude:
         denied = _check_auth(request, raw)
         if denied:
             return _error(*denied)
+        if op == "CountTokens":
+            return await self._count(model, raw, dict(request.headers))
         params: dict[str, Any] = {"modelId": model, "body": raw}
         if request.headers.get("content-type"):
             params["contentType"] = request.headers["content-type"]
@@ -91,16 +94,7 @@ class FakeBedrockClaude:
             body = json.loads(raw)
         except ValueError:
             return _error("ValidationException", 400, "Malformed input request: body is not JSON")
-        problem = (
-            "extraneous key [model] is not permitted" if "model" in body
-            else "extraneous key [stream] is not permitted" if "stream" in body
-            else f"anthropic_version {body.get('anthropic_version')!r}"
-            if body.get("anthropic_version") not in VERSIONS
-            else "anthropic_beta must be an array of strings"
-            if not isinstance(body.get("anthropic_beta", []), list)
-            else None
-        )
-        if problem:
+        if problem := _invoke_problem(body):
             return _error("ValidationException", 400, f"Malformed input request: {problem}")
         self.requests.append(Seen(op, model, dict(request.headers), body))
         r = self.script.pop(0) if self.script else Invoke()
@@ -118,6 +112,31 @@ class FakeBedrockClaude:
             if not stream:
                 return web.json_response(await up.json())
             return await self._stream(request, await up.text(), r)
+
+    async def _count(self, model: str, raw: bytes, headers: dict[str, str]) -> web.StreamResponse:
+        """CountTokens (rest-json: the InvokeModel body is a blob, base64 in the JSON), answered
+        with the inner fake's own count of that body."""
+        try:
+            req = json.loads(raw)
+            invoke = req["input"]["invokeModel"]
+            body = json.loads(base64.b64decode(invoke["body"], validate=True))
+        except (ValueError, KeyError, TypeError):
+            return _error("ValidationException", 400, "Malformed input request: input.invokeModel.body")
+        report = ParamValidator().validate({"modelId": model, "input": {"invokeModel": {"body": b""}}},
+                                           _MODEL.operation_model("CountTokens").input_shape)
+        assert not report.has_errors(), report.generate_report()
+        if problem := _invoke_problem(body):
+            return _error("ValidationException", 400, f"Malformed input request: {problem}")
+        self.requests.append(Seen("CountTokens", model, headers, body))
+        envelope = ("anthropic_version", "anthropic_beta", "max_tokens")
+        inner = {k: v for k, v in body.items() if k not in envelope}
+        async with self._session.post(
+            self.inner.url + "/v1/messages/count_tokens", json={"model": model, **inner},
+            headers={"x-api-key": self.inner.key, "anthropic-version": "2023-06-01"},
+        ) as up:
+            if up.status != 200:
+                return _error("ValidationException", 400, (await up.text())[:200])
+            return web.json_response({"inputTokens": (await up.json())["input_tokens"]})
 
     async def _stream(self, request: web.Request, sse: str, r: Invoke) -> web.StreamResponse:
         resp = web.StreamResponse(
@@ -144,3 +163,18 @@ class FakeBedrockClaude:
             await send({":message-type": "event", ":event-type": "chunk"}, json.dumps(chunk).encode())
         await resp.write_eof()
         return resp
+
+
+def _invoke_problem(body: Any) -> str | None:
+    """What Bedrock refuses in an InvokeModel body for Claude (None: nothing)."""
+    if not isinstance(body, dict):
+        return "body is not an object"
+    if "model" in body:
+        return "extraneous key [model] is not permitted"
+    if "stream" in body:
+        return "extraneous key [stream] is not permitted"
+    if body.get("anthropic_version") not in VERSIONS:
+        return f"anthropic_version {body.get('anthropic_version')!r}"
+    if not isinstance(body.get("anthropic_beta", []), list):
+        return "anthropic_beta must be an array of strings"
+    return None

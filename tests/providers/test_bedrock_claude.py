@@ -11,13 +11,14 @@ import json
 from typing import Any
 
 import boto3
+import msgspec
 import pytest
 from anthropic.lib.bedrock import AnthropicBedrock
 from botocore.config import Config
 from botocore.exceptions import ClientError, EventStreamError
 
 from tests.fakes import bedrock as aws
-from tests.fakes.anthropic import Claude
+from tests.fakes.anthropic import Claude, FakeAnthropic
 from tests.fakes.bedrock_claude import VERSIONS, FakeBedrockClaude, Invoke
 from tests.gateway.conftest import base_config
 from tests.gateway.helpers import sse_objects
@@ -226,3 +227,42 @@ def test_a_chunk_carries_one_anthropic_event() -> None:
     assert s.feed(b"chunk", json.dumps(chunk).encode()) == [] and not s.done
     with pytest.raises(WireError, match="malformed chunk"):
         s.feed(b"chunk", b'{"bytes": "not base64!"}')
+
+
+# -- the native lane: an Anthropic caller's body as sent, in InvokeModel's envelope ------------------
+
+
+async def test_boto3_count_tokens_is_served() -> None:
+    async with FakeBedrockClaude() as fake:
+        body = {"anthropic_version": "bedrock-2023-05-31", "max_tokens": 10,
+                "messages": [{"role": "user", "content": "count these words please"}]}
+        out = await asyncio.to_thread(lambda: _boto(fake.url).count_tokens(
+            modelId=MODEL, input={"invokeModel": {"body": json.dumps(body).encode()}}))
+        assert out["inputTokens"] == FakeAnthropic.tokens({"messages": body["messages"]}) > 0
+        assert fake.requests[-1].operation == "CountTokens" and fake.requests[-1].body == body
+
+
+async def test_an_anthropic_callers_body_arrives_as_sent_and_counts_upstream(gateway_for) -> None:
+    from tests.providers.test_anthropic_native import TURNS, ask, client, system
+
+    async with FakeBedrockClaude() as fake:
+        cfg = base_config([{"name": "anthropic/claude", "deployments": [dep("b1", fake.url)],
+                            "max_output_tokens": 1000}])
+        sent: list[bytes] = []
+        async with gateway_for(cfg) as gw:
+            c = client(gw, sent)
+            fake.inner.script.append(Claude(text="hi from bedrock"))
+            msg = await c.messages.create(**ask(3), extra_headers={"anthropic-beta": "context-1m-2025-08-07"})
+            n = await c.messages.count_tokens(model="anthropic/claude", system=system(4), messages=TURNS)
+    assert msg.content[0].text == "hi from bedrock"  # type: ignore[union-attr]
+    invoke, count = fake.requests
+    assert invoke.operation == "InvokeModel"
+    caller = {k: v for k, v in json.loads(sent[0]).items() if k != "model"}
+    # Byte for byte: the caller's fields in its order, max_tokens capped, the envelope added.
+    raw = msgspec.json.encode({**caller, "max_tokens": 1000, "anthropic_version": "bedrock-2023-05-31",
+                               "anthropic_beta": ["context-1m-2025-08-07"]})
+    assert msgspec.json.encode(invoke.body) == raw
+    assert invoke.body["system"] == system(3) and invoke.body["messages"] == TURNS
+    assert count.operation == "CountTokens" and count.model == MODEL
+    assert count.body["system"] == system(4) and "model" not in count.body
+    assert n.input_tokens == FakeAnthropic.tokens({"system": system(4), "messages": TURNS})

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from switchyard.core.canonical import CanonicalRequest, Chunk
 from switchyard.core.config import DeploymentConfig
 from switchyard.dialects.outgoing import Emulation
@@ -87,3 +89,15 @@ class AnthropicCodec:
         if self.envelope:
             out.update(self.envelope)
         return out
+
+    def counted(self, raw: bytes) -> int | None:
+        """``{"input_tokens": N}``; None when the answer is not that (the estimate stands in)."""
+        return count_field(raw, "input_tokens")
+
+
+def count_field(raw: bytes, name: str) -> int | None:
+    try:
+        n = msgspec.json.decode(raw).get(name)
+    except (msgspec.DecodeError, AttributeError):
+        return None
+    return n if isinstance(n, int) else None
