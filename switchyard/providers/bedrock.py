@@ -27,6 +27,7 @@ from switchyard.core.errors import RETRY_STATUSES, InvalidRequest, UpstreamError
 from switchyard.dialects.outgoing import Emulation
 from switchyard.providers.aws.eventstream import CONTENT_TYPE, FrameError, named_frames
 from switchyard.providers.bedrock_auth import bedrock_auth
+from switchyard.providers.bedrock_embed import embed_row, family
 from switchyard.providers.turns import (
     Turn,
     check_fields,
@@ -402,6 +403,8 @@ def bedrock_row(dep: DeploymentConfig) -> Wire:
         retry_statuses=RETRY_STATUSES | {424},
         caps=CAPS,
     )
+    if family(dep.model) is not None:  # an embeddings model: InvokeModel with its own body
+        return embed_row(row, dep.model)
     if dep.api == "invoke":  # Claude's own Messages body through InvokeModel
         from switchyard.providers.bedrock_claude import invoke_row
 
