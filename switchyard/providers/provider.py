@@ -170,8 +170,7 @@ class UpstreamBackend:
                           else "completions")
                 asked = {"embedding": "embeddings", "completion": "completions"}.get(req.kind, "chat")
                 raise InvalidRequest(f"model {req.model} serves {serves} only: its upstream "
-                                     f"({self.wire.name}, {upstream_model}) has no {asked} endpoint",
-                                     param="model")
+                                     f"({self.wire.name}) has no {asked} endpoint", param="model")
             if len(self._targets) >= 1024:  # wildcard routes vary the model: keep it bounded
                 self._targets.clear()
             t = self.wire.target(req.kind, req.stream, upstream_model)
