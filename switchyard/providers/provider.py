@@ -50,7 +50,7 @@ class UpstreamBackend:
         self._given_transport = transport
         self._exchange: Exchange | None = None
         base, self._query = split_query(deployment.base_url or "")  # Azure: ?api-version=...
-        self._base = httpx.URL(base)
+        self._base = httpx.URL(self.wire.base(base) if self.wire.base is not None else base)
         self.auth = self.wire.auth(deployment)
         self._headers = {"content-type": "application/json", **self.auth.fixed, **self.wire.headers,
                          **deployment.headers}
@@ -164,10 +164,12 @@ class UpstreamBackend:
         t = self._targets.get(key)
         if t is None:
             if (req.kind, req.stream) not in self.wire.paths:  # (completions are sent as chat)
-                has = "an embeddings" if req.kind == "embedding" else "a chat"
-                serves = "text" if req.kind == "embedding" else "completions"
+                kinds = {k for k, _ in self.wire.paths}
+                serves = ("embeddings" if kinds == {"embedding"} else "text" if "chat" in kinds
+                          else "completions")
+                asked = {"embedding": "embeddings", "completion": "completions"}.get(req.kind, "chat")
                 raise InvalidRequest(f"model {req.model} serves {serves} only: its upstream "
-                                     f"({self.wire.name}) has no {has.split()[1]} endpoint", param="model")
+                                     f"({self.wire.name}) has no {asked} endpoint", param="model")
             if len(self._targets) >= 1024:  # wildcard routes vary the model: keep it bounded
                 self._targets.clear()
             t = self.wire.target(req.kind, req.stream, upstream_model)
@@ -179,8 +181,8 @@ class UpstreamBackend:
     async def _run(self, req: CanonicalRequest, upstream_model: str) -> AsyncGenerator[Chunk, None]:
         if req.kind == "completion" and ("completion", req.stream) not in self.wire.paths:
             req = _as_chat(req)
+        target = self._target(req, upstream_model)  # a kind the row has no path for: refused first
         body, emulation = self._render(req, upstream_model)
-        target = self._target(req, upstream_model)
         if self._exchange is None:
             await self.start()
         assert self._exchange is not None
@@ -238,6 +240,10 @@ class UpstreamBackend:
             chunks = self.codec.whole(raw, req)
         except WireError as e:
             raise self._failure(e) from None
+        if (h := self.wire.tokens_header) is not None and chunks and chunks[-1].usage is None:
+            said = resp.header(h) or ""
+            if said.isdigit():  # else the gateway's own estimate stands (the tally's)
+                chunks[-1].usage = Usage(prompt_tokens=int(said))
         yield chunks
 
     async def _stream(self, req: CanonicalRequest, resp: Answered) -> AsyncGenerator[list[Chunk], None]:

@@ -1,6 +1,7 @@
 """The built-in provider rows. The OpenAI-family servers differ only in paths, auth and
 capabilities; Azure is data (a deployments path, a query and its own key header); Mistral and
-Cohere are their OpenAI-compatible APIs with their capabilities. Providers with a codec of
+Cohere are their OpenAI-compatible APIs with their capabilities (Cohere's Embed models: its own
+API, cohere.py). Providers with a codec of
 their own register from their package (anthropic/ here; bedrock, gemini and vertex the same way)."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from switchyard.core.config import DeploymentConfig
 from switchyard.dialects.chat import chat_emits
 from switchyard.dialects.registry import DIALECTS
 from switchyard.dialects.spec import Dialect
+from switchyard.providers.cohere import cohere_row
 from switchyard.providers.openai import OpenAICodec
 from switchyard.providers.wire import BEARER, Auth, Caps, Wire, header_auth, paths, register
 
@@ -51,9 +53,11 @@ _MISTRAL = dataclasses.replace(_D["openai"], emits={**_D["openai"].emits,
 # Chat-only rows: completion bodies go as one user message each (prompts fanned out).
 register("mistral", _row("mistral", _MISTRAL, _caps(_MISTRAL, prompts=False),
                          paths("/chat/completions", embedding="/embeddings")))
-# Cohere's compatibility API: chat only, no stream_options, no n.
-register("cohere", _row("cohere", _D["openai"], Caps(n=False, chat_n=False, best_of=False, prompts=False),
-                        paths("/chat/completions")))
+# Cohere's compatibility API for chat (no stream_options, no n); a deployment of an Embed model
+# gets Cohere's own /v2/embed (providers/cohere.py).
+register("cohere", cohere_row(_row("cohere", _D["openai"],
+                                   Caps(n=False, chat_n=False, best_of=False, prompts=False),
+                                   paths("/chat/completions"))))
 
 
 # Azure OpenAI: the classic API with api_version (the deployment name in the path, its key in

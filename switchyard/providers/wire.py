@@ -54,7 +54,8 @@ SSE = "text/event-stream"
 @dataclass(frozen=True, slots=True)
 class Caps:
     """What an upstream carries: the router fans out what it cannot (``n``, ``best_of``, several
-    prompts); the codec asks for usage on streams only where the upstream takes the option."""
+    prompts, more embedding inputs than one call takes); the codec asks for usage on streams
+    only where the upstream takes the option."""
 
     n: bool = True  # completions
     chat_n: bool = True
@@ -62,6 +63,7 @@ class Caps:
     prompts: bool = True  # several prompts in one call
     stream_usage: bool = False  # takes stream_options.include_usage
     overflow_is_error: bool = False  # its own answer to an overflowing request is the error
+    embed_inputs: int | None = None  # embeddings: the most inputs one call takes (None: any)
 
 
 class WireError(Exception):
@@ -148,6 +150,10 @@ class Wire:
     # Sent per request: the deployment's value, or on the native lane the caller's (anthropic-version).
     native_headers: frozenset[str] = frozenset()
     count_path: str | None = None  # the upstream's own prompt token count (native lane only)
+    # The URL the paths sit below, from the deployment's base_url (None: that URL itself).
+    base: Callable[[str], str] | None = None
+    # A whole answer's prompt tokens, when its body reports none (Bedrock InvokeModel's header).
+    tokens_header: str | None = None
 
     def count_target(self, model: str) -> str | None:
         if self.count_path is None:

@@ -4,6 +4,8 @@
 * several prompts to an upstream that takes one (SGP): one call per prompt.
 * ``best_of`` to an upstream without it: ``best_of`` candidates per prompt (asked with logprobs),
   ranked by mean token logprob; the best ``n`` are returned.
+* more embedding inputs than one call takes (Titan: one; Cohere: 96): calls of as many as it
+  takes, at most ``EMBED_CONCURRENCY`` at once, the vectors merged in input order.
 
 Choices are re-indexed as one call would have numbered them (prompt-major: ``prompt * n + k``),
 chunks of a stream interleave as they arrive, and usage is summed into one closing chunk.
@@ -16,11 +18,14 @@ import math
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, replace
 
-from switchyard.core.canonical import CanonicalRequest, Chunk, TokenLogprob, Usage
+from switchyard.core.canonical import CanonicalRequest, Chunk, Prompt, TokenLogprob, Usage
 from switchyard.routing.resolve import Caps
 
 Call = Callable[[CanonicalRequest], AsyncGenerator[Chunk, None]]
 _DONE = object()
+# Embedding calls of one request in flight at once: a 2048-input request to Titan (one input a
+# call) must not open 2048 connections nor trip the account's rate limit in one burst.
+EMBED_CONCURRENCY = 8
 
 
 @dataclass(slots=True)
@@ -39,7 +44,7 @@ class Sub:
 def needs_fanout(req: CanonicalRequest, caps: Caps) -> bool:
     n = req.n or 1
     if req.kind == "embedding":
-        return False  # every embeddings API takes a list of inputs
+        return caps.embed_inputs is not None and len(req.prompt or ()) > caps.embed_inputs
     if req.kind == "chat":
         return n > 1 and not caps.chat_n
     return ((n > 1 and not caps.n) or (req.prompt is not None and len(req.prompt) > 1 and not caps.prompts)
@@ -74,6 +79,9 @@ def _best_of(req: CanonicalRequest, caps: Caps) -> bool:
 
 
 async def fan_out(call: Call, req: CanonicalRequest, caps: Caps) -> AsyncGenerator[Chunk, None]:
+    if req.kind == "embedding":
+        yield await _embed(call, req, caps.embed_inputs or 1)
+        return
     subs = plan(req, caps)
     if _best_of(req, caps):
         merged = _merge(call, subs, req.best_of or 1)
@@ -134,6 +142,45 @@ async def _merge(call: Call, subs: list[Sub], n: int) -> AsyncGenerator[Chunk, N
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _embed(call: Call, req: CanonicalRequest, size: int) -> Chunk:
+    """The inputs in calls of ``size``, at most ``EMBED_CONCURRENCY`` at once: one chunk with every
+    vector in input order and the usage summed. The first failure fails the whole (the calls
+    still waiting or under way are cancelled)."""
+    prompts = req.prompt or []
+    gate = asyncio.Semaphore(EMBED_CONCURRENCY)
+
+    async def one(part: list[Prompt]) -> tuple[list[list[float]], Usage | None]:
+        async with gate:
+            vectors: list[list[float]] = []
+            usage: Usage | None = None
+            gen = call(replace(req, prompt=part))
+            try:
+                async for ch in gen:
+                    vectors += ch.embeddings or ()
+                    if ch.usage is not None:
+                        usage = usage or Usage()
+                        usage += ch.usage
+            finally:
+                await gen.aclose()
+            return vectors, usage
+
+    tasks = [asyncio.create_task(one(prompts[i:i + size])) for i in range(0, len(prompts), size)]
+    try:
+        done = await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    # A call that reported no usage leaves the whole to the gateway's own estimate.
+    usage: Usage | None = Usage()
+    for _, u in done:
+        if usage is None or u is None:
+            usage = None
+        else:
+            usage += u
+    return Chunk(embeddings=[v for vs, _ in done for v in vs], usage=usage, finish_reason="stop")
 
 
 def mean_logprob(lps: list[TokenLogprob] | None) -> float:

@@ -1,4 +1,4 @@
-"""Fan-out emulation: n, several prompts and best_of as parallel upstream calls, merged."""
+"""Fan-out emulation: n, several prompts, best_of and embedding inputs as parallel upstream calls, merged."""
 
 from __future__ import annotations
 
@@ -183,3 +183,62 @@ async def test_mean_logprob_skips_null_tokens():
 
     assert mean_logprob([TokenLogprob("a", None), TokenLogprob("b", -1.0), TokenLogprob("c", -3.0)]) == -2.0
     assert mean_logprob([TokenLogprob("a", None)]) == float("-inf")
+
+
+def _embed_req(n: int) -> CanonicalRequest:
+    return CanonicalRequest(kind="embedding", model="m/x", dialect="embeddings",
+                            prompt=[f"t{i}" for i in range(n)])
+
+
+def test_embedding_inputs_fan_out_beyond_a_calls_limit():
+    assert not needs_fanout(_embed_req(100), Caps(prompts=False))  # no limit: one call takes all
+    assert not needs_fanout(_embed_req(96), Caps(embed_inputs=96))
+    assert needs_fanout(_embed_req(97), Caps(embed_inputs=96))
+    assert needs_fanout(_embed_req(2), Caps(embed_inputs=1))
+    assert not needs_fanout(_embed_req(1), Caps(embed_inputs=1))
+
+
+async def test_embedding_fan_out_merges_in_input_order_and_sums_usage():
+    import asyncio
+
+    async def call(r: CanonicalRequest) -> AsyncIterator[Chunk]:
+        first = int(str(r.prompt[0])[1:])
+        await asyncio.sleep(0.001 * (10 - first))  # later inputs answer first
+        yield Chunk(embeddings=[[float(str(p)[1:])] for p in r.prompt],
+                    usage=Usage(prompt_tokens=len(r.prompt)), finish_reason="stop")
+
+    out = [ch async for ch in fan_out(call, _embed_req(10), Caps(embed_inputs=3))]
+    assert len(out) == 1 and out[0].embeddings == [[float(i)] for i in range(10)]
+    assert out[0].usage == Usage(prompt_tokens=10)
+
+    async def unreported(r: CanonicalRequest) -> AsyncIterator[Chunk]:
+        yield Chunk(embeddings=[[0.0]], usage=None if r.prompt == ["t1"] else Usage(prompt_tokens=1))
+
+    out = [ch async for ch in fan_out(unreported, _embed_req(3), Caps(embed_inputs=1))]
+    assert out[0].usage is None  # one call without a count: the gateway's estimate for the whole
+
+
+async def test_embedding_fan_out_fails_whole_and_cancels_the_rest():
+    import asyncio
+
+    import pytest
+
+    started: list[str] = []
+    cancelled: list[str] = []
+
+    async def call(r: CanonicalRequest) -> AsyncIterator[Chunk]:
+        p = str(r.prompt[0])
+        started.append(p)
+        if p == "t0":
+            raise RuntimeError("upstream broke")
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            cancelled.append(p)
+            raise
+        yield Chunk(embeddings=[[0.0]])
+
+    with pytest.raises(RuntimeError, match="upstream broke"):
+        [ch async for ch in fan_out(call, _embed_req(20), Caps(embed_inputs=1))]
+    # the calls waiting for a place never start; those under way are cancelled
+    assert len(started) < 20 and sorted(cancelled) == sorted(p for p in started if p != "t0")
