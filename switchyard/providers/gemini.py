@@ -32,6 +32,7 @@ from switchyard.core.canonical import (
 from switchyard.core.config import DeploymentConfig
 from switchyard.core.errors import InvalidRequest
 from switchyard.dialects.outgoing import Emulation
+from switchyard.providers.gemini_embed import with_embeddings
 from switchyard.providers.turns import (
     Turn,
     check_fields,
@@ -442,6 +443,9 @@ GEMINI = GeminiCodec()
 CAPS = Caps(n=True, chat_n=True, best_of=False, prompts=False)
 
 
+_BASE = "/v1beta/models/{model}"
+
+
 def gemini_paths(base: str) -> dict[tuple[RequestKind, bool], str]:
     """``base``: the path to the model (``{model}`` in it); the method decides the stream."""
     return {
@@ -451,7 +455,6 @@ def gemini_paths(base: str) -> dict[tuple[RequestKind, bool], str]:
     }
 
 
-GEMINI_ROW = Wire(
-    "gemini", GEMINI, gemini_paths("/v1beta/models/{model}"), auth=header_auth("x-goog-api-key"), caps=CAPS
-)
+_ROW = Wire("gemini", GEMINI, gemini_paths(_BASE), auth=header_auth("x-goog-api-key"), caps=CAPS)
+GEMINI_ROW = with_embeddings(_ROW, _BASE, "gemini")
 register("gemini", GEMINI_ROW)

@@ -180,8 +180,8 @@ class UpstreamBackend:
     async def _run(self, req: CanonicalRequest, upstream_model: str) -> AsyncGenerator[Chunk, None]:
         if req.kind == "completion" and ("completion", req.stream) not in self.wire.paths:
             req = _as_chat(req)
+        target = self._target(req, upstream_model)  # first: a kind the row lacks is never rendered
         body, emulation = self._render(req, upstream_model)
-        target = self._target(req, upstream_model)
         if self._exchange is None:
             await self.start()
         assert self._exchange is not None
