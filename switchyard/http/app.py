@@ -83,8 +83,8 @@ HOT: dict[str, tuple[Endpoint, str, list[Dialect]]] = {
                                   "(the engine's tokenizer, else the gateway's estimate)", [ANTHROPIC]),
     "/v1/responses": (RESPONSES_CREATE, "OpenAI Responses, stateless: answered by any backend through "
                       "chat; nothing is stored", [RESPONSES]),
-    "/v1/embeddings": (EMBEDDINGS_CREATE, "Embeddings: OpenAI-family upstreams, Bedrock, Cohere and the "
-                       "built-in embedder", [EMBEDDINGS]),
+    "/v1/embeddings": (EMBEDDINGS_CREATE, "Embeddings: OpenAI-family, Gemini, Vertex, Bedrock and "
+                       "Cohere upstreams and the built-in embedder", [EMBEDDINGS]),
 }
 
 

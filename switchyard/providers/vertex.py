@@ -22,6 +22,7 @@ from switchyard.core.canonical import RequestKind
 from switchyard.core.config import ConfigError, DeploymentConfig
 from switchyard.core.errors import UpstreamError, install_hint
 from switchyard.providers.gemini import GEMINI_ROW, GeminiCodec, gemini_paths
+from switchyard.providers.gemini_embed import vertex_style, with_embeddings
 from switchyard.providers.wire import Wire, register
 
 SCOPE = "https://www.googleapis.com/auth/cloud-platform"
@@ -119,8 +120,8 @@ def vertex_auth(dep: DeploymentConfig) -> GoogleAuth:
 
 def vertex_row(dep: DeploymentConfig) -> Wire:
     """The model decides the publisher: ``claude-*`` is Anthropic's (the Messages body in Vertex's
-    rawPredict envelope: the model in the path, ``anthropic_version`` in the body), anything else
-    Google's (generateContent)."""
+    rawPredict envelope: the model in the path, ``anthropic_version`` in the body; no embeddings),
+    anything else Google's (generateContent; embeddings as ``gemini_embed.vertex_style`` says)."""
     project, location = quote(dep.project or "", safe=""), quote(dep.location or "global", safe="")
     base = f"/v1/projects/{project}/locations/{location}/publishers"
     if (dep.model or "").startswith("claude"):
@@ -139,13 +140,11 @@ def vertex_row(dep: DeploymentConfig) -> Wire:
             CLAUDE, name="vertex", codec=codec, paths=claude_paths, auth=vertex_auth, headers={},
             count_path=base + "/anthropic/models/count-tokens:rawPredict"
         )
-    return dataclasses.replace(
-        GEMINI_ROW,
-        name="vertex",
-        codec=VERTEX,
-        paths=gemini_paths(base + "/google/models/{model}"),
-        auth=vertex_auth,
+    google = base + "/google/models/{model}"
+    row = dataclasses.replace(
+        GEMINI_ROW, name="vertex", codec=VERTEX, paths=gemini_paths(google), auth=vertex_auth
     )
+    return with_embeddings(row, google, vertex_style(dep.model or ""))
 
 
 register("vertex", vertex_row)

@@ -1,7 +1,8 @@
 """Real HTTP servers on loopback that play Google's generateContent API, as the Gemini API serves
 it (``/v1beta/models/{m}:generateContent``, ``:streamGenerateContent?alt=sse``, ``x-goog-api-key``)
 and as Vertex AI does (``/v1/projects/{p}/locations/{l}/publishers/google/models/{m}:...`` with an
-OAuth bearer token), plus the OAuth token endpoint a service account's ``token_uri`` names.
+OAuth bearer token), plus the OAuth token endpoint a service account's ``token_uri`` names. The
+embedding endpoints (``:batchEmbedContents``, Vertex's ``:predict``) are tests/fakes/gemini_embed.py.
 
 Faithful where the gateway can go wrong: each request's parts are validated with google-genai's
 own pydantic models (``types.Content``, ``GenerationConfig``, ``Tool``, ``ToolConfig``: unknown
@@ -30,6 +31,7 @@ from urllib.parse import parse_qs
 from aiohttp import web
 from google.genai import types
 
+from tests.fakes import gemini_embed as embed
 from tests.fakes.serve import serve_app
 
 API_KEY = "gemini-fake-key"
@@ -105,6 +107,7 @@ class FakeGemini:
     script: list[Reply] = field(default_factory=list)
     requests: list[Seen] = field(default_factory=list)
     tokens: set[str] = field(default_factory=set)  # bearer tokens Vertex accepts (from FakeTokenServer)
+    embed_usage: bool = False  # Gemini API embeddings answers carry usageMetadata
     port: int = 0
 
     @property
@@ -127,7 +130,7 @@ class FakeGemini:
         vertex = path.startswith("/v1/projects/") and "/publishers/google/models/" in path
         if (
             not (vertex or path.startswith(("/v1beta/models/", "/v1/models/")))
-            or method not in ("generateContent", "streamGenerateContent")
+            or method not in ("generateContent", "streamGenerateContent", *embed.METHODS)
             or not model
         ):
             return _error(404, f"no route {path}")
@@ -144,13 +147,15 @@ class FakeGemini:
             body = json.loads(await request.read())
         except ValueError:
             return _error(400, "Invalid JSON payload received.")
-        problem = check_request(body)
-        if problem:
-            return _error(400, problem)
+        got = embed.texts_of(method, vertex, model, body) if method in embed.METHODS else check_request(body)
+        if isinstance(got, str):
+            return _error(400, got)
         self.requests.append(Seen(path, method, dict(request.headers), body))
         r = self.script.pop(0) if self.script else self.default
         if r.status != 200:
             return _error(r.status, f"fake {STATUS.get(r.status, 'error')}")
+        if got is not None:  # an embedding's texts and dimensionality
+            return web.json_response(embed.answer(method, vertex, *got, usage=self.embed_usage))
         n = (body.get("generationConfig") or {}).get("candidateCount") or 1
         if not stream:
             answer = _answer(r, n, [r.text], final=True)

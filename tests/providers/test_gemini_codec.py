@@ -14,7 +14,8 @@ from google.genai import types
 
 from switchyard.core.canonical import CanonicalRequest, Constraint, Usage
 from switchyard.core.errors import InvalidRequest, UpstreamError
-from switchyard.providers.gemini import FINISH, GeminiCodec
+from switchyard.providers.gemini import GeminiCodec
+from switchyard.providers.gemini_answers import FINISH
 from switchyard.providers.wire import WireError
 from tests.fakes.gemini import FakeTokenServer, check_request, service_account
 

@@ -179,3 +179,61 @@ async def test_claude_on_vertex_fake_with_the_anthropic_vertex_client() -> None:
                 max_tokens=5,
                 messages=[{"role": "user", "content": "hi"}],
             )
+
+
+EMBED = types.EmbedContentConfig(output_dimensionality=4, task_type="RETRIEVAL_DOCUMENT")
+
+
+async def test_gemini_api_embeddings_parse_in_google_genai() -> None:
+    from tests.fakes.upstream import fake_vector
+
+    async with FakeGemini(embed_usage=True) as g:
+        client = _client(g.url)
+        out = await asyncio.to_thread(
+            client.models.embed_content,
+            model="gemini-embedding-001",
+            contents=["one two", "three"],
+            config=EMBED,
+        )
+        want = [fake_vector("one two", 4), fake_vector("three", 4)]
+        assert [e.values for e in out.embeddings or []] == want
+        assert out.usage_metadata is not None and out.usage_metadata.prompt_token_count == 3
+        seen = g.requests[-1]
+        assert seen.path == "/v1beta/models/gemini-embedding-001:batchEmbedContents"
+        assert seen.body["requests"][0]["outputDimensionality"] == 4
+        g.script.append(Reply(status=503))
+        with pytest.raises(errors.ServerError) as e:
+            await asyncio.to_thread(client.models.embed_content, model="gemini-embedding-001", contents="x")
+        assert e.value.code == 503
+
+
+async def test_vertex_embeddings_parse_in_google_genai() -> None:
+    """Both of Vertex's embedding APIs as the SDK picks them: predict for text-embedding models,
+    batchEmbedContents for Gemini embedding models (one input goes to embedContent, which the
+    fake does not play: the gateway always batches)."""
+    from google.oauth2 import service_account as sa
+
+    async with FakeGemini() as g:
+        with FakeTokenServer(b"", g.tokens) as tokens:
+            info, public = service_account(tokens.url)
+            tokens.public_pem = public
+            creds = sa.Credentials.from_service_account_info(
+                info, scopes=["https://www.googleapis.com/auth/cloud-platform"]
+            )
+            client = genai.Client(
+                vertexai=True,
+                project="proj",
+                location="us-central1",
+                credentials=creds,
+                http_options=types.HttpOptions(base_url=g.url, api_version="v1"),
+            )
+            where = "/v1/projects/proj/locations/us-central1/publishers/google/models/"
+            apis = (("text-embedding-005", "predict"), ("gemini-embedding-001", "batchEmbedContents"))
+            for model, method in apis:
+                out = await asyncio.to_thread(
+                    client.models.embed_content, model=model, contents=["a b c", "d"], config=EMBED
+                )
+                got = out.embeddings or []
+                assert [len(e.values or []) for e in got] == [4, 4]
+                assert [e.statistics.token_count for e in got if e.statistics] == [3, 1]
+                assert g.requests[-1].path == where + f"{model}:{method}"
