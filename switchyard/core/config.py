@@ -258,6 +258,9 @@ class DeploymentConfig(_Model):
         for name in REQUIRED_FIELDS.get(self.provider, ()):
             if not getattr(self, name):
                 raise ValueError(f"a {self.provider} deployment needs {name}")
+        if self.api_version is not None and "api-version=" in split_query(self.base_url or "")[1]:
+            raise ValueError("api-version is given twice: in base_url's query and as api_version "
+                             "(give one)")
         if not self.base_url:
             public = PUBLIC_ENDPOINTS.get(self.provider)
             if public is None:

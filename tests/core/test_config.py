@@ -40,3 +40,12 @@ def test_safe_passthrough_config_loads(monkeypatch: pytest.MonkeyPatch):
 def test_nothing_passes_through_by_default():
     d = parse_config(deployment()).models[0].deployments[0]
     assert d.allow_extra_headers == [] and d.allow_extra_params == []
+
+
+def test_azure_api_version_given_once():
+    twice = {"provider": "azure", "base_url": "https://r.openai.azure.com/?api-version=2024-10-21",
+             "api_version": "2024-10-21"}
+    with pytest.raises(ConfigError, match="api-version is given twice"):
+        parse_config(deployment(**twice))
+    for once in ({**twice, "api_version": None}, {**twice, "base_url": "https://r.openai.azure.com"}):
+        parse_config(deployment(**once))
