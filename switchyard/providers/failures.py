@@ -16,6 +16,9 @@ from switchyard.core.errors import UpstreamError
 
 _decode = msgspec.json.decode
 MAX_MESSAGE = 500  # characters of an upstream's error text relayed to the caller
+# Upstreams that refuse a wrong key with a 400, and what their body says then: Google's APIs
+# (google.rpc.ErrorInfo reason API_KEY_INVALID, status INVALID_ARGUMENT).
+KEY_REFUSED_400 = (b'"API_KEY_INVALID"',)
 
 
 class Scrubber:
@@ -90,6 +93,8 @@ def http_error(deployment: str, status: int, raw: bytes, retry_after_s: float | 
     """An upstream's 4xx/5xx. Its text is relayed (scrubbed, shortened) except for credential
     refusals, which ``from_status`` words itself. ``retry_statuses``: the provider's own
     retryable statuses beyond the common ones (Anthropic's 529 overloaded)."""
+    if status == 400 and any(marker in raw for marker in KEY_REFUSED_400):
+        status = 401  # the gateway's own credential refused, whatever the status says
     message = error_message(raw)
     err = UpstreamError.from_status(deployment, status, scrub(message) if message else None, retry_after_s)
     if retry_statuses is not None and status in retry_statuses and not err.retryable:

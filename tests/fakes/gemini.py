@@ -138,8 +138,12 @@ class FakeGemini:
             auth = request.headers.get("authorization", "")
             if not auth.startswith("Bearer ") or auth[7:] not in self.tokens:
                 return _error(401, "Request had invalid authentication credentials.")
-        elif request.headers.get("x-goog-api-key") != API_KEY:
-            return _error(400 if "x-goog-api-key" not in request.headers else 403, "API key not valid.")
+        elif "x-goog-api-key" not in request.headers:
+            return _error(403, "Method doesn't allow unregistered callers (callers without established "
+                          "identity). Please use API Key or other form of API consumer identity to call "
+                          "this API.")
+        elif request.headers["x-goog-api-key"] != API_KEY:  # Google's answer to a wrong key: a 400
+            return _error(400, "API key not valid. Please pass a valid API key.", reason="API_KEY_INVALID")
         stream = method == "streamGenerateContent"
         if stream and request.query.get("alt") != "sse":
             return _error(400, "this fake streams only with alt=sse")
@@ -210,11 +214,13 @@ def _answer(r: Reply, n: int, texts: list[str], *, final: bool) -> dict[str, Any
     return out
 
 
-def _error(status: int, message: str) -> web.Response:
-    return web.json_response(
-        {"error": {"code": status, "message": message, "status": STATUS.get(status, "UNKNOWN")}},
-        status=status,
-    )
+def _error(status: int, message: str, reason: str | None = None) -> web.Response:
+    error: dict[str, Any] = {"code": status, "message": message, "status": STATUS.get(status, "UNKNOWN")}
+    if reason is not None:  # google.rpc.ErrorInfo, as Google's APIs add it
+        error["details"] = [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": reason,
+                             "domain": "googleapis.com",
+                             "metadata": {"service": "generativelanguage.googleapis.com"}}]
+    return web.json_response({"error": error}, status=status)
 
 
 class FakeTokenServer:

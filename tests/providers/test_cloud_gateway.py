@@ -283,6 +283,18 @@ async def test_bedrock_wrong_secret_is_a_gateway_worded_502(gateway_for) -> None
         assert not fake.requests  # refused before the fake recorded it
 
 
+async def test_gemini_wrong_key_is_a_gateway_worded_502(gateway_for) -> None:
+    # Google answers a wrong key with 400 INVALID_ARGUMENT (reason API_KEY_INVALID): not the caller's fault.
+    async with FakeGemini() as fake:
+        dep = gemini_dep(fake.url, api_key="AIza-wrong")
+        cfg = base_config([{"name": "google/flash", "deployments": [dep]}])
+        async with gateway_for(cfg) as client:
+            r = await client.post("/v1/chat/completions", json={"model": "google/flash", "messages": HI})
+            assert r.status_code == 502, r.text
+            assert "refused the gateway's credentials" in r.json()["error"]["message"]
+            assert "AIza-wrong" not in r.text and KEY not in r.text
+
+
 async def test_bedrock_api_key_as_bearer(gateway_for) -> None:
     async with FakeBedrock() as fake:
         dep = {

@@ -95,7 +95,7 @@ async def test_blocked_prompt_and_errors_in_google_genai() -> None:
         )
         with pytest.raises(errors.ClientError) as e:
             await asyncio.to_thread(wrong.models.generate_content, model="m", contents="hi")
-        assert e.value.code == 403
+        assert e.value.code == 400 and e.value.details["error"]["details"][0]["reason"] == "API_KEY_INVALID"
         g.script.append(Reply(text="a b c", error_after=1))
 
         def stream() -> list[Any]:
