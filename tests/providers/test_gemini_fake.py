@@ -19,6 +19,17 @@ def _client(url: str) -> genai.Client:
     return genai.Client(api_key=API_KEY, http_options=types.HttpOptions(base_url=url, api_version="v1beta"))
 
 
+def _vertex_client(g: FakeGemini, tokens: FakeTokenServer,
+                   scope: str = "https://www.googleapis.com/auth/cloud-platform") -> genai.Client:
+    """A Vertex client on the fake, its service account's tokens from ``tokens`` (google-auth's flow)."""
+    from google.oauth2 import service_account as sa
+
+    info, tokens.public_pem = service_account(tokens.url)
+    creds = sa.Credentials.from_service_account_info(info, scopes=[scope])
+    return genai.Client(vertexai=True, project="proj", location="us-central1", credentials=creds,
+                        http_options=types.HttpOptions(base_url=g.url, api_version="v1"))
+
+
 CONFIG = types.GenerateContentConfig(
     system_instruction="be brief",
     temperature=0.3,
@@ -107,22 +118,9 @@ async def test_blocked_prompt_and_errors_in_google_genai() -> None:
 
 
 async def test_vertex_with_a_service_account_through_google_auth(tmp_path: Any) -> None:
-    from google.oauth2 import service_account as sa
-
     async with FakeGemini() as g:
         with FakeTokenServer(b"", g.tokens) as tokens:
-            info, public = service_account(tokens.url)
-            tokens.public_pem = public
-            creds = sa.Credentials.from_service_account_info(
-                info, scopes=["https://www.googleapis.com/auth/cloud-platform"]
-            )
-            client = genai.Client(
-                vertexai=True,
-                project="proj",
-                location="us-central1",
-                credentials=creds,
-                http_options=types.HttpOptions(base_url=g.url, api_version="v1"),
-            )
+            client = _vertex_client(g, tokens)
             out = await asyncio.to_thread(
                 client.models.generate_content, model="gemini-2.5-pro", contents="hi"
             )
@@ -130,13 +128,7 @@ async def test_vertex_with_a_service_account_through_google_auth(tmp_path: Any) 
             where = "/v1/projects/proj/locations/us-central1/publishers/google/models/gemini-2.5-pro"
             assert g.requests[-1].path == where + ":generateContent"
             assert tokens.issued[0]["iss"] == "gw@proj.iam.gserviceaccount.com"
-            bad = genai.Client(
-                vertexai=True,
-                project="proj",
-                location="us-central1",
-                credentials=creds.with_scopes(["https://www.googleapis.com/auth/other"]),
-                http_options=types.HttpOptions(base_url=g.url, api_version="v1"),
-            )
+            bad = _vertex_client(g, tokens, scope="https://www.googleapis.com/auth/other")
             with pytest.raises(Exception, match="invalid_scope"):
                 await asyncio.to_thread(bad.models.generate_content, model="m", contents="hi")
 
@@ -211,22 +203,9 @@ async def test_vertex_embeddings_parse_in_google_genai() -> None:
     """Both of Vertex's embedding APIs as the SDK picks them: predict for text-embedding models,
     batchEmbedContents for Gemini embedding models (one input goes to embedContent, which the
     fake does not play: the gateway always batches)."""
-    from google.oauth2 import service_account as sa
-
     async with FakeGemini() as g:
         with FakeTokenServer(b"", g.tokens) as tokens:
-            info, public = service_account(tokens.url)
-            tokens.public_pem = public
-            creds = sa.Credentials.from_service_account_info(
-                info, scopes=["https://www.googleapis.com/auth/cloud-platform"]
-            )
-            client = genai.Client(
-                vertexai=True,
-                project="proj",
-                location="us-central1",
-                credentials=creds,
-                http_options=types.HttpOptions(base_url=g.url, api_version="v1"),
-            )
+            client = _vertex_client(g, tokens)
             where = "/v1/projects/proj/locations/us-central1/publishers/google/models/"
             apis = (("text-embedding-005", "predict"), ("gemini-embedding-001", "batchEmbedContents"))
             for model, method in apis:
