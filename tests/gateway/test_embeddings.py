@@ -13,6 +13,7 @@ from langchain_openai import OpenAIEmbeddings
 from openai.types import CreateEmbeddingResponse
 
 from switchyard.dialects.embeddings import floats_b64
+from switchyard.policies.tokens import encoding
 from tests.fakes.upstream import Behaviour, fake_vector
 from tests.gateway.conftest import KEY, base_config, upstream_model
 
@@ -66,6 +67,22 @@ async def test_langchain_openai_embeddings(cfg, gateway_for) -> None:
         docs = await lc.aembed_documents(["alpha", "beta"])
         q = await lc.aembed_query("alpha")
     assert docs[0] == pytest.approx(fake_vector("alpha"), abs=1e-6) and q == pytest.approx(docs[0])
+
+
+async def test_langchain_openai_embeddings_default_sends_token_ids(cfg, gateway_for, upstream) -> None:
+    """LangChain's default (check_embedding_ctx_length=True) tokenizes with tiktoken's cl100k and
+    sends token arrays: forwarded as ids, each text's vector that of its ids."""
+    cl100k = encoding("cl100k_base")  # the packaged copy, in tiktoken's registry: no download
+    async with gateway_for(cfg) as gw:
+        lc = OpenAIEmbeddings(model="vendor/embed", api_key=KEY, base_url=str(gw.base_url) + "/v1",  # type: ignore[arg-type]
+                              max_retries=0)
+        docs = await lc.aembed_documents(["alpha beta", "gamma"])
+        q = await lc.aembed_query("alpha beta")
+    ids = [cl100k.encode("alpha beta"), cl100k.encode("gamma")]
+    assert upstream.requests[0].body["input"] == ids
+    # LangChain averages and renormalises each text's chunks: one chunk, the same unit vector.
+    assert docs == [pytest.approx(fake_vector(i), abs=1e-6) for i in ids]
+    assert q == pytest.approx(docs[0], abs=1e-6)
 
 
 @pytest.mark.parametrize(("body", "param"), [
