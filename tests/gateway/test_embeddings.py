@@ -12,6 +12,7 @@ import pytest
 from langchain_openai import OpenAIEmbeddings
 from openai.types import CreateEmbeddingResponse
 
+from switchyard.core.config import ModelConfig
 from switchyard.dialects.embeddings import floats_b64
 from switchyard.policies.tokens import encoding
 from tests.fakes.upstream import Behaviour, fake_vector
@@ -154,3 +155,23 @@ async def test_azure_paths_and_key(upstream, gateway_for, api_version, path) -> 
     assert sent.path == path and sent.headers["api-key"] == "sk-azure-upstream"
     assert "authorization" not in {k.lower() for k in sent.headers}
     assert sent.body["model"] == "emb-deploy" and sent.body["input"] == ["a", "b"]
+
+
+async def test_models_list_marks_embedding_models(cfg, gateway_for, upstream) -> None:
+    """``mode`` on each /v1/models entry: implied by a name that says embed, or configured; the
+    openai SDK's models.list() reads the list and keeps the field; OpenAPI documents it."""
+    bge = {**upstream_model("vendor/bge", upstream.url, model="bge-small-en"), "mode": "embedding"}
+    with_bge = base_config([*[m.model_dump() for m in cfg.models], bge], router={"retries": 0})
+    async with gateway_for(with_bge) as gw:
+        listed = [m async for m in client_for(gw).models.list()]
+        doc = (await gw.get("/schema/openapi.json")).json()
+    modes = {m.id: (m.model_extra or {})["mode"] for m in listed}
+    assert modes == {"vendor/embed": "embedding", "sgp/x": "chat", "vendor/bge": "embedding"}
+    item = doc["paths"]["/v1/models"]["get"]["responses"]["200"]["content"]["application/json"][
+        "schema"]["properties"]["data"]["items"]
+    assert item["properties"]["mode"]["enum"] == ["chat", "embedding"]
+
+
+def test_a_mode_that_contradicts_the_backend_is_a_config_error() -> None:
+    with pytest.raises(ValueError, match="mode chat does not fit a deployment with backend embedder"):
+        ModelConfig(name="local/emb", mode="chat", deployments=[{"name": "e", "backend": "embedder"}])
