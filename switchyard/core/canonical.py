@@ -122,6 +122,12 @@ class CanonicalRequest:
     # guided_regex for ``constraint``, n_predict for ``max_tokens``): errors name what was sent.
     named: dict[str, str] | None = None
     native: Native | None = None  # the caller's own body, for a deployment that speaks its API
+    # What the caller's API repeats in its answer as the caller sent it (Responses: instructions,
+    # tools, metadata, ...): the renderer's alone, no backend reads it.
+    as_sent: dict[str, Any] | None = None
+    # What the caller's dialect read but no backend here runs (Responses' hosted tools, encrypted
+    # reasoning), each a phrase naming it: said in x-switchyard-warning.
+    left_out: tuple[str, ...] = ()
 
     def said(self) -> dict[str, Any]:
         """The sampling/output fields the caller set (not None), for renderers and logs."""
@@ -133,7 +139,7 @@ class CanonicalRequest:
 
 
 _ENVELOPE = frozenset({"kind", "model", "dialect", "prompt", "messages", "stream", "extra", "named",
-                       "native"})
+                       "native", "as_sent", "left_out"})
 _SAMPLING_FIELDS = tuple(f.name for f in fields(CanonicalRequest) if f.name not in _ENVELOPE)
 
 

@@ -30,6 +30,13 @@ def responses_usage(u: Usage) -> dict[str, Any]:
             "total_tokens": u.total_tokens}
 
 
+# What the answer says of a field of the request the caller did not send (OpenAI's defaults).
+_UNSENT: dict[str, Any] = {
+    "instructions": None, "max_output_tokens": None, "temperature": None, "top_p": None, "user": None,
+    "safety_identifier": None, "reasoning": None, "metadata": {}, "tool_choice": "auto", "tools": [],
+    "parallel_tool_calls": True, "text": {"format": {"type": "text"}}}
+
+
 def _id(prefix: str) -> str:
     return prefix + secrets.token_hex(12)
 
@@ -66,17 +73,15 @@ class ResponsesRenderer(Renderer):
     # -- the response object
     def _response(self, status: str, output: list[dict[str, Any]], usage: Usage | None = None,
                   error: dict[str, Any] | None = None) -> dict[str, Any]:
-        r = self.req
+        """The response object; what OpenAI repeats of the request is the caller's own (``as_sent``),
+        with OpenAI's defaults for what it did not send."""
+        echo = self.req.as_sent or {}
         out: dict[str, Any] = {
             "id": self.id, "object": "response", "created_at": self.created, "status": status,
             "background": False, "error": error,
             "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
-            "instructions": None, "max_output_tokens": r.max_tokens, "model": r.model, "output": output,
-            "parallel_tool_calls": True, "previous_response_id": None, "store": False,
-            "temperature": r.temperature, "top_p": r.top_p, "tool_choice": _tool_choice(r.tool_choice),
-            "tools": [_tool(t) for t in r.tools or ()],
-            "text": {"format": _format(r)},
-            "user": r.user, "metadata": {}, "usage": responses_usage(usage) if usage is not None else None}
+            "model": self.req.model, "output": output, "previous_response_id": None, "store": False,
+            **_UNSENT, **echo, "usage": responses_usage(usage) if usage is not None else None}
         if status == "completed":
             out["completed_at"] = int(time.time())
         return out
@@ -212,23 +217,3 @@ def _function_call(item_id: str, call: dict[str, Any], status: str) -> dict[str,
 
 def _public(item: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in item.items() if not k.startswith("_")}
-
-
-def _tool(t: dict[str, Any]) -> dict[str, Any]:
-    fn = t.get("function") or {}
-    return {"type": "function", "name": fn.get("name", ""), "description": fn.get("description"),
-            "parameters": fn.get("parameters"), "strict": fn.get("strict")}
-
-
-def _format(r: CanonicalRequest) -> dict[str, Any]:
-    if r.constraint is None:
-        return {"type": "text"}
-    if r.constraint.kind == "json_schema":
-        return {"type": "json_schema", "name": "response", "schema": r.constraint.value}
-    return {"type": "json_object"}
-
-
-def _tool_choice(v: Any) -> Any:
-    if isinstance(v, dict):
-        return {"type": "function", "name": (v.get("function") or {}).get("name", "")}
-    return v if v in ("none", "required") else "auto"

@@ -33,7 +33,13 @@ from switchyard.dialects.registry import ANSWERS, DIALECT_HEADER, sniff_completi
 from switchyard.dialects.render import Renderer
 from switchyard.dialects.spec import Dialect
 from switchyard.gateway.context import RequestContext
-from switchyard.gateway.requests import decode_body, model_name, optional_warning, warning_header
+from switchyard.gateway.requests import (
+    decode_body,
+    left_out_warning,
+    model_name,
+    optional_warning,
+    warning_header,
+)
 from switchyard.gateway.streaming import Tally, gather
 from switchyard.policies.base import Outcome, Principal
 from switchyard.policies.factory import Policies
@@ -315,7 +321,7 @@ class Gateway:
         """The warning for unknown fields that not every deployment of the route receives, and for
         what the caller's API makes optional and a translating deployment leaves out."""
         native = req.native
-        if not req.extra and (native is None or not native.optional):
+        if not req.extra and not req.left_out and (native is None or not native.optional):
             return None  # nothing the caller sent can be left out (most requests)
         dropped: set[str] = set()
         optional = False
@@ -330,6 +336,8 @@ class Gateway:
         said = [warning_header(sorted(dropped))] if dropped else []
         if optional and native is not None and native.optional:
             said.append(optional_warning(list(native.optional)))
+        if req.left_out:
+            said.append(left_out_warning(req.left_out))
         return "; ".join(said) or None
 
     # -- after admission: one owner, one finally ---------------------------------------------
