@@ -26,7 +26,7 @@ _STATEFUL = {"previous_response_id": "previous_response_id needs a stored respon
 _QUIET = frozenset({"store", "metadata", "prompt_cache_key", "prompt_cache_retention", "safety_identifier",
                     "service_tier", "client_metadata", "stream_options", "truncation"})
 # Accepted but not run by a chat backend: left out, each named in the warning with why.
-_LEFT_OUT = {"reasoning": "effort and summary settings not sent to the backend",
+_LEFT_OUT = {"reasoning": "effort not sent to the backend",
              "max_tool_calls": "not enforced by this gateway",
              "top_logprobs": "not sent to the backend"}
 # What OpenAI's answer repeats of the request, as the caller sent it.
@@ -79,7 +79,10 @@ def prepare(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     if "parallel_tool_calls" in out and out.pop("parallel_tool_calls") is False:
         left_out.append("parallel_tool_calls: false not sent to the backend")
     as_sent = {name: body[name] for name in _ECHOED if body.get(name) is not None}
-    return out, {"as_sent": as_sent, "left_out": tuple(left_out)}
+    # A summary asked for: the backend's own reasoning text, where it writes one.
+    summary = body.get("reasoning") and (body["reasoning"].get("summary") or body["reasoning"].get(
+        "generate_summary"))
+    return out, {"as_sent": as_sent, "left_out": tuple(left_out), "show_reasoning": bool(summary)}
 
 
 def _check_echoed(body: dict[str, Any]) -> None:
@@ -159,9 +162,8 @@ def _items(items: list[Any], left_out: list[str], where: str) -> list[dict[str, 
             raise InvalidRequest(f"{at}: item_reference is not supported (this gateway's Responses API is"
                                  " stateless; send the item itself)", param=at)
         elif isinstance(t, str) and t in _SKIPPED_ITEMS:
-            left_out.append(f"{at} ({t}): " + ("encrypted reasoning not read by this gateway"
-                                               if t == "reasoning" else "hosted tool item not read by "
-                                               "this gateway"))
+            left_out.append(f"{at} ({t}): " + ("reasoning not sent back to the backend" if t == "reasoning"
+                                               else "hosted tool item not read by this gateway"))
         else:
             raise InvalidRequest(f"{at}.type {str(t)[:40]!r} is not a known input item type",
                                  param=f"{at}.type")

@@ -418,7 +418,8 @@ class Gateway:
         try:
             while ch is not None:
                 tally.add(ch)
-                if ch.text or ch.finish_reason or ch.logprobs or ch.role or ch.tool_calls or ch.thinking:
+                if (ch.text or ch.finish_reason or ch.logprobs or ch.role or ch.tool_calls or ch.thinking
+                        or ch.reasoning):
                     last = ch if ch.finish_reason else last
                     held.append(renderer.event(ch))
                 # The first event goes out at once (time to first byte); later ones that arrived

@@ -32,6 +32,10 @@ class Behaviour:
     usage: bool = True  # report usage (non-stream always; stream when asked or always_usage)
     chunk_delay: float = 0.0
     logprob: float = -1.0  # every token's logprob, when the request asks for logprobs
+    # chat: reasoning text before the answer, as DeepSeek, llama.cpp and vLLM's reasoning parsers
+    # write it (in the message, or streamed a word per delta, under ``reasoning_field``)
+    reasoning: str | None = None
+    reasoning_field: str = "reasoning_content"
 
 
 @dataclass
@@ -139,7 +143,8 @@ class FakeUpstream:
                 msg = {"role": "assistant", "content": None, "tool_calls": [call]}
                 choices = [{"index": i, "message": msg, "finish_reason": "tool_calls"} for i in range(n)]
             elif chat:
-                choices = [{"index": i, "message": {"role": "assistant", "content": "".join(pieces)},
+                said = {b.reasoning_field: b.reasoning} if b.reasoning is not None else {}
+                choices = [{"index": i, "message": {"role": "assistant", "content": "".join(pieces), **said},
                             "finish_reason": finish} for i in range(n)]
             else:
                 lp = ({"tokens": pieces, "token_logprobs": [b.logprob] * len(pieces), "top_logprobs": None}
@@ -160,6 +165,13 @@ class FakeUpstream:
             pieces = []
         sent = 0
         for i in range(n):
+            for j, w in enumerate((b.reasoning or "").split(" ") if chat and b.reasoning else ()):
+                delta = {b.reasoning_field: w if j == 0 else " " + w}
+                if j == 0:
+                    delta["role"] = "assistant"
+                event = {"id": "cmpl-up", "model": body.get("model"),
+                         "choices": [{"index": i, "delta": delta, "finish_reason": None}]}
+                await resp.write(b"data: " + json.dumps(event).encode() + b"\n\n")
             for j, p in enumerate(pieces):
                 if b.cut_after is not None and sent >= b.cut_after:
                     self.cut += 1

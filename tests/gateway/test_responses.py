@@ -156,9 +156,9 @@ async def test_codex_request_is_accepted_and_warns(cfg, gateway_for, upstream) -
     assert events[-1].type == "response.completed"
     # Each left-out part named with why; none of it called unknown.
     assert r.headers["x-switchyard-warning"].split("; ") == [
-        "reasoning: effort and summary settings not sent to the backend",
+        "reasoning: effort not sent to the backend",
         "include[0] (reasoning.encrypted_content): encrypted reasoning not produced by this gateway",
-        "input[2] (reasoning): encrypted reasoning not read by this gateway",
+        "input[2] (reasoning): reasoning not sent back to the backend",
         "tools[1] (namespace): tool type not translated by this gateway",
         "tools[2] (web_search): hosted tool not run by this gateway"]
     # The answer repeats the tools as Codex sent them, hosted ones too (as OpenAI's does).
