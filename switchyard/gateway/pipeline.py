@@ -318,8 +318,9 @@ class Gateway:
 
     @staticmethod
     def _dropped(req: CanonicalRequest, route: Route) -> str | None:
-        """The warning for unknown fields that not every deployment of the route receives, and for
-        what the caller's API makes optional and a translating deployment leaves out."""
+        """The warning for unknown fields that not every deployment of the route receives, for
+        what the caller's API makes optional and a translating deployment leaves out, and for
+        what the caller's dialect read but no backend here runs (``left_out``, each with why)."""
         native = req.native
         if not req.extra and not req.left_out and (native is None or not native.optional):
             return None  # nothing the caller sent can be left out (most requests)

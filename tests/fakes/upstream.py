@@ -140,7 +140,8 @@ class FakeUpstream:
         if not body.get("stream"):
             call = _tool_call(body) if chat else None
             if call is not None:
-                msg = {"role": "assistant", "content": None, "tool_calls": [call]}
+                msg = {"role": "assistant", "content": None, "tool_calls": [call],
+                       **({b.reasoning_field: b.reasoning} if b.reasoning is not None else {})}
                 choices = [{"index": i, "message": msg, "finish_reason": "tool_calls"} for i in range(n)]
             elif chat:
                 said = {b.reasoning_field: b.reasoning} if b.reasoning is not None else {}
@@ -159,19 +160,20 @@ class FakeUpstream:
             return web.json_response(out)
         resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
         await resp.prepare(request)
-        call = _tool_call(body) if chat else None
-        if call is not None:  # as OpenAI streams a call: id and name first, then the arguments in pieces
-            await _stream_call(resp, body, call)
-            pieces = []
-        sent = 0
-        for i in range(n):
-            for j, w in enumerate((b.reasoning or "").split(" ") if chat and b.reasoning else ()):
+        for i in range(n if chat and b.reasoning else 0):  # reasoning first, as the model thinks first
+            for j, w in enumerate((b.reasoning or "").split(" ")):
                 delta = {b.reasoning_field: w if j == 0 else " " + w}
                 if j == 0:
                     delta["role"] = "assistant"
                 event = {"id": "cmpl-up", "model": body.get("model"),
                          "choices": [{"index": i, "delta": delta, "finish_reason": None}]}
                 await resp.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+        call = _tool_call(body) if chat else None
+        if call is not None:  # as OpenAI streams a call: id and name first, then the arguments in pieces
+            await _stream_call(resp, body, call)
+            pieces = []
+        sent = 0
+        for i in range(n):
             for j, p in enumerate(pieces):
                 if b.cut_after is not None and sent >= b.cut_after:
                     self.cut += 1

@@ -36,6 +36,11 @@ def claude(gw) -> anthropic.AsyncAnthropic:  # type: ignore[no-untyped-def]
     return anthropic.AsyncAnthropic(base_url=str(gw.base_url), api_key=KEY, max_retries=0, timeout=20)
 
 
+def events_of(sse: str) -> list[Any]:
+    """Every event of a Responses stream, validated by the SDK's own event models."""
+    return [_EVENTS.validate_json(line[6:]) for line in sse.splitlines() if line.startswith("data: ")]
+
+
 def oai(gw) -> openai.AsyncOpenAI:  # type: ignore[no-untyped-def]
     return openai.AsyncOpenAI(base_url=str(gw.base_url) + "/v1", api_key=KEY, max_retries=0, timeout=20)
 
@@ -114,7 +119,7 @@ async def test_responses_stream_carries_the_summary(cfg, gateway_for) -> None:
     async with gateway_for(cfg) as gw:
         got = await gw.post("/v1/responses", json={"model": MODEL, "input": "why?", "stream": True,
                                                     "reasoning": {"effort": "high", "summary": "auto"}})
-    events = [_EVENTS.validate_json(line[6:]) for line in got.text.splitlines() if line.startswith("data: ")]
+    events = events_of(got.text)
     types = [e.type for e in events]
     assert types[:4] == ["response.created", "response.in_progress", "response.output_item.added",
                          "response.reasoning_summary_part.added"]
@@ -137,9 +142,34 @@ async def test_responses_caller_not_asking_gets_no_reasoning_item(cfg, gateway_f
     async with gateway_for(cfg) as gw:
         got = await gw.post("/v1/responses", json={"model": MODEL, "input": "why?", "stream": stream,
                                                     "reasoning": {"effort": "low"}})
-    if stream:
-        body = [_EVENTS.validate_json(line[6:]) for line in got.text.splitlines()
-                if line.startswith("data: ")][-1].response
-    else:
-        body = Response.model_validate(got.json())
+    body = events_of(got.text)[-1].response if stream else Response.model_validate(got.json())
     assert [o.type for o in body.output] == ["message"] and body.output_text == ANSWER
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_reasoning_before_a_tool_call(cfg, gateway_for, stream) -> None:
+    """Reasoning that led to a call comes before it: a thinking block then tool_use; a reasoning
+    item then the function_call item."""
+    weather = {"name": "weather", "input_schema": {"type": "object", "properties": {}}}
+    async with gateway_for(cfg) as gw:
+        kw: Any = {"model": MODEL, "max_tokens": 2048, "messages": ASK, "thinking": THINK,
+                   "tools": [weather], "tool_choice": {"type": "tool", "name": "weather"}}
+        if stream:
+            async with claude(gw).messages.stream(**kw) as s:
+                msg = await s.get_final_message()
+        else:
+            msg = await claude(gw).messages.create(**kw)
+        r = await gw.post("/v1/responses", json={
+            "model": MODEL, "input": "why?", "stream": stream, "reasoning": {"summary": "auto"},
+            "tools": [{"type": "function", "name": "weather", "parameters": {"type": "object"}}],
+            "tool_choice": {"type": "function", "name": "weather"}})
+    assert [b.type for b in msg.content] == ["thinking", "tool_use"] and msg.stop_reason == "tool_use"
+    assert msg.content[0].thinking == THOUGHT  # type: ignore[union-attr]
+    if stream:
+        events = events_of(r.text)
+        assert [e.sequence_number for e in events] == list(range(len(events)))
+        got = events[-1].response
+    else:
+        got = Response.model_validate(r.json())
+    assert [o.type for o in got.output] == ["reasoning", "function_call"]
+    assert got.output[0].summary[0].text == THOUGHT
