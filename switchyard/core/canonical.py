@@ -122,6 +122,15 @@ class CanonicalRequest:
     # guided_regex for ``constraint``, n_predict for ``max_tokens``): errors name what was sent.
     named: dict[str, str] | None = None
     native: Native | None = None  # the caller's own body, for a deployment that speaks its API
+    # What the caller's API repeats in its answer as the caller sent it (Responses: instructions,
+    # tools, metadata, ...): the renderer's alone, no backend reads it.
+    as_sent: dict[str, Any] | None = None
+    # What the caller's dialect read but no backend here runs (Responses' hosted tools, encrypted
+    # reasoning), each a phrase naming it: said in x-switchyard-warning.
+    left_out: tuple[str, ...] = ()
+    # The caller asked to see the model's reasoning (Anthropic ``thinking``, a Responses
+    # ``reasoning.summary``): its renderer shows ``Chunk.reasoning`` only then.
+    show_reasoning: bool = False
 
     def said(self) -> dict[str, Any]:
         """The sampling/output fields the caller set (not None), for renderers and logs."""
@@ -133,7 +142,7 @@ class CanonicalRequest:
 
 
 _ENVELOPE = frozenset({"kind", "model", "dialect", "prompt", "messages", "stream", "extra", "named",
-                       "native"})
+                       "native", "as_sent", "left_out", "show_reasoning"})
 _SAMPLING_FIELDS = tuple(f.name for f in fields(CanonicalRequest) if f.name not in _ENVELOPE)
 
 
@@ -205,13 +214,16 @@ class Chunk:
     # ``thinking_delta`` / ``signature_delta`` pieces. A caller must send them back as they came.
     thinking: list[dict[str, Any]] | None = None
     embeddings: list[list[float]] | None = None  # embeddings: one vector per input, in input order
+    # Reasoning a backend writes as plain text beside the answer (an OpenAI-family upstream's
+    # ``reasoning_content``, Gemini's thought parts): shown only to callers who asked for it.
+    reasoning: str = ""
 
     def __reduce__(self) -> tuple[Any, ...]:
         # The engine pickles every streamed chunk to the gateway: by position, a chunk pickles in
         # 2.3 us and loads in 1.2, against 5.2 and 3.6 through a slots dataclass's state (measured).
         return (Chunk, (self.index, self.text, self.finish_reason, self.logprobs, self.usage, self.tokens,
                         self.role, self.tool_calls, self.prompt_logprobs, self.stop_word, self.more,
-                        self.thinking, self.embeddings))
+                        self.thinking, self.embeddings, self.reasoning))
 
 
 @dataclass(slots=True)
@@ -232,4 +244,5 @@ class Choice:
     prompt_logprobs: list[TokenLogprob] | None = None
     stop_word: str | None = None
     thinking: list[dict[str, Any]] | None = None  # the native lane's thinking blocks, whole
+    reasoning: str = ""  # the backend's plain-text reasoning (Chunk.reasoning), whole
     embeddings: list[list[float]] | None = None

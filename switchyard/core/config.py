@@ -287,6 +287,10 @@ class ModelConfig(_Model):
     context_fallback: str | None = None
     price: Price = Field(default_factory=Price)
     tokenizer: str | None = Field(None, description="tiktoken encoding for prompt counting")
+    mode: Literal["chat", "embedding"] | None = Field(
+        None, description="what /v1/models lists it as (its `mode`, LiteLLM's word); null: embedding "
+        "when its deployments are the built-in embedder or a name (the route's, an upstream model's) "
+        "holds \"embed\", else chat")
 
     @field_validator("name")
     @classmethod
@@ -295,6 +299,24 @@ class ModelConfig(_Model):
         if len(parts) != 2 or not all(parts):
             raise ValueError("must be vendor/model_name (or vendor/*)")
         return v
+
+    @property
+    def listed_mode(self) -> str:
+        """``mode``, or the one its deployments and names imply."""
+        if self.mode is not None:
+            return self.mode
+        if all(d.backend == "embedder" for d in self.deployments):
+            return "embedding"
+        names = [self.name, *(d.model or "" for d in self.deployments)]
+        return "embedding" if any("embed" in n.lower() for n in names) else "chat"
+
+    @model_validator(mode="after")
+    def _mode_fits_backends(self) -> ModelConfig:
+        backends = {d.backend for d in self.deployments}
+        wrong = "engine" if self.mode == "embedding" else "embedder" if self.mode == "chat" else None
+        if wrong in backends:
+            raise ValueError(f"mode {self.mode} does not fit a deployment with backend {wrong}")
+        return self
 
     @model_validator(mode="after")
     def _unique_deployments(self) -> ModelConfig:

@@ -22,9 +22,9 @@ def parse_request(dialect: Dialect, body: Any, *, kind: RequestKind,
                   strict: bool = False) -> CanonicalRequest:
     if not isinstance(body, dict):
         raise InvalidRequest("the request body must be a JSON object", param="body")
-    dropped: dict[str, Any] = {}
+    prepared: dict[str, Any] = {}
     if dialect.prepare is not None:
-        body, dropped = dialect.prepare(body)
+        body, prepared = dialect.prepare(body)
     values: dict[str, Any] = {}
     groups: dict[str, Group] = {}
     extra: dict[str, Any] = {}
@@ -53,8 +53,8 @@ def parse_request(dialect: Dialect, body: Any, *, kind: RequestKind,
             values[target] = value
             named[target] = next(iter(parts.values()))[1]  # the first the body named
     _require(values, kind, dialect)
-    req = CanonicalRequest(kind=kind, dialect=dialect.name, extra={**extra, **dropped}, named=named or None,
-                           **values)
+    req = CanonicalRequest(kind=kind, dialect=dialect.name, extra=extra, named=named or None,
+                           **values, **prepared)
     _cross_checks(req)
     return req
 

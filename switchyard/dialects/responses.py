@@ -3,8 +3,9 @@ backend (OpenAI-family upstreams get chat completions, the engine gets chat).
 
 Rows read the fields that map one to one; ``prepare`` does what rows cannot: ``instructions`` and
 ``input`` items become chat messages, function tools become chat tools, and what no backend runs
-(hosted tools, reasoning settings, encrypted reasoning items) is dropped and named in the
-``x-switchyard-warning`` header rather than refused, since a 400 there stops clients such as Codex.
+(hosted tools, reasoning settings, encrypted reasoning items) is left out and named, with why, in
+the ``x-switchyard-warning`` header rather than refused, since a 400 there stops clients such as
+Codex. What OpenAI's answer repeats of the request (``_ECHOED``) rides along as sent.
 Nothing is stored: the features that need a store are refused with a 400 naming the field.
 """
 
@@ -24,10 +25,21 @@ _STATEFUL = {"previous_response_id": "previous_response_id needs a stored respon
 # Bookkeeping that changes no output: accepted silently (nothing is stored whatever ``store`` says).
 _QUIET = frozenset({"store", "metadata", "prompt_cache_key", "prompt_cache_retention", "safety_identifier",
                     "service_tier", "client_metadata", "stream_options", "truncation"})
-# Accepted but not run by a chat backend: dropped and named in the warning.
-_DROPPED = frozenset({"reasoning", "include", "max_tool_calls", "top_logprobs"})
+# Accepted but not run by a chat backend: left out, each named in the warning with why.
+_LEFT_OUT = {"reasoning": "effort not sent to the backend",
+             "max_tool_calls": "not enforced by this gateway",
+             "top_logprobs": "not sent to the backend"}
+# What OpenAI's answer repeats of the request, as the caller sent it.
+_ECHOED = ("instructions", "metadata", "temperature", "top_p", "max_output_tokens", "tool_choice", "tools",
+           "parallel_tool_calls", "text", "user", "safety_identifier", "reasoning")
 _ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal", "summary_text"})
+# Tools that run on OpenAI's side (the caller only names them): no backend here runs them.
+# (The openai SDK's ``responses.Tool`` union, less function, custom and namespace.)
+_HOSTED = frozenset({"web_search", "web_search_2025_08_26", "web_search_preview",
+                     "web_search_preview_2025_03_11", "file_search", "computer", "computer_use_preview",
+                     "code_interpreter", "programmatic_tool_calling", "image_generation", "mcp",
+                     "local_shell", "shell", "apply_patch", "tool_search"})
 # Items that a chat backend has no use for (hosted tool calls, reasoning): left out, named.
 _SKIPPED_ITEMS = frozenset({"reasoning", "web_search_call", "file_search_call", "computer_call",
                             "computer_call_output", "image_generation_call", "code_interpreter_call",
@@ -38,8 +50,8 @@ _SKIPPED_ITEMS = frozenset({"reasoning", "web_search_call", "file_search_call", 
 
 
 def prepare(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(the body the rows read, what was dropped by name). ``input`` and ``instructions`` merge
-    into one ``input`` of chat messages; tools into chat tools."""
+    """(the body the rows read, the canonical ``as_sent`` and ``left_out``). ``input`` and
+    ``instructions`` merge into one ``input`` of chat messages; tools into chat tools."""
     for name, why in _STATEFUL.items():
         if body.get(name) is not None:
             raise InvalidRequest(f"{name} is not supported: this gateway's Responses API is stateless "
@@ -47,45 +59,76 @@ def prepare(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     if body.get("background"):
         raise InvalidRequest("background is not supported: this gateway's Responses API is stateless "
                              "(background responses must be stored); set it to false", param="background")
+    _check_echoed(body)
     out: dict[str, Any] = {}
-    dropped: dict[str, Any] = {}
+    left_out: list[str] = []
     for name, value in body.items():
         if name in _QUIET or name == "background" or name in _STATEFUL:
             continue
-        if name in _DROPPED:
+        if name in _LEFT_OUT or name == "include":
             if value not in (None, [], {}):
-                dropped[name] = value
+                left_out += _include(value) if name == "include" else [f"{name}: {_LEFT_OUT[name]}"]
             continue
         out[name] = value
     instructions = out.pop("instructions", None)
     if body.get("input") is not None:
-        out["input"] = _messages(instructions, body["input"], dropped)
+        out["input"] = _messages(instructions, body["input"], left_out)
     if isinstance(body.get("tools"), list):
-        out["tools"] = _tools(body["tools"], dropped)
+        out["tools"] = _tools(body["tools"], left_out)
     # true is every backend's default; false cannot be sent on
     if "parallel_tool_calls" in out and out.pop("parallel_tool_calls") is False:
-        dropped["parallel_tool_calls"] = False
-    return out, dropped
+        left_out.append("parallel_tool_calls: false not sent to the backend")
+    as_sent = {name: body[name] for name in _ECHOED if body.get(name) is not None}
+    # A summary asked for: the backend's own reasoning text, where it writes one.
+    summary = body.get("reasoning") and (body["reasoning"].get("summary") or body["reasoning"].get(
+        "generate_summary"))
+    return out, {"as_sent": as_sent, "left_out": tuple(left_out), "show_reasoning": bool(summary)}
+
+
+def _check_echoed(body: dict[str, Any]) -> None:
+    """The echoed fields no row reads: of the types OpenAI's answer holds them in."""
+    meta = body.get("metadata")
+    if meta is not None and not (isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())):
+        raise InvalidRequest("metadata must be an object of string values", param="metadata")
+    if body.get("safety_identifier") is not None and not isinstance(body["safety_identifier"], str):
+        raise InvalidRequest("safety_identifier must be a string", param="safety_identifier")
+    if body.get("reasoning") is not None and not isinstance(body["reasoning"], dict):
+        raise InvalidRequest("reasoning must be an object", param="reasoning")
+    if body.get("parallel_tool_calls") is not None and not isinstance(body["parallel_tool_calls"], bool):
+        raise InvalidRequest("parallel_tool_calls must be a boolean", param="parallel_tool_calls")
+
+
+def _include(value: Any) -> list[str]:
+    if not isinstance(value, list):
+        raise InvalidRequest("include must be an array of strings", param="include")
+    out = []
+    for i, name in enumerate(value):
+        if not isinstance(name, str):
+            raise InvalidRequest(f"include[{i}] must be a string", param=f"include[{i}]")
+        what = ("encrypted reasoning not produced by this gateway" if name == "reasoning.encrypted_content"
+                else "not produced by this gateway")
+        out.append(f"include[{i}] ({name[:64]}): {what}")
+    return out
 
 
 # --- input items -> chat messages ------------------------------------------------------------
 
 
-def _messages(instructions: Any, items: Any, dropped: dict[str, Any]) -> list[dict[str, Any]]:
+def _messages(instructions: Any, items: Any, left_out: list[str]) -> list[dict[str, Any]]:
     msgs: list[dict[str, Any]] = []
     if instructions is not None:
         if isinstance(instructions, str):
             if instructions:
                 msgs.append({"role": "system", "content": instructions})
         elif isinstance(instructions, list):
-            msgs += _items(instructions, dropped, "instructions")
+            msgs += _items(instructions, left_out, "instructions")
         else:
             raise InvalidRequest("instructions must be a string or an array of input items",
                                  param="instructions")
     if isinstance(items, str):
         msgs.append({"role": "user", "content": items})
     elif isinstance(items, list):
-        msgs += _items(items, dropped, "input")
+        msgs += _items(items, left_out, "input")
     else:
         raise InvalidRequest("input must be a string or an array of input items", param="input")
     if not any(m["role"] != "system" for m in msgs):
@@ -93,7 +136,7 @@ def _messages(instructions: Any, items: Any, dropped: dict[str, Any]) -> list[di
     return msgs
 
 
-def _items(items: list[Any], dropped: dict[str, Any], where: str) -> list[dict[str, Any]]:
+def _items(items: list[Any], left_out: list[str], where: str) -> list[dict[str, Any]]:
     msgs: list[dict[str, Any]] = []
     for i, item in enumerate(items):
         at = f"{where}[{i}]"
@@ -119,7 +162,8 @@ def _items(items: list[Any], dropped: dict[str, Any], where: str) -> list[dict[s
             raise InvalidRequest(f"{at}: item_reference is not supported (this gateway's Responses API is"
                                  " stateless; send the item itself)", param=at)
         elif isinstance(t, str) and t in _SKIPPED_ITEMS:
-            dropped[f"{where}[{t}]"] = True
+            left_out.append(f"{at} ({t}): " + ("reasoning not sent back to the backend" if t == "reasoning"
+                                               else "hosted tool item not read by this gateway"))
         else:
             raise InvalidRequest(f"{at}.type {str(t)[:40]!r} is not a known input item type",
                                  param=f"{at}.type")
@@ -181,15 +225,18 @@ def _content(content: Any, at: str) -> Any:
 # --- tools -------------------------------------------------------------------------------------
 
 
-def _tools(tools: list[Any], dropped: dict[str, Any]) -> list[dict[str, Any]]:
-    """Function tools as chat tools; any other kind (hosted ``web_search``, ``namespace``, ``custom``,
-    ``mcp`` ...) needs the vendor's own runtime, so it is left out and named."""
+def _tools(tools: list[Any], left_out: list[str]) -> list[dict[str, Any]]:
+    """Function tools as chat tools; a hosted tool (``web_search``, ``mcp`` ...) runs on OpenAI's
+    side and another kind (Codex's ``namespace``, ``custom``) has no chat form: left out, named."""
     out = []
     for i, tool in enumerate(tools):
         if not isinstance(tool, dict):
             raise InvalidRequest(f"tools[{i}] must be an object", param=f"tools[{i}]")
-        if tool.get("type") != "function":
-            dropped[f"tools[{str(tool.get('type'))[:40]}]"] = True
+        kind = tool.get("type")
+        if kind != "function":
+            what = ("hosted tool not run" if isinstance(kind, str) and kind in _HOSTED
+                    else "tool type not translated")
+            left_out.append(f"tools[{i}] ({str(kind)[:40]}): {what} by this gateway")
             continue
         name = tool.get("name")
         if not isinstance(name, str) or not name:
@@ -243,6 +290,6 @@ RESPONSES = Dialect(
     errors=ErrorShape(validation_status=400),
     prepare=prepare,
     prepared=("instructions", "parallel_tool_calls", *_STATEFUL, "background", *sorted(_QUIET),
-              *sorted(_DROPPED)),
+              *sorted(_LEFT_OUT), "include"),
     required={"messages": "input"},
 )

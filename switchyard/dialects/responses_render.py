@@ -1,10 +1,12 @@
 """Answers to ``/v1/responses``: ``response`` objects, and streams as the Responses event sequence.
 
-A stream is a small state machine over canonical chunks: text opens a ``message`` item (with one
-``output_text`` part), each tool call index opens a ``function_call`` item; items close in order at
-the end, then ``response.completed`` (``response.incomplete`` when max_output_tokens cut it) carries
-the whole response with its usage. Every event has its ``sequence_number``, as the openai SDK's
-models require. A failure after the stream began is an ``error`` event, then ``response.failed``.
+A stream is a small state machine over canonical chunks: the backend's reasoning (when the
+caller asked for a reasoning summary) opens a ``reasoning`` item with one ``summary_text`` part,
+text opens a ``message`` item (with one ``output_text`` part), each tool call index opens a
+``function_call`` item; items close in order at the end, then ``response.completed``
+(``response.incomplete`` when max_output_tokens cut it) carries the whole response with its
+usage. Every event has its ``sequence_number``, as the openai SDK's models require. A failure
+after the stream began is an ``error`` event, then ``response.failed``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,13 @@ def responses_usage(u: Usage) -> dict[str, Any]:
             "output_tokens": u.completion_tokens,
             "output_tokens_details": {"reasoning_tokens": u.reasoning_tokens},
             "total_tokens": u.total_tokens}
+
+
+# What the answer says of a field of the request the caller did not send (OpenAI's defaults).
+_UNSENT: dict[str, Any] = {
+    "instructions": None, "max_output_tokens": None, "temperature": None, "top_p": None, "user": None,
+    "safety_identifier": None, "reasoning": None, "metadata": {}, "tool_choice": "auto", "tools": [],
+    "parallel_tool_calls": True, "text": {"format": {"type": "text"}}}
 
 
 def _id(prefix: str) -> str:
@@ -60,23 +69,22 @@ class ResponsesRenderer(Renderer):
         self._began = False
         self._items: list[dict[str, Any]] = []  # output items, in output order
         self._text: dict[str, Any] | None = None  # the open message item
+        self._thought: dict[str, Any] | None = None  # the open reasoning item
         self._calls: dict[int, dict[str, Any]] = {}  # open function_call items by tool call index
         self._finish: str | None = None
 
     # -- the response object
     def _response(self, status: str, output: list[dict[str, Any]], usage: Usage | None = None,
                   error: dict[str, Any] | None = None) -> dict[str, Any]:
-        r = self.req
+        """The response object; what OpenAI repeats of the request is the caller's own (``as_sent``),
+        with OpenAI's defaults for what it did not send."""
+        echo = self.req.as_sent or {}
         out: dict[str, Any] = {
             "id": self.id, "object": "response", "created_at": self.created, "status": status,
             "background": False, "error": error,
             "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
-            "instructions": None, "max_output_tokens": r.max_tokens, "model": r.model, "output": output,
-            "parallel_tool_calls": True, "previous_response_id": None, "store": False,
-            "temperature": r.temperature, "top_p": r.top_p, "tool_choice": _tool_choice(r.tool_choice),
-            "tools": [_tool(t) for t in r.tools or ()],
-            "text": {"format": _format(r)},
-            "user": r.user, "metadata": {}, "usage": responses_usage(usage) if usage is not None else None}
+            "model": self.req.model, "output": output, "previous_response_id": None, "store": False,
+            **_UNSENT, **echo, "usage": responses_usage(usage) if usage is not None else None}
         if status == "completed":
             out["completed_at"] = int(time.time())
         return out
@@ -84,6 +92,8 @@ class ResponsesRenderer(Renderer):
     def completion(self, comp: Completion) -> dict[str, Any]:
         c = comp.choices[0] if comp.choices else None
         output: list[dict[str, Any]] = []
+        if c is not None and c.reasoning and self.req.show_reasoning:
+            output.append(_reasoning(_id("rs_"), c.reasoning, "completed"))
         if c is not None and (c.text or not c.tool_calls):
             output.append(_message(_id("msg_"), c.text, "completed"))
         for call in merge_calls(c.tool_calls or []) if c is not None else ():
@@ -105,14 +115,45 @@ class ResponsesRenderer(Renderer):
                 for t in ("response.created", "response.in_progress")]
 
     def _open_text(self) -> list[bytes]:
+        closed = self._close_reasoning()  # reasoning comes before the answer it led to
         item = self._text = {"id": _id("msg_"), "type": "message", "status": "in_progress",
                              "role": "assistant", "content": [], "_parts": []}
-        return [self._added(item),
+        return [*closed, self._added(item),
                 self._sse({"type": "response.content_part.added", "item_id": item["id"],
                            "output_index": item["_index"], "content_index": 0, "part": _part("")})]
 
+    def _reasoning_delta(self, text: str) -> list[bytes]:
+        """The backend's reasoning as a ``reasoning`` item's one summary part, streamed."""
+        out = []
+        item = self._thought
+        if item is None:
+            item = self._thought = {**_reasoning(_id("rs_"), "", "in_progress"), "summary": [], "_parts": []}
+            out.append(self._added(item))
+            out.append(self._sse({"type": "response.reasoning_summary_part.added", "item_id": item["id"],
+                                  "output_index": item["_index"], "summary_index": 0,
+                                  "part": _summary("")}))
+        item["_parts"].append(text)
+        out.append(self._sse({"type": "response.reasoning_summary_text.delta", "item_id": item["id"],
+                              "output_index": item["_index"], "summary_index": 0, "delta": text}))
+        return out
+
+    def _close_reasoning(self) -> list[bytes]:
+        item, self._thought = self._thought, None
+        if item is None:
+            return []
+        text = "".join(item.pop("_parts"))
+        item["summary"] = [_summary(text)]
+        item["status"] = "completed"
+        at = {"item_id": item["id"], "output_index": item["_index"], "summary_index": 0}
+        return [self._sse({"type": "response.reasoning_summary_text.done", **at, "text": text}),
+                self._sse({"type": "response.reasoning_summary_part.done", **at, "part": _summary(text)}),
+                self._sse({"type": "response.output_item.done", "output_index": item["_index"],
+                           "item": _public(item)})]
+
     def event(self, ch: Chunk) -> bytes:
         out = self._begin()
+        if ch.reasoning and self.req.show_reasoning:
+            out += self._reasoning_delta(ch.reasoning)
         if ch.text:
             if self._text is None:
                 out += self._open_text()
@@ -138,7 +179,7 @@ class ResponsesRenderer(Renderer):
         fn = d.get("function") or {}
         item = self._calls.get(idx)
         if item is None:
-            out += self._close_text()  # text before a call is a finished message
+            out += self._close_reasoning() + self._close_text()  # what came before a call is finished
             item = self._calls[idx] = _function_call(
                 _id("fc_"), {"id": d.get("id") or _id("call_"), "name": fn.get("name") or "",
                              "arguments": ""}, "in_progress")
@@ -177,9 +218,9 @@ class ResponsesRenderer(Renderer):
 
     def closing(self, usage: Usage, last: Chunk | None) -> bytes:
         out = self._begin()
-        if not self._items:  # an empty answer is still one (empty) message
+        if not self._items or self._items == [self._thought]:  # an answer has a message, empty or not
             out += self._open_text()
-        out += self._close_text() + self._close_calls()
+        out += self._close_reasoning() + self._close_text() + self._close_calls()
         status = "incomplete" if self._finish == "length" else "completed"
         out.append(self._sse({"type": f"response.{status}",
                               "response": self._response(status, [_public(i) for i in self._items], usage)}))
@@ -200,6 +241,14 @@ def _part(text: str) -> dict[str, Any]:
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
 
+def _summary(text: str) -> dict[str, Any]:
+    return {"type": "summary_text", "text": text}
+
+
+def _reasoning(item_id: str, text: str, status: str) -> dict[str, Any]:
+    return {"id": item_id, "type": "reasoning", "status": status, "summary": [_summary(text)]}
+
+
 def _message(item_id: str, text: str, status: str) -> dict[str, Any]:
     return {"id": item_id, "type": "message", "status": status, "role": "assistant",
             "content": [_part(text)]}
@@ -212,23 +261,3 @@ def _function_call(item_id: str, call: dict[str, Any], status: str) -> dict[str,
 
 def _public(item: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in item.items() if not k.startswith("_")}
-
-
-def _tool(t: dict[str, Any]) -> dict[str, Any]:
-    fn = t.get("function") or {}
-    return {"type": "function", "name": fn.get("name", ""), "description": fn.get("description"),
-            "parameters": fn.get("parameters"), "strict": fn.get("strict")}
-
-
-def _format(r: CanonicalRequest) -> dict[str, Any]:
-    if r.constraint is None:
-        return {"type": "text"}
-    if r.constraint.kind == "json_schema":
-        return {"type": "json_schema", "name": "response", "schema": r.constraint.value}
-    return {"type": "json_object"}
-
-
-def _tool_choice(v: Any) -> Any:
-    if isinstance(v, dict):
-        return {"type": "function", "name": (v.get("function") or {}).get("name", "")}
-    return v if v in ("none", "required") else "auto"

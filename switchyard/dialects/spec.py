@@ -118,8 +118,9 @@ class Dialect:
     named_errors: ErrorShape | None = None
     # The server's own stop semantics: True when the returned text keeps the stop sequence.
     stop_in_output: bool = False
-    # What rows cannot express (cross-field rewrites): body -> (the body the rows read, fields
-    # accepted but dropped, by name, for the warning header; strict keys do not refuse them).
+    # What rows cannot express (cross-field rewrites): body -> (the body the rows read, canonical
+    # fields it sets itself, such as ``as_sent`` and ``left_out``; strict keys do not refuse what it
+    # read).
     prepare: Callable[[dict[str, Any]], tuple[dict[str, Any], dict[str, Any]]] | None = None
     # The fields ``prepare`` reads (beside the rows): for the OpenAPI document and error checks.
     prepared: tuple[str, ...] = ()

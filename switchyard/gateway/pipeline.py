@@ -33,7 +33,13 @@ from switchyard.dialects.registry import ANSWERS, DIALECT_HEADER, sniff_completi
 from switchyard.dialects.render import Renderer
 from switchyard.dialects.spec import Dialect
 from switchyard.gateway.context import RequestContext
-from switchyard.gateway.requests import decode_body, model_name, optional_warning, warning_header
+from switchyard.gateway.requests import (
+    decode_body,
+    left_out_warning,
+    model_name,
+    optional_warning,
+    warning_header,
+)
 from switchyard.gateway.streaming import Tally, gather
 from switchyard.policies.base import Outcome, Principal
 from switchyard.policies.factory import Policies
@@ -312,10 +318,11 @@ class Gateway:
 
     @staticmethod
     def _dropped(req: CanonicalRequest, route: Route) -> str | None:
-        """The warning for unknown fields that not every deployment of the route receives, and for
-        what the caller's API makes optional and a translating deployment leaves out."""
+        """The warning for unknown fields that not every deployment of the route receives, for
+        what the caller's API makes optional and a translating deployment leaves out, and for
+        what the caller's dialect read but no backend here runs (``left_out``, each with why)."""
         native = req.native
-        if not req.extra and (native is None or not native.optional):
+        if not req.extra and not req.left_out and (native is None or not native.optional):
             return None  # nothing the caller sent can be left out (most requests)
         dropped: set[str] = set()
         optional = False
@@ -330,6 +337,8 @@ class Gateway:
         said = [warning_header(sorted(dropped))] if dropped else []
         if optional and native is not None and native.optional:
             said.append(optional_warning(list(native.optional)))
+        if req.left_out:
+            said.append(left_out_warning(req.left_out))
         return "; ".join(said) or None
 
     # -- after admission: one owner, one finally ---------------------------------------------
@@ -410,7 +419,8 @@ class Gateway:
         try:
             while ch is not None:
                 tally.add(ch)
-                if ch.text or ch.finish_reason or ch.logprobs or ch.role or ch.tool_calls or ch.thinking:
+                if (ch.text or ch.finish_reason or ch.logprobs or ch.role or ch.tool_calls or ch.thinking
+                        or ch.reasoning):
                     last = ch if ch.finish_reason else last
                     held.append(renderer.event(ch))
                 # The first event goes out at once (time to first byte); later ones that arrived

@@ -4,7 +4,7 @@ and the names the gateway repeats back in headers."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -55,13 +55,24 @@ def model_name(name: str) -> str:
     return name
 
 
+def _shown(names: Sequence[str], width: int) -> tuple[list[str], str]:
+    """Names that are the caller's, escaped (printable ASCII only), a few at most; and how many more."""
+    shown = [n.encode("ascii", "backslashreplace").decode()[:width].translate(_CONTROL)
+             for n in names[:_WARNING_NAMES]]
+    return shown, f" and {len(names) - _WARNING_NAMES} more" if len(names) > _WARNING_NAMES else ""
+
+
 def warning_header(dropped: list[str], what: str = "unknown parameter(s) dropped") -> str:
-    """``x-switchyard-warning`` for unknown fields: names are the caller's, so they are shown
-    escaped (printable ASCII only) and a few at most."""
-    shown = [n.encode("ascii", "backslashreplace").decode()[:64].translate(_CONTROL)
-             for n in dropped[:_WARNING_NAMES]]
-    more = f" and {len(dropped) - _WARNING_NAMES} more" if len(dropped) > _WARNING_NAMES else ""
+    """``x-switchyard-warning`` for unknown fields."""
+    shown, more = _shown(dropped, 64)
     return f"{what}: " + ", ".join(shown) + more
+
+
+def left_out_warning(notes: Sequence[str]) -> str:
+    """The warning for what the caller's dialect read and no backend here runs: each note names
+    the field and why (``tools[3] (web_search): hosted tool not run by this gateway``)."""
+    shown, more = _shown(notes, 160)
+    return "; ".join(shown) + more
 
 
 def optional_warning(names: list[str]) -> str:

@@ -25,7 +25,7 @@ class Tally:
             self.reported = ch.usage
         if ch.tokens is not None:
             self.counted += ch.tokens
-        elif ch.text or ch.tool_calls or ch.thinking:
+        elif ch.text or ch.tool_calls or ch.thinking or ch.reasoning:
             self.counted += 1
 
     def usage(self) -> Usage:
@@ -44,7 +44,7 @@ def gather(chunks: list[Chunk], usage: Usage) -> Completion:
     texts: dict[int, list[str]] = {}
     for ch in chunks:
         if (ch.usage is not None and not ch.text and ch.finish_reason is None and ch.logprobs is None
-                and ch.embeddings is None):
+                and ch.embeddings is None and not ch.reasoning):
             continue  # a usage-only chunk
         c = by_index.get(ch.index)
         if c is None:
@@ -63,6 +63,8 @@ def gather(chunks: list[Chunk], usage: Usage) -> Completion:
             c.tool_calls = (c.tool_calls or []) + ch.tool_calls
         if ch.thinking:
             c.thinking = (c.thinking or []) + ch.thinking
+        if ch.reasoning:
+            c.reasoning += ch.reasoning
         if ch.embeddings is not None:
             c.embeddings = (c.embeddings or []) + ch.embeddings
     for i, c in by_index.items():

@@ -36,7 +36,7 @@ from switchyard.http.admin_auth import AdminAuth, Failures, Proxies
 from switchyard.http.asgi import Switchyard, endpoint_app
 from switchyard.http.console import console_routes
 from switchyard.http.logs import settings as log_settings
-from switchyard.http.openapi import add_completion_paths
+from switchyard.http.openapi import add_completion_paths, document_models
 from switchyard.http.scrape import CONTENT_TYPE, Exporter
 from switchyard.http.sessions import Sessions
 from switchyard.http.version import package_version
@@ -107,7 +107,8 @@ def create_app(config: Config, *, router: Router | None = None,
         except GatewayError as e:
             status, body = error_bytes("openai", e)
             return Response(body, status_code=status, headers=e.headers, media_type="application/json")
-        data = [{"id": name, "object": "model", "created": 0, "owned_by": name.split("/")[0]}
+        data = [{"id": name, "object": "model", "created": 0, "owned_by": name.split("/")[0],
+                 "mode": m.listed_mode}  # an extra field: the openai SDK keeps it (model_extra)
                 for m in config.models
                 for name in (m.name, *m.aliases)
                 if principal.may_use(m.name) and not name.endswith("*")]
@@ -198,6 +199,7 @@ def create_app(config: Config, *, router: Router | None = None,
         add_completion_paths(app.openapi_schema, {path: (summary, dialects)
                                                   for path, (_, summary, dialects) in HOT.items()},
                              [n for m in config.models for n in (m.name, *m.aliases)])
+        document_models(app.openapi_schema)
 
     async def shutdown() -> None:
         # Requests that shutdown_grace cut are still settling (a 503 or error event to send, usage

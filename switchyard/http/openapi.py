@@ -91,3 +91,27 @@ def add_completion_paths(schema: OpenAPI, endpoints: dict[str, tuple[str, list[D
         op = Operation(summary=summary, request_body=body, responses={"200": ok, **errors},
                        operation_id="post" + path.replace("/", "_"))
         (schema.paths or {})[path] = PathItem(post=op)
+
+
+_MODEL = Schema(type=OpenAPIType.OBJECT, required=["id", "object", "created", "owned_by", "mode"],
+                properties={
+    "id": Schema(type=OpenAPIType.STRING, description="the name to send as model"),
+    "object": Schema(type=OpenAPIType.STRING, enum=["model"]),
+    "created": Schema(type=OpenAPIType.INTEGER),
+    "owned_by": Schema(type=OpenAPIType.STRING, description="the name's vendor part"),
+    "mode": Schema(type=OpenAPIType.STRING, enum=["chat", "embedding"], description=(
+        "embedding: served on /v1/embeddings only; chat: the text endpoints (models[].mode, else "
+        "implied by the deployments and names). Beyond OpenAI's model object, as LiteLLM's "
+        "model_info.mode; the openai SDK keeps it in model_extra"))})
+
+
+def document_models(schema: OpenAPI) -> None:
+    """The answer of ``GET /v1/models`` (a plain handler: Litestar cannot see its shape)."""
+    op = (schema.paths or {})["/v1/models"].get
+    assert op is not None and op.responses is not None
+    op.responses["200"] = OpenAPIResponse(
+        description="The models the caller's key may use (wildcard routes are not listed)",
+        content={"application/json": OpenAPIMediaType(schema=Schema(
+            type=OpenAPIType.OBJECT, required=["object", "data"], properties={
+                "object": Schema(type=OpenAPIType.STRING, enum=["list"]),
+                "data": Schema(type=OpenAPIType.ARRAY, items=_MODEL)}))})

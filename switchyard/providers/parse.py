@@ -26,6 +26,10 @@ class _Message(msgspec.Struct):
     content: str | None = None
     role: str | None = None
     tool_calls: list[Any] | None = None
+    # Reasoning as text: DeepSeek, llama.cpp and vLLM's reasoning parsers say reasoning_content,
+    # newer vLLM and OpenRouter reasoning (Any: a server whose field is an object still reads).
+    reasoning_content: Any = None
+    reasoning: Any = None
 
 
 class _Choice(msgspec.Struct):
@@ -91,9 +95,11 @@ def chunks_of(ans: Answer, *, chat: bool, delta: bool) -> list[Chunk]:
         tokens = len(lp) if lp is not None else None
         if chat:
             m = (c.delta if delta else c.message) or _EMPTY
+            thought = m.reasoning_content if isinstance(m.reasoning_content, str) else m.reasoning
             out.append(Chunk(index=c.index, text=m.content or "", role=m.role, tool_calls=m.tool_calls,
                              finish_reason=c.finish_reason,  # type: ignore[arg-type]  # the upstream's word
-                             logprobs=lp, tokens=tokens))
+                             logprobs=lp, tokens=tokens,
+                             reasoning=thought if isinstance(thought, str) else ""))
         else:
             out.append(Chunk(index=c.index, text=c.text or "", finish_reason=c.finish_reason,  # type: ignore[arg-type]  # the upstream's word
                              logprobs=lp, tokens=tokens))

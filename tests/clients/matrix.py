@@ -121,6 +121,9 @@ def write_doc(results: dict[tuple[str, str, str], tuple[str, str]]) -> None:
               "then a "
               "`tool_result` answered); the text it reads equals the `chat` column's. Errors, limits, "
               "count_tokens and Claude Code's own request: `tests/gateway/test_anthropic.py`",
+              "- also (`test_langchain_anthropic.py`): LangChain's `ChatAnthropic` on both routes: `invoke` "
+              "and `stream` (the `chat` column's text), and a `bind_tools` round trip whole and streamed "
+              "(the forced call, then its `ToolMessage` answered)",
               "- also (`test_claude_code.py`): Claude Code's CLI itself (`claude -p`, npm "
               "`@anthropic-ai/claude-code` 2.1.197, installed by `make claude-code`), offline, with "
               "`ANTHROPIC_AUTH_TOKEN` and with `ANTHROPIC_API_KEY`: it prints the upstream's answer"]
@@ -129,16 +132,16 @@ def write_doc(results: dict[tuple[str, str, str], tuple[str, str]]) -> None:
               "trip (the call, then its `function_call_output`), on an upstream route and on the engine",
               "- also (`tests/gateway/test_embeddings.py`, `tests/engine/test_embedder.py`): the openai "
               "SDK's `embeddings.create` in float, base64 and its default (base64, decoded by the SDK), and "
-              "LangChain's `OpenAIEmbeddings` (with `check_embedding_ctx_length=False`: by default it sends "
-              "tiktoken cl100k ids, which only OpenAI's own models read), on an upstream route and on the "
-              "built-in all-MiniLM-L6-v2"]
+              "LangChain's `OpenAIEmbeddings` (by default it sends tiktoken cl100k token arrays, "
+              "forwarded as ids; with `check_embedding_ctx_length=False`, text), on an upstream route and "
+              "on the built-in all-MiniLM-L6-v2"]
     lines += ["- also (`test_codex.py`): the Codex CLI itself (npm `@openai/codex` 0.169.0, installed by "
               "`make test`), `codex exec` headless with the gateway as a custom provider "
               "(`wire_api = \"responses\"`): its 28 KB request (function, `namespace` and hosted "
               "`web_search` tools, `reasoning`, `include`, developer messages) reaches an upstream as a chat "
               "completion and Codex prints the answer"]
     lines += ["", "How each SDK is pointed at the gateway:", ""]
-    lines += [f"- {client}: {HOW[client]}" for client in [*clients, "anthropic"]]
+    lines += [f"- {client}: {HOW[client]}" for client in [*clients, "anthropic", "langchain-anthropic"]]
     text = "\n".join(lines) + "\n"
     if not DOC.exists() or DOC.read_text() != text:
         DOC.write_text(text)
@@ -153,6 +156,7 @@ HOW = {
     "scale-gp-beta": "`SGPClient(base_url=GATEWAY, api_key=KEY, account_id=...)`: `/v5/completions`, "
                      "`/v5/chat/completions`",
     "anthropic": "`Anthropic(base_url=GATEWAY, api_key=KEY)` (as Claude Code: `ANTHROPIC_BASE_URL=GATEWAY`)",
+    "langchain-anthropic": "`ChatAnthropic(base_url=GATEWAY, api_key=KEY, model=MODEL)`",
     "litellm": "`litellm.completion(model=\"openai/\" + MODEL, api_base=GATEWAY + \"/v1\", api_key=KEY)`; "
                "`litellm.text_completion(model=\"text-completion-openai/\" + MODEL, ...)`",
 }

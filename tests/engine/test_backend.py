@@ -113,7 +113,7 @@ async def test_a_chunk_with_every_field_set_crosses_the_channel_whole():
               "usage": Usage(prompt_tokens=4, completion_tokens=2, cached_tokens=1), "tokens": 2,
               "role": "assistant", "tool_calls": [{"id": "c1"}], "prompt_logprobs": lp, "stop_word": "###",
               "more": True, "thinking": [{"type": "thinking_delta", "thinking": "t"}],
-              "embeddings": [[0.5, -0.25]]}
+              "embeddings": [[0.5, -0.25]], "reasoning": "so"}
     fields = {f.name: f.default for f in dataclasses.fields(Chunk)}
     assert set(values) == set(fields) and all(values[k] != fields[k] for k in fields)
     chunk = Chunk(**values)

@@ -117,4 +117,4 @@ async def test_text_endpoints_refuse_an_embedding_model(gw) -> None:
                                                      "messages": [{"role": "user", "content": "x"}]})
     assert r.status_code == 400 and "embeddings only" in r.json()["error"]["message"]
     models = (await gw.get("/v1/models")).json()["data"]
-    assert MODEL in [m["id"] for m in models]
+    assert {m["id"]: m["mode"] for m in models}[MODEL] == "embedding"  # the built-in embedder's

@@ -32,6 +32,10 @@ class Behaviour:
     usage: bool = True  # report usage (non-stream always; stream when asked or always_usage)
     chunk_delay: float = 0.0
     logprob: float = -1.0  # every token's logprob, when the request asks for logprobs
+    # chat: reasoning text before the answer, as DeepSeek, llama.cpp and vLLM's reasoning parsers
+    # write it (in the message, or streamed a word per delta, under ``reasoning_field``)
+    reasoning: str | None = None
+    reasoning_field: str = "reasoning_content"
 
 
 @dataclass
@@ -136,10 +140,12 @@ class FakeUpstream:
         if not body.get("stream"):
             call = _tool_call(body) if chat else None
             if call is not None:
-                msg = {"role": "assistant", "content": None, "tool_calls": [call]}
+                msg = {"role": "assistant", "content": None, "tool_calls": [call],
+                       **({b.reasoning_field: b.reasoning} if b.reasoning is not None else {})}
                 choices = [{"index": i, "message": msg, "finish_reason": "tool_calls"} for i in range(n)]
             elif chat:
-                choices = [{"index": i, "message": {"role": "assistant", "content": "".join(pieces)},
+                said = {b.reasoning_field: b.reasoning} if b.reasoning is not None else {}
+                choices = [{"index": i, "message": {"role": "assistant", "content": "".join(pieces), **said},
                             "finish_reason": finish} for i in range(n)]
             else:
                 lp = ({"tokens": pieces, "token_logprobs": [b.logprob] * len(pieces), "top_logprobs": None}
@@ -154,6 +160,14 @@ class FakeUpstream:
             return web.json_response(out)
         resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
         await resp.prepare(request)
+        for i in range(n if chat and b.reasoning else 0):  # reasoning first, as the model thinks first
+            for j, w in enumerate((b.reasoning or "").split(" ")):
+                delta = {b.reasoning_field: w if j == 0 else " " + w}
+                if j == 0:
+                    delta["role"] = "assistant"
+                event = {"id": "cmpl-up", "model": body.get("model"),
+                         "choices": [{"index": i, "delta": delta, "finish_reason": None}]}
+                await resp.write(b"data: " + json.dumps(event).encode() + b"\n\n")
         call = _tool_call(body) if chat else None
         if call is not None:  # as OpenAI streams a call: id and name first, then the arguments in pieces
             await _stream_call(resp, body, call)

@@ -12,7 +12,9 @@ import pytest
 from langchain_openai import OpenAIEmbeddings
 from openai.types import CreateEmbeddingResponse
 
+from switchyard.core.config import ModelConfig
 from switchyard.dialects.embeddings import floats_b64
+from switchyard.policies.tokens import encoding
 from tests.fakes.upstream import Behaviour, fake_vector
 from tests.gateway.conftest import KEY, base_config, upstream_model
 
@@ -66,6 +68,22 @@ async def test_langchain_openai_embeddings(cfg, gateway_for) -> None:
         docs = await lc.aembed_documents(["alpha", "beta"])
         q = await lc.aembed_query("alpha")
     assert docs[0] == pytest.approx(fake_vector("alpha"), abs=1e-6) and q == pytest.approx(docs[0])
+
+
+async def test_langchain_openai_embeddings_default_sends_token_ids(cfg, gateway_for, upstream) -> None:
+    """LangChain's default (check_embedding_ctx_length=True) tokenizes with tiktoken's cl100k and
+    sends token arrays: forwarded as ids, each text's vector that of its ids."""
+    cl100k = encoding("cl100k_base")  # the packaged copy, in tiktoken's registry: no download
+    async with gateway_for(cfg) as gw:
+        lc = OpenAIEmbeddings(model="vendor/embed", api_key=KEY, base_url=str(gw.base_url) + "/v1",  # type: ignore[arg-type]
+                              max_retries=0)
+        docs = await lc.aembed_documents(["alpha beta", "gamma"])
+        q = await lc.aembed_query("alpha beta")
+    ids = [cl100k.encode("alpha beta"), cl100k.encode("gamma")]
+    assert upstream.requests[0].body["input"] == ids
+    # LangChain averages and renormalises each text's chunks: one chunk, the same unit vector.
+    assert docs == [pytest.approx(fake_vector(i), abs=1e-6) for i in ids]
+    assert q == pytest.approx(docs[0], abs=1e-6)
 
 
 @pytest.mark.parametrize(("body", "param"), [
@@ -137,3 +155,23 @@ async def test_azure_paths_and_key(upstream, gateway_for, api_version, path) -> 
     assert sent.path == path and sent.headers["api-key"] == "sk-azure-upstream"
     assert "authorization" not in {k.lower() for k in sent.headers}
     assert sent.body["model"] == "emb-deploy" and sent.body["input"] == ["a", "b"]
+
+
+async def test_models_list_marks_embedding_models(cfg, gateway_for, upstream) -> None:
+    """``mode`` on each /v1/models entry: implied by a name that says embed, or configured; the
+    openai SDK's models.list() reads the list and keeps the field; OpenAPI documents it."""
+    bge = {**upstream_model("vendor/bge", upstream.url, model="bge-small-en"), "mode": "embedding"}
+    with_bge = base_config([*[m.model_dump() for m in cfg.models], bge], router={"retries": 0})
+    async with gateway_for(with_bge) as gw:
+        listed = [m async for m in client_for(gw).models.list()]
+        doc = (await gw.get("/schema/openapi.json")).json()
+    modes = {m.id: (m.model_extra or {})["mode"] for m in listed}
+    assert modes == {"vendor/embed": "embedding", "sgp/x": "chat", "vendor/bge": "embedding"}
+    item = doc["paths"]["/v1/models"]["get"]["responses"]["200"]["content"]["application/json"][
+        "schema"]["properties"]["data"]["items"]
+    assert item["properties"]["mode"]["enum"] == ["chat", "embedding"]
+
+
+def test_a_mode_that_contradicts_the_backend_is_a_config_error() -> None:
+    with pytest.raises(ValueError, match="mode chat does not fit a deployment with backend embedder"):
+        ModelConfig(name="local/emb", mode="chat", deployments=[{"name": "e", "backend": "embedder"}])

@@ -142,7 +142,7 @@ CODEX = {  # the shape of Codex 0.169's request (providers.md appendix), trimmed
               {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "say hi"}]},
               {"type": "reasoning", "summary": [], "encrypted_content": "gAAA"}],
     "tools": [{"type": "function", "name": "exec_command", "parameters": {"type": "object"}, "strict": False},
-              {"type": "namespace", "name": "multi_agent_v1", "tools": []},
+              {"type": "namespace", "name": "multi_agent_v1", "description": "agents", "tools": []},
               {"type": "web_search", "external_web_access": False}],
 }
 
@@ -154,11 +154,17 @@ async def test_codex_request_is_accepted_and_warns(cfg, gateway_for, upstream) -
     events = _events(r.text)
     assert r.status_code == 200, r.text
     assert events[-1].type == "response.completed"
-    warning = r.headers["x-switchyard-warning"]
-    for name in ("reasoning", "include", "tools[namespace]", "tools[web_search]", "input[reasoning]"):
-        assert name in warning
-    for quiet in ("store", "prompt_cache_key", "client_metadata"):
-        assert quiet not in warning
+    # Each left-out part named with why; none of it called unknown.
+    assert r.headers["x-switchyard-warning"].split("; ") == [
+        "reasoning: effort not sent to the backend",
+        "include[0] (reasoning.encrypted_content): encrypted reasoning not produced by this gateway",
+        "input[2] (reasoning): reasoning not sent back to the backend",
+        "tools[1] (namespace): tool type not translated by this gateway",
+        "tools[2] (web_search): hosted tool not run by this gateway"]
+    # The answer repeats the tools as Codex sent them, hosted ones too (as OpenAI's does).
+    done = events[-1].response
+    assert [t.type for t in done.tools] == ["function", "namespace", "web_search"]
+    assert done.reasoning is not None and done.reasoning.summary == "auto"
     sent = upstream.requests[0].body
     assert [t["function"]["name"] for t in sent["tools"]] == ["exec_command"]
     assert sent["messages"] == [{"role": "system", "content": "sys"}, {"role": "user", "content": "say hi"}]
@@ -179,6 +185,13 @@ async def test_codex_request_is_accepted_and_warns(cfg, gateway_for, upstream) -
     ({"text": {"format": {"type": "xml"}}}, "text.format.type"),
     ({"tools": [{"type": "function"}]}, "tools[0].name"),
     ({"tool_choice": 5}, "tool_choice"),
+    # repeated in the answer as sent, so of the types OpenAI's answer holds
+    ({"metadata": {"a": 1}}, "metadata"),
+    ({"safety_identifier": 5}, "safety_identifier"),
+    ({"reasoning": "high"}, "reasoning"),
+    ({"parallel_tool_calls": "yes"}, "parallel_tool_calls"),
+    ({"include": "reasoning.encrypted_content"}, "include"),
+    ({"include": [3]}, "include[0]"),
 ])
 async def test_refusals_name_the_field(cfg, gateway_for, body, param) -> None:
     async with gateway_for(cfg) as gw:
@@ -207,7 +220,41 @@ async def test_upstream_failure_mid_stream(cfg, gateway_for, upstream) -> None:
 
 
 async def test_response_validates_as_sdk_model(cfg, gateway_for) -> None:
+    """What the caller did not send is OpenAI's default in the answer."""
     async with gateway_for(cfg) as gw:
-        r = await gw.post("/v1/responses", json={"model": "vendor/gpt", "input": "hi",
-                                                 "max_output_tokens": 2})
-    Response.model_validate(r.json())
+        r = await gw.post("/v1/responses", json={"model": "vendor/gpt", "input": "hi"})
+    got = Response.model_validate(r.json())
+    assert got.tools == [] and got.tool_choice == "auto" and got.parallel_tool_calls is True
+    assert got.metadata == {} and got.instructions is None and got.max_output_tokens is None
+    assert got.text is not None and got.text.format is not None and got.text.format.type == "text"
+
+
+SENT: dict[str, Any] = {  # every field OpenAI's answer repeats, as a caller might send them
+    "instructions": "be brief", "metadata": {"run": "7"}, "temperature": 0.25, "top_p": 0.5,
+    "max_output_tokens": 2, "tool_choice": {"type": "function", "name": "weather"}, "tools": [WEATHER],
+    "parallel_tool_calls": True, "user": "u1", "safety_identifier": "hashed-user",
+    "text": {"format": {"type": "json_schema", "name": "thing", "strict": True,
+                        "schema": {"type": "object", "properties": {}, "additionalProperties": False}},
+             "verbosity": "low"},
+    "reasoning": {"effort": "low", "summary": "auto"}}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_answer_repeats_the_request_as_sent(cfg, gateway_for, stream) -> None:
+    """instructions, metadata, sampling, tools and the rest, as the caller sent them: in the whole
+    answer, and in a stream's response.created and response.completed (read by the SDK)."""
+    async with gateway_for(cfg) as gw:
+        oa = client_for(gw)
+        if stream:
+            events = [e async for e in await oa.responses.create(model="vendor/gpt", input="hi",
+                                                                  stream=True, **SENT)]
+            answers = [events[0].response, events[-1].response]
+            assert [events[0].type, events[-1].type] == ["response.created", "response.completed"]
+        else:
+            raw = await oa.responses.with_raw_response.create(model="vendor/gpt", input="hi", **SENT)
+            answers = [Response.model_validate(json.loads(raw.content))]  # validated, not only parsed
+    for got in answers:
+        dumped = got.model_dump(mode="json", by_alias=True, exclude_unset=True)
+        for name, value in SENT.items():
+            assert dumped[name] == value, name
+

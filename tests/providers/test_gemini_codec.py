@@ -216,6 +216,7 @@ def _answer(**kw: Any) -> bytes:
 def test_whole_answer() -> None:
     [c] = CODEC.whole(_answer(), chat())
     assert c.text == "ok" and c.finish_reason == "tool_calls"
+    assert c.reasoning == "thinking..."  # a thought part: shown only to callers who asked
     assert c.tool_calls == [
         {
             "index": 0,
@@ -325,3 +326,17 @@ def test_vertex_token_from_a_service_account_cached_and_refreshed_early(tmp_path
         auth.sign("POST", "/x", "h", b"")
     assert e.value.status == 502 and e.value.retryable and "OAuth token" in e.value.message
     assert "PRIVATE KEY" not in e.value.message
+
+
+def test_stream_thought_parts_are_reasoning() -> None:
+    """An event of thought parts alone (includeThoughts) is a chunk of reasoning, not skipped."""
+    dec = CODEC.stream(chat(stream=True))
+    ev = {"candidates": [{"index": 0, "content": {"role": "model", "parts": [
+        {"text": "hmm", "thought": True}]}}]}
+    types.GenerateContentResponse.model_validate(ev)
+    [c] = dec.feed(None, json.dumps(ev).encode())
+    assert (c.reasoning, c.text, c.role) == ("hmm", "", "assistant")
+    ev = {"candidates": [{"index": 0, "content": {"role": "model", "parts": [{"text": "ok"}]},
+                          "finishReason": "STOP"}]}
+    [c] = dec.feed(None, json.dumps(ev).encode())
+    assert (c.reasoning, c.text) == ("", "ok")

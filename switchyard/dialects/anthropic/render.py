@@ -3,7 +3,9 @@ stream (``message_start``, ``content_block_start``/``_delta``/``_stop``, ``messa
 the stop reason and cumulative usage, ``message_stop``, ``ping``; ``error`` when a stream fails).
 
 Canonical chunks carry text and OpenAI-shaped tool-call deltas; each run of text becomes a text
-block and each call a ``tool_use`` block (its arguments streamed as ``input_json_delta``). Only
+block and each call a ``tool_use`` block (its arguments streamed as ``input_json_delta``). Another
+model's plain-text reasoning becomes a ``thinking`` block (``thinking_delta``) when the caller
+asked for thinking. Only
 choice 0 exists (the API has no ``n``). ``disable_parallel_tool_use`` holds on every backend:
 calls after the first are left out.
 """
@@ -41,6 +43,13 @@ def tool_input(arguments: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"_raw": arguments}
 
 
+def _thought(text: str) -> dict[str, Any]:
+    """A thinking block of another model's plain-text reasoning. It has no signature (only
+    Anthropic signs thinking); the SDK requires the field, so it is empty, as other gateways send
+    it, and a later turn's thinking blocks are not sent back to a translating backend."""
+    return {"type": "thinking", "thinking": text, "signature": ""}
+
+
 def _tool_id(call: dict[str, Any]) -> str:
     tid = call.get("id")
     return tid if isinstance(tid, str) and tid else "toolu_" + secrets.token_hex(12)
@@ -69,6 +78,8 @@ class AnthropicRenderer(Renderer):
         finish = word = None
         for c in comp.choices[:1]:
             content.extend(c.thinking or ())  # as the upstream wrote them, signatures included
+            if c.reasoning and self.req.show_reasoning:
+                content.append(_thought(c.reasoning))
             if c.text:
                 content.append({"type": "text", "text": c.text})
             for call in (c.tool_calls or [])[:1 if self.one_call else None]:
@@ -113,6 +124,12 @@ class AnthropicRenderer(Renderer):
         out = [self._start()]
         for piece in ch.thinking or ():
             out.append(self._thinking(piece))
+        if ch.reasoning and self.req.show_reasoning:
+            if not (self._open and self._thought):
+                out.append(self._begin(_thought("")))
+            out.append(event(b"content_block_delta", {"type": "content_block_delta", "index": self._block,
+                                                      "delta": {"type": "thinking_delta",
+                                                                "thinking": ch.reasoning}}))
         if ch.text:
             if not (self._open and self._text):
                 out.append(self._begin({"type": "text", "text": ""}))

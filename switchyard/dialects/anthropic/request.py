@@ -409,4 +409,4 @@ def read_request(body: Any, raw: bytes, headers: Mapping[str, str], *, strict: b
         stop=got.get("stop_sequences"), tools=got.get("tools"),
         tool_choice=choice if "tools" in got else None,  # without tools there is nothing to choose
         parallel_tool_calls=parallel if "tools" in got else None, user=got.get("metadata"),
-        constraint=constraint, extra=extra, native=native)
+        constraint=constraint, extra=extra, native=native, show_reasoning=bool(got.get("thinking")))
