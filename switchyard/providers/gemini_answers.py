@@ -66,11 +66,12 @@ def whole(raw: bytes) -> list[Chunk]:
         return _blocked(ans)
     out = []
     for i, cand in enumerate(ans.candidates):
-        text, calls = _parts_of(cand, {})
+        text, calls, thought = _parts_of(cand, {})
         out.append(
             Chunk(
                 index=cand.index if cand.index is not None else i,
                 text=text,
+                reasoning=thought,
                 role="assistant",
                 tool_calls=calls or None,
                 finish_reason=_finish(cand.finishReason, bool(calls)),
@@ -170,9 +171,10 @@ def _blocked(ans: _Answer) -> list[Chunk]:
     ]
 
 
-def _parts_of(cand: _Candidate, ids: dict[int, int]) -> tuple[str, list[dict[str, Any]]]:
-    """A candidate's text (thoughts left out) and its function calls, OpenAI-shaped and numbered
-    on from ``ids`` (tool calls so far, per candidate, for streams)."""
+def _parts_of(cand: _Candidate, ids: dict[int, int]) -> tuple[str, list[dict[str, Any]], str]:
+    """A candidate's text, its function calls, OpenAI-shaped and numbered on from ``ids`` (tool
+    calls so far, per candidate, for streams), and its thought parts' text (``Chunk.reasoning``)."""
+    thoughts: list[str] = []
     text: list[str] = []
     calls: list[dict[str, Any]] = []
     idx = cand.index or 0
@@ -192,9 +194,9 @@ def _parts_of(cand: _Candidate, ids: dict[int, int]) -> tuple[str, list[dict[str
                     },
                 }
             )
-        elif p.text and not p.thought:
-            text.append(p.text)
-    return "".join(text), calls
+        elif p.text:
+            (thoughts if p.thought else text).append(p.text)
+    return "".join(text), calls, "".join(thoughts)
 
 
 def _logprobs(lp: _Logprobs | None) -> list[TokenLogprob] | None:
@@ -252,13 +254,14 @@ class GeminiStream:
         out = []
         for i, cand in enumerate(ans.candidates):
             idx = cand.index if cand.index is not None else i
-            text, calls = _parts_of(cand, self._tools)
+            text, calls, thought = _parts_of(cand, self._tools)
             finish = _finish(cand.finishReason, idx in self._tools)  # any call so far
-            if not text and not calls and finish is None:
+            if not text and not calls and not thought and finish is None:
                 continue
             ch = Chunk(
                 index=idx,
                 text=text,
+                reasoning=thought,
                 tool_calls=calls or None,
                 finish_reason=finish,
                 logprobs=_logprobs(cand.logprobsResult),

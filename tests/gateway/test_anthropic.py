@@ -143,7 +143,7 @@ async def test_images_documents_and_cache_control(cfg, gateway_for, upstream) ->
         {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}},
         {"type": "text", "text": "T\n\ndoc"}]
     warning = r.headers["x-switchyard-warning"]
-    for name in ("cache_control", "thinking", "anthropic-beta"):
+    for name in ("cache_control", "thinking.budget_tokens", "anthropic-beta"):
         assert name in warning
 
 
@@ -326,8 +326,9 @@ async def test_claude_code_request_gets_what_fits(upstream, gateway_for) -> None
     for field in ("thinking", "context_management", "output_config", "metadata", "system"):
         assert field not in to_small
     warning = a.headers["x-switchyard-warning"]
-    for name in ("thinking", "context_management", "output_config.effort", "cache_control", "anthropic-beta"):
+    for name in ("context_management", "output_config.effort", "cache_control", "anthropic-beta"):
         assert name in warning
+    assert "thinking" not in warning  # adaptive, no budget: shown wherever the backend reasons
 
 
 async def test_counted_in_metrics_and_the_access_log(upstream, capsys) -> None:

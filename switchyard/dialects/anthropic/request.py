@@ -389,8 +389,9 @@ def read_request(body: Any, raw: bytes, headers: Mapping[str, str], *, strict: b
         raise InvalidRequest("messages: at least one message is required", param="messages")
     choice, parallel = got.get("tool_choice", (None, None))
     constraint, effort = got.get("output_config", (None, False))
-    if got.get("thinking"):
-        reader.drop("thinking")
+    if got.get("thinking") and "budget_tokens" in body["thinking"]:
+        # Thinking itself is shown where the backend reasons (show_reasoning); its budget is not sent.
+        reader.drop("thinking.budget_tokens")
     if effort:
         reader.drop("output_config.effort")
     for name in ("context_management", "service_tier", "inference_geo", "speed", "cache_control"):
