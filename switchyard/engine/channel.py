@@ -49,10 +49,14 @@ class SyncChannel:
 
 
 class AsyncChannel:
-    """The gateway's end."""
+    """The gateway's end. What is sent during one turn of the event loop goes out in one write at
+    its end: a burst of requests then costs the gateway one syscall and the engine process one
+    wake-up, not one each (on a loaded 2-core machine each wake-up could cost ~0.3 ms)."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
+        self._loop = asyncio.get_running_loop()
+        self._pending: list[bytes] = []
 
     @classmethod
     async def open(cls, sock: socket.socket) -> AsyncChannel:
@@ -60,8 +64,17 @@ class AsyncChannel:
         return cls(reader, writer)
 
     def send(self, msg: tuple[Any, ...]) -> None:
-        if not self.writer.is_closing():
-            self.writer.write(encode(msg))
+        if self.writer.is_closing():
+            return
+        if not self._pending:
+            self._loop.call_soon(self._flush)
+        self._pending.append(encode(msg))
+
+    def _flush(self) -> None:
+        data = b"".join(self._pending)
+        self._pending.clear()
+        if data and not self.writer.is_closing():
+            self.writer.write(data)
 
     async def recv(self) -> tuple[Any, ...] | None:
         try:
@@ -72,6 +85,7 @@ class AsyncChannel:
         return pickle.loads(body)
 
     def close(self) -> None:
+        self._flush()
         self.writer.close()
 
 
