@@ -87,7 +87,7 @@ async def runs(path: str | None, dtype: str, device: str, threads: int, tokens: 
     """Each size through the engine, then through ``generate()``, back to back (the machine may
     be shared: neighbours in time see the same load); the best of ``repeat`` rounds each."""
     from switchyard.core.canonical import CanonicalRequest
-    from switchyard.core.config import DeploymentConfig, EngineConfig
+    from switchyard.core.deployments import DeploymentConfig, EngineConfig
     from switchyard.engine import EngineBackend
 
     cfg = EngineConfig(path=path, dtype=dtype, device=device, threads=threads, max_batch=max(SIZES),
@@ -176,7 +176,7 @@ def main() -> None:
     ap.add_argument("--prefill-chunk", type=int, default=None, help="engine.prefill_chunk (default: its own)")
     args = ap.parse_args()
 
-    from switchyard.core.config import EngineConfig
+    from switchyard.core.deployments import EngineConfig
     from switchyard.engine.loader import resolve_folder
 
     folder = str(resolve_folder(EngineConfig(path=args.path)))

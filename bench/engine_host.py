@@ -35,7 +35,7 @@ def main() -> None:
     import torch
 
     from switchyard.core.canonical import CanonicalRequest
-    from switchyard.core.config import EngineConfig
+    from switchyard.core.deployments import EngineConfig
     from switchyard.engine.loader import load
     from switchyard.engine.scheduler import Engine
     from switchyard.engine.stops import PrefixDetokenizer

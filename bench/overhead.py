@@ -351,7 +351,7 @@ keys: [{{id: bench, team: bench, key: {KEY}}}]
 def sign_us(n: int) -> float:
     """SigV4 over the Converse body this bench's request renders to, best of 5 rounds of n."""
     from switchyard.core.canonical import CanonicalRequest
-    from switchyard.core.config import DeploymentConfig
+    from switchyard.core.deployments import DeploymentConfig
     from switchyard.providers.aws.sigv4 import Credentials, SigV4
     from switchyard.providers.wire import wire_for
 

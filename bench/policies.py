@@ -28,7 +28,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from switchyard.core.canonical import Usage
-from switchyard.core.config import Limits, parse_config
+from switchyard.core.config import parse_config
+from switchyard.core.settings import Limits
 from switchyard.policies.base import Outcome, Principal
 from switchyard.policies.limits import Limiter
 from switchyard.policies.memory import MemoryStore

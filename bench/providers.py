@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import msgspec
 
 from switchyard.core.canonical import CanonicalRequest
-from switchyard.core.config import DeploymentConfig
+from switchyard.core.deployments import DeploymentConfig
 from switchyard.providers.aws.eventstream import FrameReader, encode_frame
 from switchyard.providers.aws.sigv4 import Credentials, SigV4
 from switchyard.providers.sse import sse_batches

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from switchyard.core.config import Config, ConfigError
+from switchyard.core.config import Config
 from switchyard.core.errors import InvalidRequest
+from switchyard.core.settings import ConfigError
 from switchyard.dialects.registry import owned_fields
 from switchyard.dialects.sgp import HEADERS_FIELD, PARAMS_FIELD
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from switchyard.core.canonical import CanonicalRequest, Chunk
-from switchyard.core.config import DeploymentConfig, EngineConfig
+from switchyard.core.deployments import DeploymentConfig, EngineConfig
 from switchyard.core.errors import InvalidRequest, Unavailable
 from switchyard.engine import tools
 from switchyard.engine.channel import AsyncChannel, error_of

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from switchyard.core.canonical import CanonicalRequest, Chunk, Usage
-from switchyard.core.config import EngineConfig
+from switchyard.core.deployments import EngineConfig
 from switchyard.core.errors import GatewayError, InvalidRequest
 from switchyard.engine.channel import SyncChannel, error_message
 

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from switchyard.core.canonical import CanonicalRequest
-from switchyard.core.config import DeploymentConfig
+from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.errors import GatewayError
 from switchyard.engine.backend import EngineBackend
 from switchyard.engine.channel import AsyncChannel, error_message

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from switchyard.core.config import EngineConfig
+from switchyard.core.deployments import EngineConfig
 
 if TYPE_CHECKING:
     from switchyard.engine.weights import Model

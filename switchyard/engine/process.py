@@ -17,7 +17,7 @@ import time
 import traceback
 from typing import Any
 
-from switchyard.core.config import EngineConfig
+from switchyard.core.deployments import EngineConfig
 from switchyard.core.errors import GatewayError
 from switchyard.engine.channel import SyncChannel, error_message
 from switchyard.engine.libc import malloc_trim

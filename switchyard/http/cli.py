@@ -10,7 +10,8 @@ import signal
 import sys
 from pathlib import Path
 
-from switchyard.core.config import ConfigError, load_config
+from switchyard.core.config import load_config
+from switchyard.core.settings import ConfigError
 from switchyard.dialects.passthrough import check_config
 from switchyard.http.logs import FORMAT_ENV, FORMATS, LEVEL_ENV, LEVELS
 from switchyard.http.logs import settings as log_settings

@@ -20,7 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from switchyard.core.config import Config, ConfigError, load_config
+from switchyard.core.config import Config, load_config
+from switchyard.core.settings import ConfigError
 from switchyard.dialects.passthrough import check_config
 from switchyard.http.app import create_app
 from switchyard.http.asgi import Switchyard

@@ -30,7 +30,8 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.supervisors import Multiprocess
 
-from switchyard.core.config import Config, ConfigError, ServerConfig, master_key_file
+from switchyard.core.config import Config
+from switchyard.core.settings import ConfigError, ServerConfig, master_key_file
 from switchyard.http.disconnect import DISCONNECT, Disconnect
 from switchyard.http.logs import configure_logging, settings
 from switchyard.http.reload import Reloadable, engine_change, load_checked

@@ -16,9 +16,9 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from switchyard.core.config import TracingConfig
 from switchyard.core.errors import GatewayError
 from switchyard.core.propagation import OUTGOING
+from switchyard.core.settings import TracingConfig
 from switchyard.gateway.context import RequestContext
 
 # time.monotonic() -> Unix time: spans carry wall-clock nanoseconds.

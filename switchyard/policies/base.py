@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from switchyard.core.canonical import Usage
-from switchyard.core.config import Limits
+from switchyard.core.settings import Limits
 
 
 @dataclass(slots=True, frozen=True)

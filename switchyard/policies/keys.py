@@ -16,8 +16,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from switchyard.core.config import Config, KeyConfig, Limits, TeamConfig
+from switchyard.core.config import Config, KeyConfig, TeamConfig
 from switchyard.core.errors import Unavailable
+from switchyard.core.settings import Limits
 from switchyard.policies.base import Principal
 from switchyard.policies.store import Store, StoreDown
 

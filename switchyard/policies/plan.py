@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from switchyard.core.config import Limits
+from switchyard.core.settings import Limits
 
 # Limit kinds, in vector order. Spend is in nano-USD so the store works in integers.
 KINDS = ("rpm", "tpm", "concurrency", "tokens_per_day", "tokens_per_month",

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from switchyard.core.canonical import Usage
-from switchyard.core.config import Config, Price
+from switchyard.core.config import Config
+from switchyard.core.settings import Price
 
 _FREE = Price()
 

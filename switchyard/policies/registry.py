@@ -10,8 +10,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from switchyard.core.config import Config, Limits
+from switchyard.core.config import Config
 from switchyard.core.errors import InvalidRequest, NotFound
+from switchyard.core.settings import Limits
 from switchyard.policies.keys import KeyRing, digest, doc_names, stored_limits
 from switchyard.policies.store import Store
 

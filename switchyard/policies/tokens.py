@@ -27,7 +27,7 @@ from typing import Any
 import tiktoken
 
 from switchyard.core.canonical import CanonicalRequest
-from switchyard.core.config import ModelConfig
+from switchyard.core.deployments import ModelConfig
 
 _URLS = {
     "cl100k_base": "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken",

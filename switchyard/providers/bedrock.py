@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from switchyard.core.canonical import CanonicalRequest, Chunk, FinishReason, RequestKind, Usage
-from switchyard.core.config import DeploymentConfig
+from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.errors import RETRY_STATUSES, InvalidRequest, UpstreamError
 from switchyard.dialects.outgoing import Emulation
 from switchyard.providers.aws.eventstream import CONTENT_TYPE, FrameError, named_frames

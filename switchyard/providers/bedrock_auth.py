@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from switchyard.core.config import ConfigError, DeploymentConfig
+from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.errors import install_hint
+from switchyard.core.settings import ConfigError
 from switchyard.providers.aws.sigv4 import Credentials, SigV4
 
 OWNED = frozenset({"authorization", "x-amz-date", "x-amz-security-token", "x-amz-content-sha256"})

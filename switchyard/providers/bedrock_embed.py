@@ -21,7 +21,7 @@ import dataclasses
 from typing import Any
 
 from switchyard.core.canonical import CanonicalRequest, Chunk, RequestKind, Usage
-from switchyard.core.config import DeploymentConfig
+from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.errors import InvalidRequest
 from switchyard.dialects.outgoing import Emulation
 from switchyard.providers.cohere import MAX_TEXTS, embed_body, read, texts_of, vectors_of

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import httpx
 
-from switchyard.core.config import DeploymentConfig
+from switchyard.core.deployments import DeploymentConfig
 from switchyard.providers.h1 import H1Transport
 
 

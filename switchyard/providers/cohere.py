@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 
 from switchyard.core.canonical import CanonicalRequest, Chunk, RequestKind, Usage
-from switchyard.core.config import DeploymentConfig
+from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.errors import InvalidRequest
 from switchyard.dialects import passthrough
 from switchyard.dialects.outgoing import Emulation

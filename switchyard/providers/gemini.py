@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from switchyard.core.canonical import CanonicalRequest, Chunk, RequestKind
-from switchyard.core.config import DeploymentConfig
+from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.errors import InvalidRequest
 from switchyard.dialects.outgoing import Emulation
 from switchyard.providers import gemini_answers as answers

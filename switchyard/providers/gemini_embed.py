@@ -28,7 +28,7 @@ from typing import Any, Literal
 import msgspec
 
 from switchyard.core.canonical import CanonicalRequest, Chunk, Usage
-from switchyard.core.config import DeploymentConfig
+from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.errors import InvalidRequest
 from switchyard.dialects.outgoing import Emulation
 from switchyard.providers.failures import message_of

@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 
 from switchyard.core.canonical import CanonicalRequest, Chunk
-from switchyard.core.config import DeploymentConfig
+from switchyard.core.deployments import DeploymentConfig
 from switchyard.dialects.outgoing import Emulation, render_request
 from switchyard.dialects.spec import Dialect
 from switchyard.providers.failures import message_of

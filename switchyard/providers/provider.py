@@ -15,7 +15,7 @@ import httpx
 import msgspec
 
 from switchyard.core.canonical import CanonicalRequest, Chunk, Usage
-from switchyard.core.config import DeploymentConfig, split_query
+from switchyard.core.deployments import DeploymentConfig, split_query
 from switchyard.core.errors import InvalidRequest, UpstreamError
 from switchyard.core.propagation import OUTGOING
 from switchyard.dialects import passthrough

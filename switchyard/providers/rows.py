@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 
 from switchyard.core.canonical import RequestKind
-from switchyard.core.config import DeploymentConfig
+from switchyard.core.deployments import DeploymentConfig
 from switchyard.dialects.chat import chat_emits
 from switchyard.dialects.registry import DIALECTS
 from switchyard.dialects.spec import Dialect

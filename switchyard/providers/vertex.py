@@ -19,8 +19,9 @@ from typing import Any
 from urllib.parse import quote
 
 from switchyard.core.canonical import RequestKind
-from switchyard.core.config import ConfigError, DeploymentConfig
+from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.errors import UpstreamError, install_hint
+from switchyard.core.settings import ConfigError
 from switchyard.providers.gemini import GEMINI_ROW, GeminiCodec, gemini_paths
 from switchyard.providers.gemini_embed import vertex_style, with_embeddings
 from switchyard.providers.wire import Wire, register

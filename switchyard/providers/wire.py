@@ -43,8 +43,9 @@ from typing import Any, Protocol
 from urllib.parse import quote, urlencode
 
 from switchyard.core.canonical import CanonicalRequest, Chunk, RequestKind
-from switchyard.core.config import ConfigError, DeploymentConfig
+from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.errors import RETRY_STATUSES
+from switchyard.core.settings import ConfigError
 from switchyard.dialects.outgoing import Emulation
 
 Frames = Callable[[AsyncIterator[bytes]], AsyncIterator[list[tuple[bytes | None, bytes]]]]

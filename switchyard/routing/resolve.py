@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from switchyard.core.backend import Backend
-from switchyard.core.config import Config, ConfigError, DeploymentConfig, ModelConfig, RouterConfig
+from switchyard.core.config import Config
+from switchyard.core.deployments import DeploymentConfig, ModelConfig
 from switchyard.core.errors import InvalidRequest, NotFound, install_hint
+from switchyard.core.settings import ConfigError, RouterConfig
 from switchyard.providers.wire import Caps, wire_for
 from switchyard.routing.health import Health
 
@@ -150,7 +152,7 @@ class Resolver:
             else:
                 for alias in (m.name, *m.aliases):
                     self.groups[alias] = m
-        # Fallback names are checked with the config (switchyard/core/config.py), before any of this.
+        # Fallback names are checked with the config (switchyard/core/config.py, Config._references), before any of this.
 
     def resolve(self, name: str) -> Route:
         route = self._routes.get(name)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 import random
 
-from switchyard.core.config import RouterConfig
 from switchyard.core.errors import GatewayError
+from switchyard.core.settings import RouterConfig
 
 
 def backoff(cfg: RouterConfig, attempt: int, rng: random.Random) -> float:

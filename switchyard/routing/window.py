@@ -10,7 +10,7 @@ import re
 from dataclasses import replace
 
 from switchyard.core.canonical import CanonicalRequest, OverflowPolicy, Prompt
-from switchyard.core.config import ModelConfig
+from switchyard.core.deployments import ModelConfig
 from switchyard.core.errors import InvalidRequest
 from switchyard.dialects.defaults import sampling_defaults
 

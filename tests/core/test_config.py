@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from switchyard.core.config import ConfigError, parse_config
+from switchyard.core.config import parse_config
+from switchyard.core.settings import ConfigError
 
 
 def deployment(**dep: Any) -> dict[str, Any]:

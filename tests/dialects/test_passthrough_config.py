@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from switchyard.core.config import ConfigError, parse_config
+from switchyard.core.config import parse_config
+from switchyard.core.settings import ConfigError
 from switchyard.dialects.passthrough import check_config
 
 

@@ -26,7 +26,7 @@ def roomy_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_loaded(tiny_dir: Path) -> Any:
-    from switchyard.core.config import EngineConfig
+    from switchyard.core.deployments import EngineConfig
     from switchyard.engine.loader import load
 
     return load(EngineConfig(path=str(tiny_dir), dtype="float32", threads=1))  # compared with HF in fp32

@@ -10,7 +10,7 @@ import pytest
 import pytest_asyncio
 
 from switchyard.core.canonical import CanonicalRequest
-from switchyard.core.config import DeploymentConfig, EngineConfig
+from switchyard.core.deployments import DeploymentConfig, EngineConfig
 from switchyard.core.errors import InvalidRequest, Unavailable
 from switchyard.engine import EngineBackend
 

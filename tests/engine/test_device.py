@@ -10,7 +10,7 @@ import pydantic
 import pytest
 import torch
 
-from switchyard.core.config import EngineConfig
+from switchyard.core.deployments import EngineConfig
 from switchyard.engine.loader import cpu_has_bf16, load, resolve_device, resolve_dtype
 from switchyard.engine.runner import Runner
 

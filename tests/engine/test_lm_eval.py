@@ -20,7 +20,7 @@ def reference():
     """Plain transformers on the engine's converted folder: [(ctx ids, cont ids, sum, greedy)]."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from switchyard.core.config import EngineConfig
+    from switchyard.core.deployments import EngineConfig
     from switchyard.engine.loader import resolve_folder
 
     folder = resolve_folder(EngineConfig())

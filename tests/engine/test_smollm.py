@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def smol():
-    from switchyard.core.config import EngineConfig
+    from switchyard.core.deployments import EngineConfig
     from switchyard.engine.loader import load
     from switchyard.engine.scheduler import Engine
 
@@ -114,7 +114,7 @@ def test_tool_calls_on_the_real_model(smol, choice, name):
 def test_the_default_config_serves_the_real_model():
     """``dtype: auto`` (bfloat16 with packed matrices where the CPU has AMX/avx512_bf16) and the
     attention picked at start-up, on the real model: the production path."""
-    from switchyard.core.config import EngineConfig
+    from switchyard.core.deployments import EngineConfig
     from switchyard.engine.loader import cpu_has_bf16, load
     from switchyard.engine.scheduler import Engine
 

@@ -90,7 +90,7 @@ def test_untied_qwen2_with_qkv_biases_matches_transformers(tmp_path, dtype):
 
 def test_a_failed_gguf_conversion_is_reported_and_leaves_no_folder(tmp_path):
     """The conversion runs in a child process; its failure comes back as the load's error."""
-    from switchyard.core.config import EngineConfig
+    from switchyard.core.deployments import EngineConfig
     from switchyard.engine.loader import resolve_folder
 
     bad = tmp_path / "broken.gguf"
@@ -108,7 +108,7 @@ def test_a_gguf_is_converted_once_whatever_its_path(tmp_path):
     import os
     import shutil
 
-    from switchyard.core.config import EngineConfig
+    from switchyard.core.deployments import EngineConfig
     from switchyard.engine.loader import DIGESTS, converted_folder, resolve_folder
 
     cache = tmp_path / "cache"

@@ -160,7 +160,7 @@ def test_stream_rewrites_chunks_and_finish_reason():
 
 @pytest.fixture(scope="module")
 def roomy_engine(roomy_dir):
-    from switchyard.core.config import EngineConfig
+    from switchyard.core.deployments import EngineConfig
     from switchyard.engine.loader import load
     from switchyard.engine.scheduler import Engine
 

@@ -12,7 +12,7 @@ import pytest
 from langchain_openai import OpenAIEmbeddings
 from openai.types import CreateEmbeddingResponse
 
-from switchyard.core.config import ModelConfig
+from switchyard.core.deployments import ModelConfig
 from switchyard.dialects.embeddings import floats_b64
 from switchyard.policies.tokens import encoding
 from tests.fakes.upstream import Behaviour, fake_vector

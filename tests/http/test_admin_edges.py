@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from switchyard.core.config import ConfigError, parse_config
+from switchyard.core.config import parse_config
+from switchyard.core.settings import ConfigError
 from switchyard.policies.registry import format_ms
 from tests.http import test_admin
 from tests.http.test_admin import AUTH

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from switchyard.core.config import ConfigError, parse_config
+from switchyard.core.config import parse_config
+from switchyard.core.settings import ConfigError
 from switchyard.http.admin_auth import Failures
 from tests.gateway.conftest import MASTER, base_config, upstream_model
 

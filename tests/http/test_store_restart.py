@@ -12,7 +12,7 @@ import httpx
 from litestar import Litestar
 from redis.asyncio import Redis
 
-from switchyard.core.config import Limits
+from switchyard.core.settings import Limits
 from switchyard.policies.base import Principal
 from switchyard.policies.factory import build_policies
 from switchyard.policies.redis_store import RedisStore

@@ -21,7 +21,7 @@ import pytest
 from redis.asyncio import Redis
 
 from switchyard.core.canonical import Usage
-from switchyard.core.config import Limits
+from switchyard.core.settings import Limits
 from switchyard.policies.base import Outcome, Principal
 from switchyard.policies.limits import Limiter
 from switchyard.policies.pricing import Pricing

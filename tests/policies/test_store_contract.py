@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from switchyard.core.canonical import Usage
-from switchyard.core.config import Limits
 from switchyard.core.errors import RateLimited
+from switchyard.core.settings import Limits
 from switchyard.policies.base import Outcome, Principal, Ticket
 from switchyard.policies.limits import LOWERED_HEADER, Limiter
 from switchyard.policies.store import DAY_MS

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from switchyard.core.canonical import Usage
-from switchyard.core.config import Limits
 from switchyard.core.errors import RateLimited, Unavailable
+from switchyard.core.settings import Limits
 from switchyard.policies.base import Outcome, Principal
 from switchyard.policies.keys import KeyRing
 from switchyard.policies.limits import Limiter

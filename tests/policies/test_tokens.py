@@ -8,7 +8,7 @@ import sys
 import textwrap
 
 from switchyard.core.canonical import CanonicalRequest
-from switchyard.core.config import ModelConfig
+from switchyard.core.deployments import ModelConfig
 from switchyard.policies.tokens import count_prompt_tokens, encoding, encoding_name_for, estimate
 
 

@@ -13,7 +13,7 @@ from anthropic.types import Message, RawMessageStreamEvent
 from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
 
 from switchyard.core.canonical import CanonicalRequest, Constraint
-from switchyard.core.config import DeploymentConfig
+from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.errors import InvalidRequest
 from switchyard.providers.anthropic import CODEC
 from switchyard.providers.wire import WireError

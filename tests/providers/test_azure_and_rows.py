@@ -10,7 +10,9 @@ import openai
 import pytest
 
 from switchyard.core.canonical import Usage
-from switchyard.core.config import ConfigError, DeploymentConfig, Price, parse_config
+from switchyard.core.config import parse_config
+from switchyard.core.deployments import DeploymentConfig
+from switchyard.core.settings import ConfigError, Price
 from switchyard.policies.pricing import nano_usd
 from switchyard.providers.wire import wire_for
 from tests.fakes.azure import FakeAzure

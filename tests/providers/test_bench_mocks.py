@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from switchyard.core.canonical import CanonicalRequest
-from switchyard.core.config import DeploymentConfig
+from switchyard.core.deployments import DeploymentConfig
 from switchyard.providers.sse import sse_batches
 from switchyard.providers.wire import wire_for
 

@@ -505,7 +505,8 @@ def test_without_the_cloud_extras(monkeypatch) -> None:
 
     import pytest
 
-    from switchyard.core.config import ConfigError, DeploymentConfig
+    from switchyard.core.deployments import DeploymentConfig
+    from switchyard.core.settings import ConfigError
     from switchyard.providers.wire import wire_for
 
     class Block:

@@ -11,7 +11,7 @@ import httpx
 import pytest
 import respx
 
-from switchyard.core.config import DeploymentConfig
+from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.errors import UpstreamError
 from switchyard.dialects.chat import CHAT
 from switchyard.dialects.parse import parse_request

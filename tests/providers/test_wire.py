@@ -6,7 +6,7 @@ import time
 from collections.abc import AsyncIterator
 from email.utils import formatdate
 
-from switchyard.core.config import DeploymentConfig
+from switchyard.core.deployments import DeploymentConfig
 from switchyard.providers.failures import retry_after_of
 from switchyard.providers.sse import sse_batches
 from switchyard.providers.wire import wire_for

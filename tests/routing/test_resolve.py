@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from switchyard.core.config import ConfigError
 from switchyard.core.errors import NotFound
+from switchyard.core.settings import ConfigError
 from switchyard.routing import Router
 from tests.gateway.conftest import serve
 from tests.routing.conftest import completion, config, dep, group

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from switchyard.core.config import UsageConfig
+from switchyard.core.settings import UsageConfig
 from switchyard.policies.ledger.feed import Feed, QueueFeed
 from switchyard.policies.ledger.query import LedgerUsage
 from switchyard.policies.ledger.sink import PgSink

@@ -3,7 +3,7 @@ answers and the named-event stream) and its row. The mapping tables are plain da
 
 from __future__ import annotations
 
-from switchyard.core.config import DeploymentConfig
+from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.errors import RETRY_STATUSES
 from switchyard.providers.anthropic.codec import AnthropicCodec
 from switchyard.providers.anthropic.maps import API_VERSION

@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 
 from switchyard.core.canonical import CanonicalRequest, Chunk
-from switchyard.core.config import DeploymentConfig
+from switchyard.core.deployments import DeploymentConfig
 from switchyard.dialects.outgoing import Emulation
 from switchyard.providers.anthropic import decode, request
 from switchyard.providers.anthropic.maps import DEFAULT_MAX_TOKENS

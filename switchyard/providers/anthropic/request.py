@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from switchyard.core.canonical import UNLIMITED, CanonicalRequest
-from switchyard.core.config import DeploymentConfig
+from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.errors import InvalidRequest
 from switchyard.dialects.defaults import sampling_defaults
 from switchyard.dialects.outgoing import Emulation, caller_param
