@@ -16,31 +16,28 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from collections.abc import AsyncGenerator, Callable, Mapping
+from dataclasses import replace
+from typing import Any
 
 import msgspec
 
-from switchyard.core.canonical import CanonicalRequest, Chunk, RequestKind, Usage
+from switchyard.core.canonical import CanonicalRequest, Chunk, Usage
 from switchyard.core.config import Config
 from switchyard.core.errors import Forbidden, GatewayError, InvalidRequest, Unauthorized, Unavailable
 from switchyard.dialects.defaults import sampling_defaults
 from switchyard.dialects.errors import error_bytes, error_json
 from switchyard.dialects.parse import parse_request
-from switchyard.dialects.passthrough import vendor_fields
 from switchyard.dialects.registry import ANSWERS, DIALECT_HEADER, sniff_completion_dialect
 from switchyard.dialects.render import Renderer
-from switchyard.dialects.spec import Dialect
 from switchyard.gateway.context import RequestContext
 from switchyard.gateway.requests import (
     decode_body,
-    left_out_warning,
     model_name,
-    optional_warning,
-    warning_header,
+    unsent_warning,
 )
 from switchyard.gateway.streaming import Tally, gather
+from switchyard.gateway.types import SSE, Endpoint, Responder, Tracer
 from switchyard.policies.base import Outcome, Principal
 from switchyard.policies.factory import Policies
 from switchyard.policies.limits import DEFAULT_COMPLETION_RESERVE
@@ -51,73 +48,8 @@ from switchyard.routing.window import truncates
 
 log = logging.getLogger("switchyard")
 
-JSON = "application/json"
 # What a caller is told of a bug (its cause is logged under the request id, never sent).
 INTERNAL = GatewayError("internal error; it has been logged with this request's id")
-SSE = "text/event-stream"
-
-
-class Reader(Protocol):
-    """A dialect whose request needs more than its table (several fields at once, the headers):
-    reads the decoded body (and its bytes, kept for a deployment that speaks the dialect)."""
-
-    def __call__(self, body: Any, raw: bytes, headers: Mapping[str, str], *, strict: bool = False,
-                 count: bool = False) -> CanonicalRequest: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Endpoint:
-    kind: RequestKind
-    dialect: Dialect | None  # None: told by the body (``/v1/completions`` serves several)
-    renderer: str | None = None  # default: the dialect's name
-    model_optional: bool = False  # llama.cpp's native endpoint serves its one model unnamed
-    read: Reader | None = None  # default: the dialect's table (``parse_request``)
-    counts: bool = False  # answers the prompt's token count ({"input_tokens": N}), generates nothing
-
-
-class Tracer(Protocol):
-    """A request's trace (``switchyard.http.tracing`` implements it over OpenTelemetry)."""
-
-    def begin(self, ctx: RequestContext, headers: Iterable[tuple[bytes, bytes]]) -> None:
-        """Open the request's span, continuing the caller's trace if its headers carry one."""
-
-    def end(self, ctx: RequestContext) -> None:
-        """Close it when the request has ended (a ``Gateway`` observer)."""
-
-    def shutdown(self) -> None:
-        """Flush what is buffered (the app's shutdown)."""
-
-
-class Responder(Protocol):
-    """Where an answer goes (``switchyard.http.asgi`` implements it over ASGI)."""
-
-    @property
-    def started(self) -> bool: ...
-
-    @property
-    def gone(self) -> bool:
-        """The client disconnected before the answer was complete."""
-        ...
-
-    @property
-    def finished(self) -> bool:
-        """The answer's last byte was handed to the server."""
-        ...
-
-    async def whole(self, status: int, headers: dict[str, str], body: bytes,
-                    media_type: str = JSON) -> None: ...
-
-    async def start(self, status: int, headers: dict[str, str], media_type: str) -> None: ...
-
-    async def body(self, data: bytes) -> None: ...
-
-    async def end(self, data: bytes) -> None: ...
-
-    def watch(self, task: asyncio.Task[Any]) -> None:
-        """Cancel ``task`` if the client disconnects before the answer is complete."""
-        ...
-
-    def unwatch(self) -> None: ...
 
 
 def bearer_key(headers: Mapping[str, str]) -> str | None:
@@ -270,7 +202,7 @@ class Gateway:
             fail_open=route.fail_open, group=route.model.name)
         ctx.admitted_at = time.monotonic()
         ctx.tally = Tally(prompt_tokens)
-        ctx.warning = self._dropped(req, route)
+        ctx.warning = unsent_warning(req, route)
         # What was reserved is what the upstream may produce: a request without a bound (or one a
         # quota lowered) is sent with the admitted max_tokens.
         if ticket.max_tokens is not None and (ticket.lowered or req.max_tokens is None or req.max_tokens < 0):
@@ -315,31 +247,6 @@ class Gateway:
             max_tokens = min(max_tokens, cap)
         # A known window bounds it (a larger ask is truncated or refused).
         return min(max_tokens, window) if window is not None else max_tokens
-
-    @staticmethod
-    def _dropped(req: CanonicalRequest, route: Route) -> str | None:
-        """The warning for unknown fields that not every deployment of the route receives, for
-        what the caller's API makes optional and a translating deployment leaves out, and for
-        what the caller's dialect read but no backend here runs (``left_out``, each with why)."""
-        native = req.native
-        if not req.extra and not req.left_out and (native is None or not native.optional):
-            return None  # nothing the caller sent can be left out (most requests)
-        dropped: set[str] = set()
-        optional = False
-        for t in route.targets:
-            d = t.deployment
-            same = d.backend == "upstream" and d.dialect == req.dialect
-            if req.extra:
-                kept = vendor_fields(req.extra, d.allow_extra_params) if same else {}
-                dropped.update(k for k in req.extra if k not in kept)
-            # The native lane (a deployment that speaks the caller's API) forwards the body whole.
-            optional = optional or (native is not None and t.native != native.api)
-        said = [warning_header(sorted(dropped))] if dropped else []
-        if optional and native is not None and native.optional:
-            said.append(optional_warning(list(native.optional)))
-        if req.left_out:
-            said.append(left_out_warning(req.left_out))
-        return "; ".join(said) or None
 
     # -- after admission: one owner, one finally ---------------------------------------------
 
@@ -491,4 +398,4 @@ def _charged(tally: Tally, status: int) -> Usage:
     return Usage()
 
 
-__all__ = ["JSON", "SSE", "Endpoint", "Gateway", "Reader", "Responder", "bearer_key"]
+__all__ = ["Gateway", "bearer_key"]

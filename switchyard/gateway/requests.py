@@ -1,5 +1,6 @@
 """What a caller sends, checked before it goes anywhere: the body's encoding and JSON, model names,
-and the names the gateway repeats back in headers."""
+and the names the gateway repeats back in headers; the warning for what it sent that a backend
+will not receive (``unsent_warning``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ from typing import Any
 
 import msgspec
 
+from switchyard.core.canonical import CanonicalRequest
 from switchyard.core.errors import GatewayError, InvalidRequest, UnsupportedMediaType
+from switchyard.dialects.passthrough import vendor_fields
+from switchyard.routing import Route
 
 _decode = msgspec.json.decode
 
@@ -81,3 +85,28 @@ def optional_warning(names: list[str]) -> str:
 
 
 _CONTROL = {c: "?" for c in (*range(32), 127)}
+
+
+def unsent_warning(req: CanonicalRequest, route: Route) -> str | None:
+    """The warning for unknown fields that not every deployment of the route receives, for
+    what the caller's API makes optional and a translating deployment leaves out, and for
+    what the caller's dialect read but no backend here runs (``left_out``, each with why)."""
+    native = req.native
+    if not req.extra and not req.left_out and (native is None or not native.optional):
+        return None  # nothing the caller sent can be left out (most requests)
+    dropped: set[str] = set()
+    optional = False
+    for t in route.targets:
+        d = t.deployment
+        same = d.backend == "upstream" and d.dialect == req.dialect
+        if req.extra:
+            kept = vendor_fields(req.extra, d.allow_extra_params) if same else {}
+            dropped.update(k for k in req.extra if k not in kept)
+        # The native lane (a deployment that speaks the caller's API) forwards the body whole.
+        optional = optional or (native is not None and t.native != native.api)
+    said = [warning_header(sorted(dropped))] if dropped else []
+    if optional and native is not None and native.optional:
+        said.append(optional_warning(list(native.optional)))
+    if req.left_out:
+        said.append(left_out_warning(req.left_out))
+    return "; ".join(said) or None

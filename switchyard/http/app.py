@@ -29,7 +29,8 @@ from switchyard.dialects.passthrough import check_config
 from switchyard.dialects.responses import RESPONSES
 from switchyard.dialects.sgp import SGP
 from switchyard.dialects.spec import Dialect
-from switchyard.gateway.pipeline import Endpoint, Gateway
+from switchyard.gateway.pipeline import Gateway
+from switchyard.gateway.types import Endpoint
 from switchyard.http.access import AccessLog
 from switchyard.http.admin import admin_router, error_response, on_bug
 from switchyard.http.admin_auth import AdminAuth, Failures, Proxies

@@ -24,7 +24,8 @@ from switchyard.core.logs import REQUEST
 from switchyard.core.propagation import REQUEST_ID
 from switchyard.dialects.errors import error_bytes
 from switchyard.gateway.context import RequestContext, request_ids
-from switchyard.gateway.pipeline import JSON, Endpoint, Gateway
+from switchyard.gateway.pipeline import Gateway
+from switchyard.gateway.types import JSON, Endpoint
 from switchyard.http.access import AccessLog
 from switchyard.http.disconnect import DISCONNECT, Disconnect
 from switchyard.http.types import ASGIApp, Receive, Scope, Send
@@ -94,7 +95,7 @@ def encode_headers(headers: dict[str, str], media_type: str) -> list[tuple[bytes
 
 
 class AsgiResponder:
-    """``pipeline.Responder`` over one ASGI request: the answer, the request id on it, and a watch
+    """``gateway.types.Responder`` over one ASGI request: the answer, the request id on it, and a watch
     for the client leaving."""
 
     __slots__ = ("_hook", "_watcher", "ctx", "finished", "gone", "receive", "send", "started")

@@ -152,7 +152,7 @@ class Resolver:
             else:
                 for alias in (m.name, *m.aliases):
                     self.groups[alias] = m
-        # Fallback names are checked with the config (switchyard/core/config.py, Config._references), before any of this.
+        # Fallback names are checked with the config (Config._references), before any of this.
 
     def resolve(self, name: str) -> Route:
         route = self._routes.get(name)
