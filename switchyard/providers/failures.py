@@ -4,8 +4,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -103,23 +102,32 @@ def http_error(deployment: str, status: int, raw: bytes, retry_after_s: float | 
     return err
 
 
-@contextmanager
-def transport_errors(deployment: str, *, callers_deadline: bool,
-                     mid_response: bool = False) -> Iterator[None]:
+class transport_errors:  # a lower-case name: used as ``with transport_errors(...)``
     """httpx's exceptions in the gateway's words (the one map at this I/O boundary, as httpx's
     own ``map_httpcore_exceptions``): before an answer began, a timeout or an unreachable upstream
-    (both retried); after, a timeout or a broken-off response (not retried)."""
-    try:
-        yield
-    except httpx.PoolTimeout as e:  # every connection busy until the deadline (h1.py): load
-        raise UpstreamError.busy(deployment, str(e)) from None
-    except httpx.TimeoutException:
-        raise UpstreamError.timed_out(deployment, callers_deadline=callers_deadline,
-                                      mid_response=mid_response) from None
-    except httpx.TransportError as e:
-        if mid_response:
-            raise UpstreamError.broken(deployment, f"broke off the response: {type(e).__name__}") from None
-        raise UpstreamError.unreachable(deployment, type(e).__name__) from None
+    (both retried); after, a timeout or a broken-off response (not retried). A class, not a
+    generator context manager: it is entered twice a request and costs nothing unless one raises."""
+
+    __slots__ = ("callers_deadline", "deployment", "mid_response")
+
+    def __init__(self, deployment: str, *, callers_deadline: bool, mid_response: bool = False) -> None:
+        self.deployment, self.callers_deadline, self.mid_response = deployment, callers_deadline, mid_response
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, e: BaseException | None, tb: object) -> None:
+        if not isinstance(e, httpx.TransportError):  # timeouts are transport errors too
+            return
+        dep = self.deployment
+        if isinstance(e, httpx.PoolTimeout):  # every connection busy until the deadline (h1.py): load
+            raise UpstreamError.busy(dep, str(e)) from None
+        if isinstance(e, httpx.TimeoutException):
+            raise UpstreamError.timed_out(dep, callers_deadline=self.callers_deadline,
+                                          mid_response=self.mid_response) from None
+        if self.mid_response:
+            raise UpstreamError.broken(dep, f"broke off the response: {type(e).__name__}") from None
+        raise UpstreamError.unreachable(dep, type(e).__name__) from None
 
 
 def wire_failure(deployment: str, what: str, said: str | None, scrub: Scrubber, *,
