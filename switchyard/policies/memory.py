@@ -19,10 +19,10 @@ from switchyard.policies.store import (
     DAY_MS,
     HOUR_MS,
     MINUTE_MS,
+    SEP,
     Admission,
     UsageRecord,
-    agg_increments,
-    minute_field,
+    metric_values,
     month_of,
 )
 
@@ -190,10 +190,11 @@ class MemoryStore:
             for old in [k for k in self._mins if k[0] == team and k[1] < hour - 2]:
                 del self._mins[old]
             mins = self._mins[(team, hour)]
-        minute = record.ts_ms // MINUTE_MS
-        for field, inc in agg_increments(record):
-            aggs[field] += inc
-            mins[minute_field(field, minute)] += inc
+        tail = f"{record.model}{SEP}"
+        day_base, minute_base = f"{record.key_id}{SEP}{tail}", f"{record.ts_ms // MINUTE_MS}{SEP}{tail}"
+        for metric, inc in metric_values(record):
+            aggs[day_base + metric] += inc
+            mins[minute_base + metric] += inc
         self._logs[team].append(record)
         if self.journal is not None:
             self.journal(record)

@@ -120,16 +120,18 @@ def refused(status: int, attempts: int) -> bool:
     return 400 <= status < 500 and attempts == 0
 
 
-def agg_increments(r: UsageRecord) -> list[tuple[str, int]]:
-    base = f"{r.key_id}{SEP}{r.model}{SEP}"
+def metric_values(r: UsageRecord) -> list[tuple[str, int]]:
+    """The record's non-zero metrics, by name."""
     vals = (1, 1 if r.status >= 400 else 0, 1 if refused(r.status, r.attempts) else 0, r.prompt_tokens,
             r.completion_tokens, r.cached_tokens, r.cost_nano, r.cache_write_tokens)
-    return [(base + m, v) for m, v in zip(METRICS, vals, strict=True) if v]
+    return [(m, v) for m, v in zip(METRICS, vals, strict=True) if v]
 
 
-def minute_field(field: str, minute: int) -> str:
-    """A daily aggregate field "<key>\x1f<model>\x1f<metric>" -> its minute field."""
-    return f"{minute}{SEP}{field.split(SEP, 1)[1]}"
+def agg_increments(r: UsageRecord) -> list[tuple[str, int]]:
+    """The daily aggregate's fields "<key>\x1f<model>\x1f<metric>" and what each gains; a minute's
+    fields are "<minute>\x1f<model>\x1f<metric>" (settle.lua writes both)."""
+    base = f"{r.key_id}{SEP}{r.model}{SEP}"
+    return [(base + m, v) for m, v in metric_values(r)]
 
 
 def month_of(ms: int) -> int:

@@ -112,7 +112,7 @@ if cancel then return 1 end
 redis.call('SET', mark, 's', 'PX', 30000)  -- settled: nothing left to cancel or replay
 local agg, aggm, log = KEYS[#KEYS - 5], KEYS[#KEYS - 4], KEYS[#KEYS - 3]
 local p = 9 + nscopes * 7
--- The minute's fields are the day's with the minute in place of the key (store.minute_field).
+-- The minute's fields are the day's with the minute in place of the key (store.agg_increments).
 local minute = tostring(math.floor(admitted / 60000))
 for j = 0, nagg - 1 do
   local f, inc = ARGV[p + 2 * j], ARGV[p + 2 * j + 1]
