@@ -390,7 +390,8 @@ def read_request(body: Any, raw: bytes, headers: Mapping[str, str], *, strict: b
     choice, parallel = got.get("tool_choice", (None, None))
     constraint, effort = got.get("output_config", (None, False))
     if got.get("thinking") and "budget_tokens" in body["thinking"]:
-        # Thinking itself is shown where the backend reasons (show_reasoning); its budget is not sent.
+        # Thinking itself is shown where the backend reasons (show_reasoning); its budget is sent
+        # only where the backend takes one (reasoning_budget: Gemini, Claude on Bedrock Converse).
         reader.drop("thinking.budget_tokens")
     if effort:
         reader.drop("output_config.effort")
@@ -410,4 +411,5 @@ def read_request(body: Any, raw: bytes, headers: Mapping[str, str], *, strict: b
         stop=got.get("stop_sequences"), tools=got.get("tools"),
         tool_choice=choice if "tools" in got else None,  # without tools there is nothing to choose
         parallel_tool_calls=parallel if "tools" in got else None, user=got.get("metadata"),
-        constraint=constraint, extra=extra, native=native, show_reasoning=bool(got.get("thinking")))
+        constraint=constraint, extra=extra, native=native, show_reasoning=bool(got.get("thinking")),
+        reasoning_budget=body["thinking"].get("budget_tokens") if got.get("thinking") else None)
