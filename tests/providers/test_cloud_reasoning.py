@@ -12,10 +12,12 @@ from typing import Any
 import anthropic
 import pytest
 
+from tests.fakes.bedrock import FakeBedrock
+from tests.fakes.bedrock import Reply as AwsReply
 from tests.fakes.gemini import FakeGemini
 from tests.fakes.gemini import Reply as GReply
 from tests.gateway.conftest import KEY, base_config
-from tests.providers.test_cloud_gateway import gemini_dep
+from tests.providers.test_cloud_gateway import bedrock_dep, gemini_dep
 
 ASK: Any = [{"role": "user", "content": "why?"}]
 THINK: Any = {"type": "enabled", "budget_tokens": 2048}
@@ -93,3 +95,53 @@ async def test_gemini_flash_lite_is_told_to_think(gateway_for) -> None:
             msg = await _ask(gw, True, thinking=THINK)
             assert fake.requests[-1].body["generationConfig"]["thinkingConfig"]["thinkingBudget"] == 2048
             assert msg.content[0].thinking == THOUGHT  # type: ignore[union-attr]
+
+
+CLAUDE_4 = "us.anthropic.claude-sonnet-4-20250514-v1:0"
+
+
+def bedrock_cfg(url: str, model: str) -> Any:
+    return base_config([{"name": "cloud/m", "deployments": [bedrock_dep("b", url, model=model)]}],
+                       router={"retries": 0})
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_bedrock_claude_thinks_when_asked_with_a_budget(gateway_for, stream) -> None:
+    async with FakeBedrock() as aws:
+        aws.default = AwsReply(text=ANSWER, reasoning=THOUGHT)
+        async with gateway_for(bedrock_cfg(aws.url, CLAUDE_4)) as gw:
+            msg = await _ask(gw, stream, thinking=THINK)
+            sent = aws.requests[-1].body
+            assert sent["additionalModelRequestFields"] == {"thinking": {"type": "enabled",
+                                                                         "budget_tokens": 2048}}
+            assert sent["inferenceConfig"]["maxTokens"] == 4096
+            assert [b.type for b in msg.content] == ["thinking", "text"]
+            assert msg.content[0].thinking == THOUGHT and msg.content[1].text == ANSWER  # type: ignore[union-attr]
+            assert msg.content[0].signature == ""  # type: ignore[union-attr]  # Bedrock's not carried
+            # Not asked: no thinking asked of Claude.
+            msg = await _ask(gw, stream)
+            assert "additionalModelRequestFields" not in aws.requests[-1].body
+            assert [b.type for b in msg.content] == ["text"]
+            # A summary asked without a budget: Claude on Converse cannot be asked (it needs one).
+            r = await gw.post("/v1/responses", json={"model": "cloud/m", "input": "why?", "stream": stream,
+                                                      "reasoning": {"summary": "auto"}})
+            assert r.status_code == 200, r.text
+            assert "additionalModelRequestFields" not in aws.requests[-1].body
+            assert "response.reasoning_summary_text.delta" not in r.text and ANSWER in r.text
+
+
+async def test_bedrock_claude_that_does_not_think_is_not_asked(gateway_for) -> None:
+    async with FakeBedrock() as aws:
+        aws.default = AwsReply(text=ANSWER)
+        async with gateway_for(bedrock_cfg(aws.url, "anthropic.claude-3-5-sonnet-20240620-v1:0")) as gw:
+            msg = await _ask(gw, False, thinking=THINK)
+    assert "additionalModelRequestFields" not in aws.requests[-1].body
+    assert [b.type for b in msg.content] == ["text"] and msg.content[0].text == ANSWER  # type: ignore[union-attr]
+
+
+async def test_thinking_budget_not_under_max_tokens_is_the_callers_400(gateway_for) -> None:
+    """As Anthropic's API says it (Claude on Bedrock would refuse the same)."""
+    async with FakeBedrock() as aws, gateway_for(bedrock_cfg(aws.url, CLAUDE_4)) as gw:
+        with pytest.raises(anthropic.BadRequestError, match="max_tokens must be greater than thinking"):
+            await _ask(gw, False, max_tokens=2048, thinking=THINK)
+    assert aws.requests == []

@@ -389,7 +389,10 @@ def read_request(body: Any, raw: bytes, headers: Mapping[str, str], *, strict: b
         raise InvalidRequest("messages: at least one message is required", param="messages")
     choice, parallel = got.get("tool_choice", (None, None))
     constraint, effort = got.get("output_config", (None, False))
-    if got.get("thinking") and "budget_tokens" in body["thinking"]:
+    budget = body["thinking"].get("budget_tokens") if got.get("thinking") else None
+    if budget is not None and isinstance(got.get("max_tokens"), int) and got["max_tokens"] <= budget:
+        raise InvalidRequest("max_tokens must be greater than thinking.budget_tokens", param="max_tokens")
+    if budget is not None:
         # Thinking itself is shown where the backend reasons (show_reasoning); its budget is sent
         # only where the backend takes one (reasoning_budget: Gemini, Claude on Bedrock Converse).
         reader.drop("thinking.budget_tokens")
@@ -412,4 +415,4 @@ def read_request(body: Any, raw: bytes, headers: Mapping[str, str], *, strict: b
         tool_choice=choice if "tools" in got else None,  # without tools there is nothing to choose
         parallel_tool_calls=parallel if "tools" in got else None, user=got.get("metadata"),
         constraint=constraint, extra=extra, native=native, show_reasoning=bool(got.get("thinking")),
-        reasoning_budget=body["thinking"].get("budget_tokens") if got.get("thinking") else None)
+        reasoning_budget=budget)
