@@ -145,3 +145,17 @@ async def test_thinking_budget_not_under_max_tokens_is_the_callers_400(gateway_f
         with pytest.raises(anthropic.BadRequestError, match="max_tokens must be greater than thinking"):
             await _ask(gw, False, max_tokens=2048, thinking=THINK)
     assert aws.requests == []
+
+
+async def test_adaptive_thinking_carries_no_budget(gateway_for) -> None:
+    """``adaptive`` has no budget (one sent beside it is not read as one): Gemini gets thoughts
+    asked without a budget, and a non-integer beside adaptive is no 500."""
+    async with FakeGemini() as fake:
+        fake.default = GReply(text=ANSWER, thought=THOUGHT)
+        async with gateway_for(gemini_cfg(fake.url, "gemini-2.5-flash")) as gw:
+            msg = await _ask(gw, False, thinking={"type": "adaptive"})
+            assert fake.requests[-1].body["generationConfig"]["thinkingConfig"] == {"includeThoughts": True}
+            assert msg.content[0].type == "thinking"
+            r = await gw.post("/v1/messages", json={"model": "cloud/m", "max_tokens": 64, "messages": ASK,
+                                                     "thinking": {"type": "adaptive", "budget_tokens": "x"}})
+            assert r.status_code == 200, r.text
