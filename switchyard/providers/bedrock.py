@@ -1,14 +1,14 @@
 """AWS Bedrock Runtime's Converse API (``/model/{id}/converse``, ``/converse-stream``): the codec
-(canonical request -> Converse body; answers and ConverseStream events -> canonical chunks) and the
-Bedrock row (its auth: bedrock_auth.py; InvokeModel rows: bedrock_claude.py, bedrock_embed.py).
+(canonical request -> Converse body; answers and ConverseStream events are read in
+``bedrock_answers.py``) and the Bedrock row (its auth: bedrock_auth.py; InvokeModel rows:
+bedrock_claude.py, bedrock_embed.py).
 
 Wire facts (botocore's bedrock-runtime service model): ``system[]`` apart from ``messages``;
 tool calls are ``toolUse`` blocks whose ``input`` is an object, results ``toolResult`` blocks in a
 user turn; ``toolChoice`` has auto, any and tool but no none (tools are dropped instead, unless the
 history holds a ``toolUse``: then ``toolConfig`` is required and stays, without a choice); a JSON
 schema output goes as a *string*; what one model family takes beyond the common fields goes in
-``additionalModelRequestFields`` (Claude's ``top_k`` and ``thinking``). Answers and streams are read
-in ``bedrock_answers.py``.
+``additionalModelRequestFields`` (Claude's ``top_k`` and ``thinking``).
 
 Claude thinks on Converse only when asked (``thinking: {type: enabled, budget_tokens}``; Claude
 refuses it without a budget, and older Claude models refuse it at all): asked only when the caller
