@@ -131,6 +131,9 @@ class CanonicalRequest:
     # The caller asked to see the model's reasoning (Anthropic ``thinking``, a Responses
     # ``reasoning.summary``): its renderer shows ``Chunk.reasoning`` only then.
     show_reasoning: bool = False
+    # How many tokens the caller lets the model reason with (Anthropic ``thinking.budget_tokens``):
+    # sent where the backend takes a budget (Gemini's thinkingBudget, Claude on Bedrock Converse).
+    reasoning_budget: int | None = None
 
     def said(self) -> dict[str, Any]:
         """The sampling/output fields the caller set (not None), for renderers and logs."""
@@ -142,7 +145,7 @@ class CanonicalRequest:
 
 
 _ENVELOPE = frozenset({"kind", "model", "dialect", "prompt", "messages", "stream", "extra", "named",
-                       "native", "as_sent", "left_out", "show_reasoning"})
+                       "native", "as_sent", "left_out", "show_reasoning", "reasoning_budget"})
 _SAMPLING_FIELDS = tuple(f.name for f in fields(CanonicalRequest) if f.name not in _ENVELOPE)
 
 

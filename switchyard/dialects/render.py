@@ -170,12 +170,18 @@ class SGPv5Renderer(Renderer):
 
 
 class ChatRenderer(Renderer):
+    """OpenAI's chat. The backend's plain-text reasoning (``Chunk.reasoning``) rides beside the
+    content as ``reasoning_content``, on the message and on deltas, as DeepSeek, vLLM and LiteLLM
+    write it (the openai SDK keeps it in ``model_extra``); only where the backend produced some."""
+
     object_name = "chat.completion"
     chunk_object = "chat.completion.chunk"
     id_prefix = "chatcmpl-"
 
     def _choice(self, c: Any) -> dict[str, Any]:
         msg: dict[str, Any] = {"role": "assistant", "content": c.text}
+        if c.reasoning:
+            msg["reasoning_content"] = c.reasoning
         if c.tool_calls:  # as OpenAI answers: no content beside calls is null; no stream index
             msg["tool_calls"] = [{k: v for k, v in call.items() if k != "index"} for call in c.tool_calls]
             msg["content"] = c.text or None
@@ -186,7 +192,9 @@ class ChatRenderer(Renderer):
         delta: dict[str, Any] = {}
         if ch.role:
             delta["role"] = ch.role
-        if ch.text or not ch.tool_calls:
+        if ch.reasoning:
+            delta["reasoning_content"] = ch.reasoning
+        if ch.text or not (ch.tool_calls or ch.reasoning):
             delta["content"] = ch.text
         if ch.tool_calls:
             delta["tool_calls"] = ch.tool_calls

@@ -1,30 +1,34 @@
 """AWS Bedrock Runtime's Converse API (``/model/{id}/converse``, ``/converse-stream``): the codec
-(canonical request -> Converse body; answers and ConverseStream events -> canonical chunks) and the
-Bedrock row (its auth: bedrock_auth.py; InvokeModel rows: bedrock_claude.py, bedrock_embed.py).
+(canonical request -> Converse body; answers and ConverseStream events are read in
+``bedrock_answers.py``) and the Bedrock row (its auth: bedrock_auth.py; InvokeModel rows:
+bedrock_claude.py, bedrock_embed.py).
 
 Wire facts (botocore's bedrock-runtime service model): ``system[]`` apart from ``messages``;
 tool calls are ``toolUse`` blocks whose ``input`` is an object, results ``toolResult`` blocks in a
 user turn; ``toolChoice`` has auto, any and tool but no none (tools are dropped instead, unless the
 history holds a ``toolUse``: then ``toolConfig`` is required and stays, without a choice); a JSON
-schema output goes as a *string*. Streams are event-stream frames; ``metadata`` (the usage) comes
-after ``messageStop``, so the finish waits for it. ``inputTokens`` excludes cache reads and
-writes; the canonical ``prompt_tokens`` includes them (OpenAI's meaning).
+schema output goes as a *string*; what one model family takes beyond the common fields goes in
+``additionalModelRequestFields`` (Claude's ``top_k`` and ``thinking``).
+
+Claude thinks on Converse only when asked (``thinking: {type: enabled, budget_tokens}``; Claude
+refuses it without a budget, and older Claude models refuse it at all): asked only when the caller
+asked to see reasoning *and* gave a budget (an Anthropic caller's ``thinking.budget_tokens``), of
+the Claude models that think (3.7 Sonnet, Claude 4 and later, by model id).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
-import msgspec
-
-from switchyard.core.canonical import CanonicalRequest, Chunk, FinishReason, RequestKind, Usage
+from switchyard.core.canonical import CanonicalRequest, Chunk, RequestKind
 from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.errors import RETRY_STATUSES, InvalidRequest, UpstreamError
 from switchyard.dialects.outgoing import Emulation
+from switchyard.providers import bedrock_answers as answers
 from switchyard.providers.aws.eventstream import CONTENT_TYPE, FrameError, named_frames
 from switchyard.providers.bedrock_auth import bedrock_auth
 from switchyard.providers.bedrock_embed import embed_row, family
@@ -38,28 +42,15 @@ from switchyard.providers.turns import (
     stops,
     tool_functions,
 )
-from switchyard.providers.wire import Caps, Wire, WireError, register
+from switchyard.providers.wire import Caps, Wire, register
 
 PROVIDER = "bedrock"
-FINISH: Mapping[str, FinishReason] = {
-    "end_turn": "stop",
-    "stop_sequence": "stop",
-    "tool_use": "tool_calls",
-    "max_tokens": "length",
-    "model_context_window_exceeded": "length",
-    "guardrail_intervened": "content_filter",
-    "content_filtered": "content_filter",
-    "malformed_model_output": "error",
-    "malformed_tool_use": "error",
-}
-# In-stream exceptions (ConverseStreamOutput's error members) another attempt may cure, when
-# nothing of the answer has reached the caller yet.
-RETRYABLE_EXCEPTIONS = frozenset(
-    {"throttlingException", "serviceUnavailableException", "internalServerException"}
-)
 # requestMetadata values (the service model's RequestMetadataValueString)
 _METADATA_VALUE = re.compile(r"[a-zA-Z0-9\s:_@$#=/+,\-.]{0,256}")
 CARRIED = ("max_tokens", "temperature", "top_p", "top_k", "tools", "tool_choice", "constraint", "user")
+# Claude models that think (Claude 3.7 Sonnet; Claude 4 and later, Opus, Sonnet and Haiku), found
+# in a model id, a cross-region profile's (us.anthropic...) or an inference profile's ARN.
+_CLAUDE_THINKS = re.compile(r"anthropic\.claude-(?:3-7-|(?:opus|sonnet|haiku)-[4-9])")
 _IMAGE_FORMATS = {
     "image/png": "png",
     "image/jpeg": "jpeg",
@@ -94,8 +85,14 @@ class ConverseCodec:
             inference["stopSequences"] = stop
         if inference:
             body["inferenceConfig"] = inference
+        extra: dict[str, Any] = {}
         if req.top_k is not None:
-            body["additionalModelRequestFields"] = {"top_k": req.top_k}
+            extra["top_k"] = req.top_k
+        if req.show_reasoning and req.reasoning_budget is not None and _CLAUDE_THINKS.search(model):
+            # Claude requires max_tokens above the budget: the Anthropic dialect checks it.
+            extra["thinking"] = {"type": "enabled", "budget_tokens": req.reasoning_budget}
+        if extra:
+            body["additionalModelRequestFields"] = extra
         tools = _tool_config(req, any(t.calls for t in turns))
         if tools is not None:
             body["toolConfig"] = tools
@@ -113,175 +110,10 @@ class ConverseCodec:
         return body, emulation
 
     def whole(self, raw: bytes, req: CanonicalRequest) -> list[Chunk]:
-        try:
-            obj = _decode_answer(raw)
-        except msgspec.DecodeError:
-            raise WireError("sent a malformed answer") from None
-        if obj.output is None or obj.output.message is None:
-            raise WireError("sent an answer without an output message")
-        text: list[str] = []
-        calls: list[dict[str, Any]] = []
-        for block in obj.output.message.content or ():
-            if block.text is not None:
-                text.append(block.text)
-            elif block.toolUse is not None:
-                u = block.toolUse
-                calls.append(
-                    {
-                        "index": len(calls),
-                        "id": u.get("toolUseId"),
-                        "type": "function",
-                        "function": {"name": u.get("name"), "arguments": dumps(u.get("input") or {})},
-                    }
-                )
-        return [
-            Chunk(
-                index=0,
-                text="".join(text),
-                role="assistant",
-                tool_calls=calls or None,
-                finish_reason=FINISH.get(obj.stopReason or "", "stop"),
-                usage=usage_of(obj.usage),
-            )
-        ]
+        return answers.whole(raw)
 
-    def stream(self, req: CanonicalRequest) -> ConverseStream:
-        return ConverseStream()
-
-
-class _Usage(msgspec.Struct):
-    inputTokens: int = 0
-    outputTokens: int = 0
-    cacheReadInputTokens: int = 0
-    cacheWriteInputTokens: int = 0
-
-
-class _Block(msgspec.Struct):
-    text: str | None = None
-    toolUse: dict[str, Any] | None = None
-
-
-class _Message(msgspec.Struct):
-    content: list[_Block] | None = None
-
-
-class _Output(msgspec.Struct):
-    message: _Message | None = None
-
-
-class _Answer(msgspec.Struct):
-    output: _Output | None = None
-    stopReason: str | None = None
-    usage: _Usage | None = None
-
-
-class _Delta(msgspec.Struct):
-    text: str | None = None
-    toolUse: dict[str, Any] | None = None
-
-
-class _Event(msgspec.Struct):
-    """Any ConverseStream event's fields (one event has a few of them)."""
-
-    contentBlockIndex: int = 0
-    delta: _Delta | None = None
-    start: dict[str, Any] | None = None
-    stopReason: str | None = None
-    usage: _Usage | None = None
-    message: str | None = None  # an exception's text
-
-
-_decode_answer = msgspec.json.Decoder(_Answer).decode
-_decode_event = msgspec.json.Decoder(_Event).decode
-
-
-def usage_of(u: _Usage | None) -> Usage | None:
-    if u is None:
-        return None
-    cached, written = u.cacheReadInputTokens, u.cacheWriteInputTokens
-    return Usage(
-        prompt_tokens=u.inputTokens + cached + written,
-        completion_tokens=u.outputTokens,
-        cached_tokens=cached,
-        cache_write_tokens=written,
-    )
-
-
-class ConverseStream:
-    """One ConverseStream answer, event by event (``name``: the frame's ``:event-type``, or for an
-    exception frame its ``:exception-type``). The finish reason waits for ``metadata``."""
-
-    __slots__ = ("_finish", "_sent", "_tools", "done")
-
-    def __init__(self) -> None:
-        self.done = False
-        self._sent = False  # a chunk went out (the role rides on the first)
-        self._finish: FinishReason | None = None
-        self._tools: dict[int, int] = {}  # contentBlockIndex -> the tool call's OpenAI index
-
-    def feed(self, name: bytes | None, data: bytes) -> list[Chunk]:
-        kind = (name or b"").decode()
-        try:
-            ev = _decode_event(data) if data else _Event()
-        except msgspec.DecodeError:
-            raise WireError(f"sent a malformed {kind or 'stream'} event") from None
-        out: list[Chunk]
-        if kind == "contentBlockDelta" and ev.delta is not None:
-            d = ev.delta
-            if d.text is not None:
-                out = [Chunk(text=d.text)] if d.text else []
-            elif d.toolUse is not None:
-                k = self._tools.get(ev.contentBlockIndex)
-                if k is None:
-                    raise WireError("sent tool input for a block that started no tool call")
-                out = [
-                    Chunk(tool_calls=[{"index": k, "function": {"arguments": d.toolUse.get("input") or ""}}])
-                ]
-            else:
-                out = []  # reasoning and citations: not carried to OpenAI-shaped callers
-        elif kind == "contentBlockStart" and ev.start is not None and "toolUse" in ev.start:
-            u = ev.start["toolUse"]
-            k = self._tools[ev.contentBlockIndex] = len(self._tools)
-            out = [
-                Chunk(
-                    tool_calls=[
-                        {
-                            "index": k,
-                            "id": u.get("toolUseId"),
-                            "type": "function",
-                            "function": {"name": u.get("name"), "arguments": ""},
-                        }
-                    ]
-                )
-            ]
-        elif kind == "messageStop":
-            self._finish = FINISH.get(ev.stopReason or "", "stop")
-            return []
-        elif kind == "metadata":
-            if self._finish is None:
-                raise WireError("sent the stream's metadata before its messageStop")
-            self.done = True
-            out = [Chunk(finish_reason=self._finish, usage=usage_of(ev.usage))]
-        elif kind.endswith("Exception"):
-            raise WireError(
-                f"reported {kind}" + (" mid-stream" if self._sent else ""),
-                ev.message,
-                retryable=not self._sent and kind in RETRYABLE_EXCEPTIONS,
-                status=429 if kind == "throttlingException" and not self._sent else 502,
-            )
-        else:
-            return []  # messageStart, contentBlockStop, and events this gateway does not read
-        if out and not self._sent:
-            out[0].role = "assistant"
-            self._sent = True
-        return out
-
-    def ending(self) -> str | None:
-        if self.done:
-            return None
-        if self._finish is not None:
-            return "ended the stream after messageStop without its metadata event (the usage)"
-        return "ended the stream before it finished"
+    def stream(self, req: CanonicalRequest) -> answers.ConverseStream:
+        return answers.ConverseStream()
 
 
 def _messages(turns: list[Turn]) -> list[dict[str, Any]]:

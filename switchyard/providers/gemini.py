@@ -7,10 +7,16 @@ parts (``response`` an object) matched by function name; sampling fields in ``ge
 (``candidateCount`` is ``n``; logprobs exist); ``toolConfig.functionCallingConfig`` mode AUTO, ANY
 (with ``allowedFunctionNames`` for a named tool) or NONE. Answers are read in
 ``gemini_answers.py``; embeddings are ``gemini_embed.py``.
+
+Thoughts come back (``thought: true`` parts) only when ``generationConfig.thinkingConfig`` asks
+(``includeThoughts``), and a model that does not think refuses any thinkingConfig with a 400
+("thinking_config is not supported"; Vertex: "thinking is not supported by this model"): it is
+sent only to the thinking models, told by name (``thinks``).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import msgspec
@@ -56,6 +62,37 @@ _CONFIG = {
     "frequency_penalty": "frequencyPenalty",
     "n": "candidateCount",
 }
+# The thinking models (Google's thinking guide and google-genai's ThinkingConfig: Gemini 2.5 and 3
+# and later, and the -latest aliases, which point at them), less the 2.5 image and speech models,
+# which take no thinkingConfig. A name this does not know gets none: a missed summary, never a 400.
+_THINKS = re.compile(r"gemini-(?:2\.5-(?!.*-image)|[3-9]|(?:flash|flash-lite|pro)-latest)")
+_NO_THOUGHTS = ("-tts",)
+# Flash-Lite does not think unless told (includeThoughts alone is refused: "only enabled when
+# thinking is enabled"): a budget is sent with it, the caller's or -1 (dynamic).
+_THINKS_IF_TOLD = "flash-lite"
+# Every thinking model takes budgets up to 24576 (2.5 Pro up to 32768); a larger one is refused
+# ("The thinking budget (N) is invalid"), so it is lowered. Anthropic's floor (1024) is above
+# every model's (Pro 128, Flash-Lite 512).
+MAX_BUDGET = 24576
+
+
+def thinks(model: str) -> bool:
+    """Whether a Gemini model (by its name, a resource path's last part) takes thinkingConfig."""
+    name = model.rsplit("/", 1)[-1].lower()
+    return _THINKS.match(name) is not None and not any(t in name for t in _NO_THOUGHTS)
+
+
+def thinking_config(req: CanonicalRequest, model: str) -> dict[str, Any] | None:
+    """The thinkingConfig asking for thought parts, when the caller asked to see the reasoning
+    and the model thinks (None otherwise: nothing is sent)."""
+    if not req.show_reasoning or not thinks(model):
+        return None
+    config: dict[str, Any] = {"includeThoughts": True}
+    if req.reasoning_budget is not None:
+        config["thinkingBudget"] = min(req.reasoning_budget, MAX_BUDGET)
+    elif _THINKS_IF_TOLD in model.rsplit("/", 1)[-1].lower():
+        config["thinkingBudget"] = -1
+    return config
 
 
 class GeminiCodec:
@@ -97,6 +134,8 @@ class GeminiCodec:
                 raise refuse(
                     req, "constraint", self.provider, f"{c.kind} constraints; JSON schemas are carried"
                 )
+        if (thinking := thinking_config(req, model)) is not None:
+            config["thinkingConfig"] = thinking
         if config:
             body["generationConfig"] = config
         fns = tool_functions(req)

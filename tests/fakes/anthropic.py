@@ -4,7 +4,9 @@ faithful where the gateway depends on it, and misbehaves on request.
 Every request body is validated with the ``anthropic`` SDK's own request type
 (``MessageCreateParams``), and every answer, stream event and error body it sends is validated
 with the SDK's own response models before it is sent (``Message``, ``RawMessageStreamEvent``,
-``ErrorResponse``): what this mock says, the real API could say. tests/providers/test_anthropic_mock.py
+``ErrorResponse``): what this mock says, the real API could say. A ``thinking`` block sent back
+with an empty signature is refused as Anthropic refuses a signature it did not write (the SDK's
+types take any string). tests/providers/test_anthropic_mock.py
 drives it with the SDK as its client (calibration).
 
     async with FakeAnthropic(key="sk-ant") as up:      # up.url == "http://127.0.0.1:PORT"
@@ -117,6 +119,16 @@ class FakeAnthropic:
         """This fake's token count of a prompt (its answers' ``input_tokens`` too)."""
         return len(json.dumps(body["messages"]).split()) + len(str(body.get("system", "")).split())
 
+    @staticmethod
+    def unsigned(body: dict[str, Any]) -> str | None:
+        """Anthropic's refusal of a thinking block it did not sign (this fake knows only the empty
+        signature for one), with the block's place as Anthropic names it."""
+        for i, m in enumerate(body.get("messages") or []):
+            for j, block in enumerate(m.get("content") if isinstance(m.get("content"), list) else []):
+                if isinstance(block, dict) and block.get("type") == "thinking" and not block.get("signature"):
+                    return f"messages.{i}.content.{j}: Invalid `signature` in `thinking` block"
+        return None
+
     async def _count(self, request: web.Request) -> web.Response:
         """``POST /v1/messages/count_tokens``: the Messages fields without max_tokens or stream."""
         body, refused = await self._seen(request)
@@ -129,6 +141,8 @@ class FakeAnthropic:
             _consume(_COUNT.validate_python(body))
         except pydantic.ValidationError as e:
             return self._error(400, f"invalid request: {e.errors()[0]['loc']}: {e.errors()[0]['msg']}")
+        if (said := self.unsigned(body)) is not None:
+            return self._error(400, said)
         out = {"input_tokens": self.tokens(body)}
         MessageTokensCount.model_validate(out)
         return web.json_response(out)
@@ -141,6 +155,8 @@ class FakeAnthropic:
             _consume(_REQUEST.validate_python({k: v for k, v in body.items() if k != "stream"}))
         except pydantic.ValidationError as e:
             return self._error(400, f"invalid request: {e.errors()[0]['loc']}: {e.errors()[0]['msg']}")
+        if (said := self.unsigned(body)) is not None:
+            return self._error(400, said)
         b = self.script.pop(0) if self.script else self.default
         if b.status >= 400:
             headers = {"retry-after": b.retry_after} if b.retry_after is not None else None

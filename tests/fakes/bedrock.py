@@ -8,7 +8,10 @@ faithful where the gateway can go wrong:
   may be sent as Bearer instead;
 - streamed answers are event-stream frames, each checked by botocore's ``EventStreamBuffer``
   before it is sent; ``metadata`` (the usage) follows ``messageStop`` as on AWS; errors before a
-  stream are JSON with an ``x-amzn-ErrorType`` header.
+  stream are JSON with an ``x-amzn-ErrorType`` header;
+- Claude's thinking (``additionalModelRequestFields.thinking``) as Bedrock gates it: refused by a
+  Claude model that does not think and below Claude's budget rules; asked for, the answer opens
+  with a ``reasoningContent`` block (text and signature; streamed as ``reasoningContent`` deltas).
 
 ``tests/providers/test_bedrock_fake.py`` calibrates it with boto3's own bedrock-runtime client.
 
@@ -51,6 +54,10 @@ ERRORS = {
     "ServiceUnavailableException": 503,
     "ResourceNotFoundException": 404,
 }
+# Claude models that think (Anthropic's extended-thinking list), found in a model id or an ARN.
+THINKING_CLAUDE = ("anthropic.claude-3-7-sonnet", "anthropic.claude-sonnet-4", "anthropic.claude-opus-4",
+                   "anthropic.claude-haiku-4-5")
+SIGNATURE = "EqQBCkYIBxgCKkBfakesignature"
 _MODEL = ServiceModel(Loader().load_service_model("bedrock-runtime", "service-2"), "bedrock-runtime")
 
 
@@ -64,6 +71,7 @@ class Reply:
     exception: str | None = None  # streams: an exception frame ...
     exception_after: int = 0  # ... after this many content events
     metadata: bool = True  # streams: send the metadata event after messageStop
+    reasoning: str = "Let me think about it"  # reasoningContent, when thinking is asked for
 
 
 @dataclass
@@ -113,13 +121,20 @@ class FakeBedrock:
         )
         if report.has_errors():
             return _error("ValidationException", 400, report.generate_report())
+        thinking = (body.get("additionalModelRequestFields") or {}).get("thinking")
+        if thinking is not None and (refused := _check_thinking(model, thinking, body)) is not None:
+            return _error("ValidationException", 400, refused)
         self.requests.append(Seen(op, model, dict(request.headers), body))
         r = self.script.pop(0) if self.script else self.default
         if r.error is not None:
             return _error(r.error, ERRORS[r.error], f"fake {r.error}")
         stop = r.stop or ("tool_use" if r.tools else "end_turn")
+        thought = r.reasoning if thinking is not None and thinking.get("type") == "enabled" else ""
         if op == "Converse":
-            content: list[dict[str, Any]] = [{"text": r.text}] if r.text else []
+            content: list[dict[str, Any]] = (
+                [{"reasoningContent": {"reasoningText": {"text": thought, "signature": SIGNATURE}}}]
+                if thought else [])
+            content += [{"text": r.text}] if r.text else []
             content += [
                 {"toolUse": {"toolUseId": f"tooluse_{i}", "name": n, "input": a}}
                 for i, (n, a) in enumerate(r.tools)
@@ -132,9 +147,9 @@ class FakeBedrock:
                     "metrics": {"latencyMs": 12},
                 }
             )
-        return await self._stream(request, r, stop)
+        return await self._stream(request, r, stop, thought)
 
-    async def _stream(self, request: web.Request, r: Reply, stop: str) -> web.StreamResponse:
+    async def _stream(self, request: web.Request, r: Reply, stop: str, thought: str) -> web.StreamResponse:
         resp = web.StreamResponse(
             headers={"content-type": "application/vnd.amazon.eventstream", "x-amzn-requestid": "fake-request"}
         )
@@ -159,14 +174,22 @@ class FakeBedrock:
 
         events: list[tuple[str, dict[str, Any]]] = []
         block = 0
-        if r.text:
-            words = r.text.split(" ")
+        if thought:
+            half = len(thought) // 2
             events += [
-                ("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": w if i == 0 else " " + w}})
-                for i, w in enumerate(words)
+                ("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"reasoningContent": d}})
+                for d in ({"text": thought[:half]}, {"text": thought[half:]}, {"signature": SIGNATURE})
             ]
             events.append(("contentBlockStop", {"contentBlockIndex": 0}))
             block = 1
+        if r.text:
+            words = r.text.split(" ")
+            events += [
+                ("contentBlockDelta", {"contentBlockIndex": block, "delta": {"text": " " * (i > 0) + w}})
+                for i, w in enumerate(words)
+            ]
+            events.append(("contentBlockStop", {"contentBlockIndex": block}))
+            block += 1
         for i, (name, args) in enumerate(r.tools):
             idx = block + i
             raw = json.dumps(args)
@@ -197,6 +220,27 @@ class FakeBedrock:
             await send("metadata", {"usage": _usage(r.usage), "metrics": {"latencyMs": 12}})
         await resp.write_eof()
         return resp
+
+
+def _check_thinking(model: str, thinking: Any, body: dict[str, Any]) -> str | None:
+    """What Bedrock answers Claude's thinking field with (None: taken)."""
+    if "anthropic.claude" not in model:
+        return None  # other families' fields are not checked here
+    if not any(name in model for name in THINKING_CLAUDE):
+        return "The model returned the following errors: thinking: Extra inputs are not permitted"
+    if not isinstance(thinking, dict) or thinking.get("type") not in ("enabled", "disabled"):
+        return ("The model returned the following errors: thinking.type: Input should be 'enabled' or "
+                "'disabled'")
+    if thinking["type"] == "disabled":
+        return None
+    budget = thinking.get("budget_tokens")
+    if not isinstance(budget, int) or budget < 1024:
+        return ("The model returned the following errors: thinking.enabled.budget_tokens: Input should be "
+                "greater than or equal to 1024")
+    if (body.get("inferenceConfig") or {}).get("maxTokens", 4096) <= budget:
+        return ("The model returned the following errors: `max_tokens` must be greater than "
+                "`thinking.budget_tokens`")
+    return None
 
 
 def _usage(u: dict[str, int]) -> dict[str, int]:

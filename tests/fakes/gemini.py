@@ -8,7 +8,10 @@ Faithful where the gateway can go wrong: each request's parts are validated with
 own pydantic models (``types.Content``, ``GenerationConfig``, ``Tool``, ``ToolConfig``: unknown
 fields are refused), and every answer or stream event is validated as a
 ``types.GenerateContentResponse`` (with warnings as errors: an unknown enum value fails) before
-it is sent. The token endpoint verifies the JWT assertion with ``google.auth.jwt.decode`` against
+it is sent. Thinking as Google gates it: a ``thinkingConfig`` to a model that does not think is a
+400, as is a budget outside the model's range or ``includeThoughts`` on a model whose thinking is
+off (Flash-Lite unless given a budget); asked for, thoughts come back as ``thought: true`` parts
+before the answer. The token endpoint verifies the JWT assertion with ``google.auth.jwt.decode`` against
 the service account's public key. ``tests/providers/test_gemini_fake.py`` calibrates both with
 google-genai's ``Client`` as their client.
 
@@ -58,6 +61,48 @@ class Reply:
     status: int = 200  # an HTTP error instead of an answer
     error_after: int | None = None  # streams: an {"error": ...} event after this many events
     logprobs: bool = False
+    thought: str = "I should greet back"  # the thought parts' text, when includeThoughts asks
+
+
+# Google's thinking guide: the thinking models, each with its budget range and whether it thinks
+# unasked (first matching prefix wins; -1, dynamic, is taken by all; 0, off, by those whose range
+# starts at 0 and by Flash-Lite). Gemini 2.5's image and
+# speech models and every model not listed (1.5, 2.0, Gemma) take no thinkingConfig.
+THINKING: list[tuple[str, tuple[int, int, bool]]] = [
+    ("gemini-2.5-pro", (128, 32768, True)),
+    ("gemini-2.5-flash-lite", (512, 24576, False)),
+    ("gemini-2.5-flash", (0, 24576, True)),
+    ("gemini-3", (128, 32768, True)),
+]
+
+
+def thinking_of(model: str) -> tuple[int, int, bool] | None:
+    if "-tts" in model or (model.startswith("gemini-2.5") and "-image" in model):
+        return None
+    return next((spec for prefix, spec in THINKING if model.startswith(prefix)), None)
+
+
+def _field(obj: dict[str, Any], camel: str) -> Any:
+    """A field by its JSON name or its proto name (Google takes both; google-genai sends
+    thinkingConfig's fields snake_case)."""
+    return obj.get(camel, obj.get("".join("_" + c.lower() if c.isupper() else c for c in camel)))
+
+
+def check_thinking(model: str, vertex: bool, config: dict[str, Any]) -> str | None:
+    """Google's refusals of a thinkingConfig (None: taken), in each API's words."""
+    spec = thinking_of(model)
+    if spec is None:
+        return ("Unable to submit request because thinking is not supported by this model."
+                if vertex else "thinking_config is not supported.")
+    low, high, on = spec
+    budget = _field(config, "thinkingBudget")
+    off = budget == 0 and (low == 0 or not on)
+    if budget is not None and budget != -1 and not off and not low <= budget <= high:
+        return f"The thinking budget ({budget}) is invalid."
+    if _field(config, "includeThoughts") and (budget == 0 or (budget is None and not on)):
+        return ("Unable to submit request because Thinking_config.include_thoughts is only enabled "
+                "when thinking is enabled.")
+    return None
 
 
 @dataclass
@@ -152,6 +197,9 @@ class FakeGemini:
         except ValueError:
             return _error(400, "Invalid JSON payload received.")
         got = embed.texts_of(method, vertex, model, body) if method in embed.METHODS else check_request(body)
+        thinking = (body.get("generationConfig") or {}).get("thinkingConfig")
+        if got is None and thinking is not None:
+            got = check_thinking(model, vertex, thinking)
         if isinstance(got, str):
             return _error(400, got)
         self.requests.append(Seen(path, method, dict(request.headers), body))
@@ -161,15 +209,17 @@ class FakeGemini:
         if got is not None:  # an embedding's texts and dimensionality
             return web.json_response(embed.answer(method, vertex, *got, usage=self.embed_usage))
         n = (body.get("generationConfig") or {}).get("candidateCount") or 1
+        thought = r.thought if thinking is not None and _field(thinking, "includeThoughts") else ""
         if not stream:
-            answer = _answer(r, n, [r.text], final=True)
+            answer = _answer(r, n, [r.text], final=True, thought=thought)
             _valid(types.GenerateContentResponse, answer)
             return web.json_response(answer)
         resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
         await resp.prepare(request)
         words = r.text.split(" ") if r.text else []
         pieces = [[w if i == 0 else " " + w] for i, w in enumerate(words)] or [[]]
-        events = [_answer(r, n, p, final=False) for p in pieces[:-1]] + [
+        events = [_answer(r, n, [], final=False, thought=thought)] if thought else []
+        events += [_answer(r, n, p, final=False) for p in pieces[:-1]] + [
             _answer(r, n, pieces[-1], final=True)
         ]
         if r.block:
@@ -187,7 +237,7 @@ class FakeGemini:
         return resp
 
 
-def _answer(r: Reply, n: int, texts: list[str], *, final: bool) -> dict[str, Any]:
+def _answer(r: Reply, n: int, texts: list[str], *, final: bool, thought: str = "") -> dict[str, Any]:
     usage = {
         **r.usage,
         "totalTokenCount": sum(v for k, v in r.usage.items() if k != "cachedContentTokenCount"),
@@ -196,7 +246,8 @@ def _answer(r: Reply, n: int, texts: list[str], *, final: bool) -> dict[str, Any
         return {"promptFeedback": {"blockReason": r.block}, "usageMetadata": usage, "modelVersion": "fake"}
     cands = []
     for i in range(n):
-        parts: list[dict[str, Any]] = [{"text": t} for t in texts]
+        parts: list[dict[str, Any]] = [{"text": thought, "thought": True}] if thought else []
+        parts += [{"text": t} for t in texts]
         if final:
             parts += [{"functionCall": {"name": name, "args": args}} for name, args in r.calls]
         cand: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": i}

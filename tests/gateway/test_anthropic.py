@@ -133,7 +133,7 @@ async def test_images_documents_and_cache_control(cfg, gateway_for, upstream) ->
               {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "doc"},
                "title": "T"}]
     async with gateway_for(cfg) as gw:
-        r = await gw.post("/v1/messages", json={"model": MODEL, "max_tokens": 2, "thinking": {
+        r = await gw.post("/v1/messages", json={"model": MODEL, "max_tokens": 4096, "thinking": {
             "type": "enabled", "budget_tokens": 2048}, "messages": [{"role": "user", "content": blocks}]},
             headers={"anthropic-beta": "prompt-caching-2024-07-31"})
     assert r.status_code == 200, r.text

@@ -173,3 +173,26 @@ async def test_reasoning_before_a_tool_call(cfg, gateway_for, stream) -> None:
         got = Response.model_validate(r.json())
     assert [o.type for o in got.output] == ["reasoning", "function_call"]
     assert got.output[0].summary[0].text == THOUGHT
+
+
+async def test_chat_caller_gets_reasoning_content_as_deepseek_writes_it(cfg, gateway_for, upstream) -> None:
+    """An OpenAI chat caller gets the backend's reasoning back as ``reasoning_content`` (whole:
+    on the message; streamed: on deltas, before the content), read by the openai SDK as the
+    fake's own calibration reads it; a backend that wrote none adds no field."""
+    async with gateway_for(cfg) as gw:
+        c = oai(gw)
+        whole = await c.chat.completions.create(model=MODEL, messages=ASK)
+        msg = whole.choices[0].message
+        assert (msg.model_extra or {})["reasoning_content"] == THOUGHT and msg.content == ANSWER
+        pieces = [(ch.choices[0].delta.model_extra or {}, ch.choices[0].delta.content)
+                  async for ch in await c.chat.completions.create(model=MODEL, messages=ASK, stream=True)
+                  if ch.choices]
+        assert "".join(x.get("reasoning_content") or "" for x, _ in pieces) == THOUGHT
+        assert "".join(t or "" for _, t in pieces) == ANSWER
+        first_text = next(i for i, (_, t) in enumerate(pieces) if t)
+        assert all("reasoning_content" not in x for x, _ in pieces[first_text:])  # reasoning came first
+        upstream.default = Behaviour(text=ANSWER)
+        raw = await gw.post("/v1/chat/completions", json={"model": MODEL, "messages": ASK})
+        assert "reasoning_content" not in raw.json()["choices"][0]["message"]
+        raw = await gw.post("/v1/chat/completions", json={"model": MODEL, "messages": ASK, "stream": True})
+        assert "reasoning_content" not in raw.text and ANSWER.split()[0] in raw.text

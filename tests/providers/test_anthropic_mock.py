@@ -4,10 +4,12 @@ own models before sending it)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import anthropic
 import pytest
 
-from tests.fakes.anthropic import Claude, FakeAnthropic
+from tests.fakes.anthropic import SIGNATURE, Claude, FakeAnthropic
 
 HI = [{"role": "user", "content": "hi"}]
 
@@ -65,3 +67,20 @@ async def test_wrong_key_and_invalid_body_are_refused_as_the_api_does() -> None:
         with pytest.raises(anthropic.BadRequestError):
             await client(up).messages.create(model="claude-x", max_tokens=5,
                                              messages=[{"role": "robot", "content": "x"}])  # type: ignore[list-item,typeddict-item]
+
+
+async def test_an_unsigned_thinking_block_is_refused_as_anthropic_does() -> None:
+    """The SDK's types take any signature string; Anthropic refuses one it did not write, and an
+    empty one (what this gateway writes for another backend's reasoning) never is Anthropic's."""
+    turns: Any = [{"role": "user", "content": "hi"},
+                  {"role": "assistant", "content": [{"type": "thinking", "thinking": "hm", "signature": ""},
+                                                    {"type": "text", "text": "yo"}]},
+                  {"role": "user", "content": "and?"}]
+    async with FakeAnthropic() as up:
+        with pytest.raises(anthropic.BadRequestError, match=r"messages\.1\.content\.0: Invalid `signature`"):
+            await client(up).messages.create(model="claude-x", max_tokens=5, messages=turns)
+        with pytest.raises(anthropic.BadRequestError, match="Invalid `signature` in `thinking` block"):
+            await client(up).messages.count_tokens(model="claude-x", messages=turns)
+        turns[1]["content"][0]["signature"] = SIGNATURE
+        msg = await client(up).messages.create(model="claude-x", max_tokens=5, messages=turns)
+        assert msg.content[0].type == "text"

@@ -191,3 +191,30 @@ async def test_claude_on_vertex_takes_the_native_body_in_its_envelope(gateway_fo
     assert count.path.endswith("/publishers/anthropic/models/count-tokens:rawPredict")
     assert count.body["model"] == "claude-up" and count.body["system"] == system(7)
     assert n.input_tokens == FakeAnthropic.tokens(fake.inner.requests[-1].body)
+
+
+async def test_thinking_this_gateway_wrote_unsigned_is_not_sent_to_claude(gateway_for) -> None:
+    """A caller whose earlier turns a non-Claude backend answered holds thinking blocks with an
+    empty signature (another model's reasoning, shown): Claude would refuse them (the mock does, as
+    Anthropic: "Invalid `signature`"), so the native lane drops them, and only them; an assistant
+    turn left empty goes too. Counting tokens drops them the same way."""
+    theirs = {"type": "thinking", "thinking": "another model's reasoning", "signature": ""}
+    turns: Any = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": [theirs, {"type": "text", "text": "hello"}]},
+        {"role": "user", "content": "and?"},
+        {"role": "assistant", "content": [theirs]},  # nothing but the unsigned block
+        {"role": "user", "content": "well?"},
+        *TURNS]  # Claude's own signed thinking stays
+    async with FakeAnthropic() as up:
+        sent: list[bytes] = []
+        async with gateway_for(config(up)) as gw:
+            c = client(gw, sent)
+            msg = await c.messages.create(**{**ask(6), "messages": turns})
+            n = await c.messages.count_tokens(model=MODEL, messages=turns)
+    assert msg.content[-1].type == "text" and n.input_tokens > 0
+    for seen in up.requests:
+        msgs = seen.body["messages"]
+        assert [m["role"] for m in msgs] == ["user", "assistant", "user", "user", "user", "assistant", "user"]
+        assert msgs[1]["content"] == [{"type": "text", "text": "hello"}]
+        assert msgs[5] == TURNS[1]  # signed: kept as sent

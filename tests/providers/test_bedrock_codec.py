@@ -283,3 +283,46 @@ def test_user_goes_to_request_metadata_within_its_pattern() -> None:
     with pytest.raises(InvalidRequest) as e:
         CODEC.render(chat(user="\u00e9l\u00e8ve"), "m")
     assert e.value.param == "user"
+
+
+def test_reasoning_is_read_whole_and_streamed_its_signature_and_redactions_are_not() -> None:
+    """ReasoningContentBlock (whole) and ReasoningContentBlockDelta (stream), as the service model
+    names them: the text is Chunk.reasoning; a signature or redactedContent (bytes, base64 on the
+    wire) adds nothing."""
+    raw = json.dumps({"output": {"message": {"role": "assistant", "content": [
+        {"reasoningContent": {"reasoningText": {"text": "first ", "signature": "sig"}}},
+        {"reasoningContent": {"redactedContent": base64.b64encode(b"\x00secret").decode()}},
+        {"reasoningContent": {"reasoningText": {"text": "then"}}},
+        {"text": "done"}]}}, "stopReason": "end_turn", "usage": {"inputTokens": 1, "outputTokens": 2}},
+    ).encode()
+    [c] = CODEC.whole(raw, chat())
+    assert (c.reasoning, c.text) == ("first then", "done")
+    out, _ = _feed([
+        ("messageStart", {"role": "assistant"}),
+        ("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"reasoningContent": {"text": "hm"}}}),
+        ("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"reasoningContent": {"signature": "s"}}}),
+        ("contentBlockDelta", {"contentBlockIndex": 1, "delta": {"reasoningContent": {
+            "redactedContent": base64.b64encode(b"x").decode()}}}),
+        ("contentBlockDelta", {"contentBlockIndex": 2, "delta": {"text": "ok"}}),
+    ])
+    assert [(ch.reasoning, ch.text, ch.role) for ch in out] == [("hm", "", "assistant"), ("", "ok", None)]
+
+
+@pytest.mark.parametrize(("model", "asked"), [
+    ("anthropic.claude-sonnet-4-20250514-v1:0", True),
+    ("us.anthropic.claude-3-7-sonnet-20250219-v1:0", True),
+    ("arn:aws:bedrock:us-east-1:1:inference-profile/global.anthropic.claude-opus-4-5-20251101-v1:0", True),
+    ("anthropic.claude-haiku-4-5-20251001-v1:0", True),
+    ("anthropic.claude-3-5-sonnet-20240620-v1:0", False),  # refuses the field
+    ("amazon.nova-pro-v1:0", False),
+])
+def test_claude_thinking_asked_only_with_a_budget_of_claude_that_thinks(model: str, asked: bool) -> None:
+    req = chat(max_tokens=4096, top_k=5, show_reasoning=True, reasoning_budget=2048)
+    body, _ = CODEC.render(req, model)
+    valid(body)
+    thinking = {"thinking": {"type": "enabled", "budget_tokens": 2048}} if asked else {}
+    assert body["additionalModelRequestFields"] == {"top_k": 5, **thinking}
+    # Without a budget (a Responses summary) or without the caller asking: nothing asked.
+    for kw in ({"show_reasoning": True}, {"reasoning_budget": 2048}):
+        body, _ = CODEC.render(chat(max_tokens=4096, **kw), model)
+        assert "additionalModelRequestFields" not in body

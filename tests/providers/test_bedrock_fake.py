@@ -146,3 +146,44 @@ async def test_invalid_body_is_a_validation_exception() -> None:
         assert r.status_code == 400, r.text
         assert r.headers["x-amzn-errortype"].startswith("ValidationException")
         assert "maxTokens" in r.json()["message"]
+
+
+async def test_claude_thinking_parses_in_boto3() -> None:
+    """Claude's thinking as boto3 asks for it (additionalModelRequestFields): the answer's
+    reasoningContent block and the stream's reasoningContent deltas (text, then the signature)
+    parse in boto3; a Claude that does not think, a budget under 1024 and maxTokens not above the
+    budget are ValidationExceptions, as on Bedrock."""
+    from tests.fakes.bedrock import SIGNATURE
+
+    think = {"thinking": {"type": "enabled", "budget_tokens": 1024}}
+    kw: Any = {"modelId": MODEL, "messages": MSG, "inferenceConfig": {"maxTokens": 2048},
+               "additionalModelRequestFields": think}
+    async with FakeBedrock() as aws:
+        aws.script.append(Reply(text="yes", reasoning="hmm, yes"))
+        out = await asyncio.to_thread(_client(aws.url).converse, **kw)
+        assert out["output"]["message"]["content"] == [
+            {"reasoningContent": {"reasoningText": {"text": "hmm, yes", "signature": SIGNATURE}}},
+            {"text": "yes"},
+        ]
+
+        def stream() -> list[dict[str, Any]]:
+            return list(_client(aws.url).converse_stream(**kw)["stream"])
+
+        aws.script.append(Reply(text="yes", reasoning="hmm, yes"))
+        deltas = [e["contentBlockDelta"] for e in await asyncio.to_thread(stream) if "contentBlockDelta" in e]
+        thought = [d["delta"]["reasoningContent"] for d in deltas if d["contentBlockIndex"] == 0]
+        assert "".join(t.get("text", "") for t in thought) == "hmm, yes"
+        assert thought[-1] == {"signature": SIGNATURE}
+        assert [d["delta"] for d in deltas if d["contentBlockIndex"] == 1] == [{"text": "yes"}]
+        plain = await asyncio.to_thread(_client(aws.url).converse, modelId=MODEL, messages=MSG)
+        assert [next(iter(b)) for b in plain["output"]["message"]["content"]] == ["text"]
+        refused = [
+            ({**kw, "modelId": "anthropic.claude-3-5-sonnet-20240620-v1:0"}, "Extra inputs are not"),
+            ({**kw, "additionalModelRequestFields": {"thinking": {"type": "enabled", "budget_tokens": 500}}},
+             "greater than or equal to 1024"),
+            ({**kw, "inferenceConfig": {"maxTokens": 1024}}, "must be greater than `thinking.budget_tokens`"),
+        ]
+        for call, said in refused:
+            with pytest.raises(ClientError, match=said) as e:
+                await asyncio.to_thread(_client(aws.url).converse, **call)
+            assert e.value.response["Error"]["Code"] == "ValidationException"

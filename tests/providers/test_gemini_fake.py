@@ -216,3 +216,55 @@ async def test_vertex_embeddings_parse_in_google_genai() -> None:
                 assert [len(e.values or []) for e in got] == [4, 4]
                 assert [e.statistics.token_count for e in got if e.statistics] == [3, 1]
                 assert g.requests[-1].path == where + f"{model}:{method}"
+
+
+async def test_thinking_as_google_gates_it_in_google_genai() -> None:
+    """What google-genai sends for thoughts (thinking_config), the fake takes from a thinking
+    model, answering thought parts the SDK reads (``part.thought``); from a model that does not
+    think it is Google's 400, on both APIs; a budget out of range and thoughts asked of a model
+    whose thinking is off are refused too."""
+    think = types.GenerateContentConfig(thinking_config=types.ThinkingConfig(include_thoughts=True))
+    async with FakeGemini() as g:
+        client = _client(g.url)
+        g.script.append(Reply(text="hi there", thought="they said hi"))
+        out = await asyncio.to_thread(client.models.generate_content, model="gemini-2.5-flash",
+                                      contents="hi", config=think)
+        parts = out.candidates[0].content.parts  # type: ignore[index, union-attr]
+        assert [(p.thought, p.text) for p in parts] == [(True, "they said hi"), (None, "hi there")]  # type: ignore[union-attr]
+        assert out.text == "hi there"  # the SDK leaves thoughts out of .text
+        sent = g.requests[-1].body["generationConfig"]["thinkingConfig"]
+        assert sent == {"include_thoughts": True}  # the proto's name, which Google takes too
+
+        def stream() -> list[types.GenerateContentResponse]:
+            return list(client.models.generate_content_stream(model="gemini-3-pro-preview",
+                                                              contents="hi", config=think))
+
+        chunks = await asyncio.to_thread(stream)
+        seen = [(p.thought, p.text) for c in chunks for p in c.candidates[0].content.parts]  # type: ignore[index, union-attr]
+        assert seen[0] == (True, "I should greet back")
+        assert "".join(t or "" for th, t in seen[1:] if not th) == "Hello from Gemini"
+        plain = await asyncio.to_thread(client.models.generate_content, model="gemini-2.5-flash",
+                                        contents="hi")
+        assert [p.thought for p in plain.candidates[0].content.parts] == [None]  # type: ignore[index, union-attr]
+        refused = [
+            ("gemini-2.0-flash", think, "thinking_config is not supported"),
+            ("gemini-2.5-flash-image", think, "thinking_config is not supported"),
+            ("gemini-2.5-flash-lite", think, "include_thoughts is only enabled when thinking is enabled"),
+            ("gemini-2.5-flash", types.GenerateContentConfig(
+                thinking_config=types.ThinkingConfig(thinking_budget=30000)), r"thinking budget \(30000\)"),
+        ]
+        for model, config, said in refused:
+            with pytest.raises(errors.ClientError, match=said) as e:
+                await asyncio.to_thread(client.models.generate_content, model=model, contents="hi",
+                                        config=config)
+            assert e.value.code == 400 and e.value.status == "INVALID_ARGUMENT"
+        lite = types.GenerateContentConfig(
+            thinking_config=types.ThinkingConfig(include_thoughts=True, thinking_budget=-1))
+        out = await asyncio.to_thread(client.models.generate_content, model="gemini-2.5-flash-lite",
+                                      contents="hi", config=lite)
+        assert out.candidates[0].content.parts[0].thought is True  # type: ignore[index, union-attr]
+        with FakeTokenServer(b"", g.tokens) as tokens:
+            vertex = _vertex_client(g, tokens)
+            with pytest.raises(errors.ClientError, match="thinking is not supported by this model"):
+                await asyncio.to_thread(vertex.models.generate_content, model="gemini-2.0-flash",
+                                        contents="hi", config=think)

@@ -389,8 +389,14 @@ def read_request(body: Any, raw: bytes, headers: Mapping[str, str], *, strict: b
         raise InvalidRequest("messages: at least one message is required", param="messages")
     choice, parallel = got.get("tool_choice", (None, None))
     constraint, effort = got.get("output_config", (None, False))
+    # The budget only of enabled thinking (checked there: an integer of at least 1024).
+    budget = body["thinking"]["budget_tokens"] if got.get("thinking") and body["thinking"].get(
+        "type") == "enabled" else None
+    if budget is not None and isinstance(got.get("max_tokens"), int) and got["max_tokens"] <= budget:
+        raise InvalidRequest("max_tokens must be greater than thinking.budget_tokens", param="max_tokens")
     if got.get("thinking") and "budget_tokens" in body["thinking"]:
-        # Thinking itself is shown where the backend reasons (show_reasoning); its budget is not sent.
+        # Thinking itself is shown where the backend reasons (show_reasoning); its budget is sent
+        # only where the backend takes one (reasoning_budget: Gemini, Claude on Bedrock Converse).
         reader.drop("thinking.budget_tokens")
     if effort:
         reader.drop("output_config.effort")
@@ -410,4 +416,5 @@ def read_request(body: Any, raw: bytes, headers: Mapping[str, str], *, strict: b
         stop=got.get("stop_sequences"), tools=got.get("tools"),
         tool_choice=choice if "tools" in got else None,  # without tools there is nothing to choose
         parallel_tool_calls=parallel if "tools" in got else None, user=got.get("metadata"),
-        constraint=constraint, extra=extra, native=native, show_reasoning=bool(got.get("thinking")))
+        constraint=constraint, extra=extra, native=native, show_reasoning=bool(got.get("thinking")),
+        reasoning_budget=budget)

@@ -58,12 +58,15 @@ class AnthropicCodec:
         """The caller's own Messages body, kept as sent (cache_control placement, system blocks,
         thinking blocks and their signatures, field order) except what the gateway owns: the
         upstream's model name, max_tokens capped at what was admitted (``req.max_tokens``),
-        ``stream`` as served. Fields outside the Messages API pass only when allowed."""
+        ``stream`` as served, and thinking blocks this gateway wrote unsigned (``unsigned``).
+        Fields outside the Messages API pass only when allowed."""
         allowed = allow_params or []
         out: dict[str, Any] = {}
         for k, v in body.items():
             if k in MESSAGES_FIELDS or "*" in allowed or k in allowed:
                 out[k] = v
+        if isinstance(out.get("messages"), list):
+            out["messages"] = unsigned(out["messages"])
         out["model"] = model
         asked = body.get("max_tokens")
         cap = req.max_tokens if req.max_tokens is not None and req.max_tokens > 0 else None
@@ -85,6 +88,8 @@ class AnthropicCodec:
         out = {k: v for k, v in body.items()
                if (k in MESSAGES_FIELDS or "*" in allowed or k in allowed)
                and k not in ("max_tokens", "stream")}
+        if isinstance(out.get("messages"), list):
+            out["messages"] = unsigned(out["messages"])
         out["model"] = model
         if self.envelope:
             out.update(self.envelope)
@@ -93,6 +98,33 @@ class AnthropicCodec:
     def counted(self, raw: bytes) -> int | None:
         """``{"input_tokens": N}``; None when the answer is not that (the estimate stands in)."""
         return count_field(raw, "input_tokens")
+
+
+def unsigned(messages: list[Any]) -> list[Any]:
+    """The messages less the ``thinking`` blocks with an empty signature: only this gateway writes
+    those (another backend's reasoning shown as thinking), and Claude refuses them ("Invalid
+    `signature` in `thinking` block"). An assistant turn left empty goes too (Claude merges the
+    user turns around it). Messages without such blocks are returned as they are (the same list)."""
+    if not any(_has_unsigned(m) for m in messages):
+        return messages
+    out = []
+    for m in messages:
+        if not _has_unsigned(m):
+            out.append(m)
+            continue
+        content = [b for b in m["content"] if not _is_unsigned(b)]
+        if content:
+            out.append({**m, "content": content})
+    return out
+
+
+def _is_unsigned(block: Any) -> bool:
+    return isinstance(block, dict) and block.get("type") == "thinking" and block.get("signature") == ""
+
+
+def _has_unsigned(m: Any) -> bool:
+    return (isinstance(m, dict) and m.get("role") == "assistant" and isinstance(m.get("content"), list)
+            and any(_is_unsigned(b) for b in m["content"]))
 
 
 def count_field(raw: bytes, name: str) -> int | None:
