@@ -1,11 +1,12 @@
-"""One engine shared by several worker processes (``switchyard serve --workers N``).
+"""One built-in model shared by several worker processes (``switchyard serve --workers N``).
 
-The supervisor process runs an ``EngineHost`` per engine deployment: it owns the engine process
-(an ``EngineBackend``, which restarts it if it dies) and serves the workers over a unix socket,
-speaking the same framed messages the engine process speaks. Each worker attaches with a
-``HostedEngine``, an ``EngineBackend`` whose channel leads to the host instead of to a process of
-its own, so the model is loaded once whatever the number of workers, and its batches mix requests
-from all of them. Imports no torch.
+The supervisor process runs an ``EngineHost`` per built-in deployment (the text engine or the
+embedder): it owns the model's process (an ``EngineBackend`` or ``EmbedderBackend``, which
+restarts it if it dies) and serves the workers over a unix socket, speaking the same framed
+messages that process speaks. Each worker attaches with a ``HostedEngine`` (``HostedEmbedder``),
+a backend whose channel leads to the host instead of to a process of its own, so the model is
+loaded once whatever the number of workers, and its batches mix requests from all of them.
+Imports no torch.
 """
 
 from __future__ import annotations
@@ -23,12 +24,14 @@ from typing import Any
 from switchyard.core.canonical import CanonicalRequest
 from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.errors import GatewayError
-from switchyard.engine.backend import EngineBackend
+from switchyard.engine.backend import EmbedderBackend, EngineBackend
 from switchyard.engine.channel import AsyncChannel, error_message
 from switchyard.engine.process import Meter
 
 # {"<group>/<deployment>": "/path/to/socket"}, set by the supervisor for its workers.
 SOCKETS_ENV = "SWITCHYARD_ENGINE_SOCKETS"
+# The built-in backends by ``deployment.backend``: each runs a model in a process of its own.
+BUILT_IN: dict[str, type[EngineBackend]] = {"engine": EngineBackend, "embedder": EmbedderBackend}
 
 
 def hosted_sockets() -> dict[str, str]:
@@ -38,10 +41,10 @@ def hosted_sockets() -> dict[str, str]:
 
 
 class EngineHost:
-    """Serves one engine to any number of workers on a unix socket."""
+    """Serves one built-in model (engine or embedder) to any number of workers on a unix socket."""
 
     def __init__(self, deployment: DeploymentConfig, path: str) -> None:
-        self.engine = EngineBackend(deployment)
+        self.engine = BUILT_IN[deployment.backend](deployment)
         self.path = path
         self._server: asyncio.Server | None = None
         self._conns: set[asyncio.Task[None]] = set()
@@ -141,17 +144,34 @@ class HostedEngine(EngineBackend):
         """Nothing to reap: the host owns the engine process."""
 
 
-def engine_deployments(config: Any) -> list[tuple[str, DeploymentConfig]]:
-    """``("<group>/<deployment>", deployment)`` for every built-in engine deployment."""
+class HostedEmbedder(HostedEngine, EmbedderBackend):
+    """A worker's view of a shared embedder: passes go through the host, tokens are counted here
+    (``EmbedderBackend.count_tokens``)."""
+
+
+HOSTED: dict[str, type[HostedEngine]] = {"engine": HostedEngine, "embedder": HostedEmbedder}
+
+
+def built_in(name: str, deployment: DeploymentConfig) -> EngineBackend:
+    """The backend of built-in deployment ``name`` ("<group>/<deployment>") in this process:
+    attached to the supervisor's host under ``--workers``, else with a model process of its own."""
+    path = hosted_sockets().get(name)
+    if path is None:
+        return BUILT_IN[deployment.backend](deployment)
+    return HOSTED[deployment.backend](deployment, path)
+
+
+def hosted_deployments(config: Any) -> list[tuple[str, DeploymentConfig]]:
+    """``("<group>/<deployment>", deployment)`` for every built-in (engine, embedder) deployment."""
     return [(f"{m.name}/{d.name}", d) for m in config.models for d in m.deployments
-            if d.backend == "engine"]
+            if d.backend in BUILT_IN]
 
 
 @contextlib.contextmanager
 def hosting(config: Any, directory: str) -> Iterator[None]:
-    """Run every engine deployment of ``config`` once, in a thread of this (the supervisor)
+    """Run every built-in deployment of ``config`` once, in a thread of this (the supervisor)
     process, with sockets under ``directory``, and tell the workers spawned meanwhile where."""
-    deps = engine_deployments(config)
+    deps = hosted_deployments(config)
     if not deps:
         yield
         return

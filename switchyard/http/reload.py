@@ -175,8 +175,8 @@ class Reloadable:
 
 
 def hosted_engines_unchanged(old: Config, new: Config) -> None:
-    """Under ``--workers`` a built-in engine runs in the supervisor, loaded from the config it
-    started with: a worker cannot change it (ConfigError saying so; a restart can)."""
+    """Under ``--workers`` a built-in engine or embedder runs in the supervisor, loaded from the
+    config it started with: a worker cannot change it (ConfigError saying so; a restart can)."""
     from switchyard.engine.host import hosted_sockets  # no torch: the socket table only
 
     why = engine_change(old, new) if hosted_sockets() else None
@@ -185,14 +185,17 @@ def hosted_engines_unchanged(old: Config, new: Config) -> None:
 
 
 def engine_change(old: Config, new: Config) -> str | None:
-    """Why ``new`` cannot be swapped in where engines are hosted by the supervisor, if it cannot."""
+    """Why ``new`` cannot be swapped in where built-in models are hosted by the supervisor, if it
+    cannot."""
     def engines(c: Config) -> dict[str, Any]:
-        return {f"{m.name}/{d.name}": d for m in c.models for d in m.deployments if d.backend == "engine"}
+        return {f"{m.name}/{d.name}": d for m in c.models for d in m.deployments
+                if d.backend in ("engine", "embedder")}
 
     before, after = engines(old), engines(new)
     for name in sorted(before.keys() | after.keys()):
         if before.get(name) != after.get(name):
-            return (f"engine deployment {name} changed: under --workers the engine runs in the "
+            what = (before.get(name) or after[name]).backend
+            return (f"{what} deployment {name} changed: under --workers the {what} runs in the "
                     "supervisor with the config it started with; restart to apply it")
     return None
 

@@ -317,9 +317,9 @@ def redacted(url: str) -> str:
 
 
 def _engines(config: Config, run_dir: str) -> contextlib.AbstractContextManager[None]:
-    """The built-in engines, loaded once in this process and shared by the workers."""
-    if not any(d.backend == "engine" for m in config.models for d in m.deployments):
+    """The built-in engines and embedders, loaded once in this process and shared by the workers."""
+    if not any(d.backend in ("engine", "embedder") for m in config.models for d in m.deployments):
         return contextlib.nullcontext()
-    from switchyard.engine.host import hosting  # only an engine config needs the engine package
+    from switchyard.engine.host import hosting  # only a built-in model needs the engine package
 
     return hosting(config, run_dir)

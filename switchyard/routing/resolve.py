@@ -106,24 +106,15 @@ class RunInfo:
 
 
 def build_backend(model: ModelConfig, dep: DeploymentConfig) -> Backend:
-    if dep.backend == "embedder":
+    if dep.backend in ("engine", "embedder"):
+        # Its process imports torch; a proxy-only install finds out here, not at first use.
         if importlib.util.find_spec("torch") is None:
-            raise ConfigError(f"models.{model.name}: deployment {dep.name} uses the built-in embedder, "
+            raise ConfigError(f"models.{model.name}: deployment {dep.name} uses the built-in {dep.backend}, "
                               f"which needs the 'engine' extra ({install_hint('engine')})")
-        from switchyard.engine import EmbedderBackend
+        from switchyard.engine.host import built_in
 
-        return EmbedderBackend(dep)  # one per worker under --workers (it is small)
-    if dep.backend == "engine":
-        # The engine process imports torch; a proxy-only install finds out here, not at first use.
-        if importlib.util.find_spec("torch") is None:
-            raise ConfigError(f"models.{model.name}: deployment {dep.name} uses the built-in engine, "
-                              f"which needs the 'engine' extra ({install_hint('engine')})")
-        from switchyard.engine import EngineBackend
-        from switchyard.engine.host import HostedEngine, hosted_sockets
-
-        # Under ``--workers N`` the supervisor runs the engine once and each worker attaches.
-        path = hosted_sockets().get(f"{model.name}/{dep.name}")
-        return HostedEngine(dep, path) if path else EngineBackend(dep)
+        # Under ``--workers N`` the supervisor runs the model once and each worker attaches.
+        return built_in(f"{model.name}/{dep.name}", dep)
     from switchyard.providers import UpstreamBackend
 
     return UpstreamBackend(dep, model.name)

@@ -66,15 +66,15 @@ async def test_workers_attached_to_one_host_share_its_engine(tiny_dir, tmp_path)
     assert not os.path.exists(host.path)
 
 
-def engine_processes(root: int) -> list[int]:
-    """Engine processes anywhere below ``root``."""
+def engine_processes(root: int, module: str = "switchyard.engine.process") -> list[int]:
+    """Processes running ``module`` (the engine's by default) anywhere below ``root``."""
     out = subprocess.run(["ps", "-eo", "pid=,ppid=,args="], capture_output=True, text=True).stdout
     rows = [line.split(None, 2) for line in out.splitlines()]
     tree, found = {root}, []
     for _ in range(4):  # the supervisor, its workers, their children
         tree |= {int(p) for p, pp, _ in rows if int(pp) in tree}
     for p, _, args in rows:
-        if int(p) in tree and "switchyard.engine.process" in args:
+        if int(p) in tree and module in args:
             found.append(int(p))
     return found
 

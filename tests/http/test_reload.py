@@ -151,3 +151,11 @@ def test_a_reload_may_not_change_an_engine_the_supervisor_hosts() -> None:
     assert engine_change(cfg(max_batch=4), cfg(max_batch=4)) is None
     assert "local/m/e changed" in (engine_change(cfg(max_batch=4), cfg(max_batch=8)) or "")
     assert "restart" in (engine_change(cfg(max_batch=4), cfg(max_batch=8)) or "")
+
+    def embedder(**engine: Any) -> Any:  # hosted by the supervisor too
+        return parse_config({"models": [{"name": "local/emb", "deployments": [
+            {"name": "x", "backend": "embedder", "engine": engine}]}]})
+
+    assert engine_change(embedder(max_batch=4), embedder(max_batch=4)) is None
+    assert "embedder deployment local/emb/x changed" in (
+        engine_change(embedder(max_batch=4), embedder(max_batch=8)) or "")

@@ -109,14 +109,22 @@ async def start(path: Path, *args: str) -> tuple[asyncio.subprocess.Process, int
 
 @contextlib.asynccontextmanager
 async def running(path: Path, *args: str) -> AsyncIterator[tuple[asyncio.subprocess.Process, int]]:
-    """``switchyard serve`` started as ``start`` does, killed at the end if still running."""
+    """``switchyard serve`` started as ``start`` does, stopped at the end if still running: SIGTERM
+    first (a SIGKILL would orphan its workers, which hold its stdout open and so hang the wait)."""
     proc, port = await start(path, *args)
     try:
         yield proc, port
     finally:
         if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+            proc.terminate()
+            try:
+                await asyncio.wait_for(proc.wait(), 30)
+            except TimeoutError:
+                for pid in children(proc.pid):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                proc.kill()
+                await proc.wait()
 
 
 async def records(redis_url: str, team: str) -> list[dict[bytes, bytes]]:
