@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from switchyard.core.canonical import CanonicalRequest
-from switchyard.core.config import DeploymentConfig, EngineConfig
+from switchyard.core.deployments import DeploymentConfig, EngineConfig
 from switchyard.core.errors import InvalidRequest
 from switchyard.engine.host import EngineHost, HostedEmbedder
 from tests.conftest import free_port
