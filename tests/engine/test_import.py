@@ -19,7 +19,7 @@ def test_the_engine_process_imports_no_transformers_modeling_code(tiny_dir):
 import sys, torch
 from switchyard.engine.loader import load
 from switchyard.engine.scheduler import Engine
-from switchyard.core.config import EngineConfig
+from switchyard.core.deployments import EngineConfig
 loaded = load(EngineConfig(path={str(tiny_dir)!r}, threads=1))
 engine = Engine(loaded.model, loaded.tokenizer, lambda msg: None, max_batch=2)
 assert engine.runner.prefill(0, loaded.tokenizer.encode("Hello")).shape == (loaded.model.spec.vocab_size,)

@@ -65,7 +65,7 @@ async def test_a_bug_after_admission_still_gives_the_reservation_back(upstream, 
                       keys=[{"id": "k1", "team": "t", "key": KEY, "limits": {"max_concurrency": 1}}])
     policies, settled = recording_policies(cfg)
     async with gateway_for(cfg, policies=policies) as client:
-        monkeypatch.setattr(pipeline.Gateway, "_dropped", staticmethod(broken))
+        monkeypatch.setattr(pipeline, "unsent_warning", broken)
         r = await client.post("/v1/chat/completions", json={
             "model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
         assert r.status_code == 500

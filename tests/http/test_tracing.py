@@ -154,7 +154,8 @@ class Missing:  # as if the otel extra were not installed
 
 sys.meta_path.insert(0, Missing())
 from switchyard.http.app import create_app
-from switchyard.core.config import ConfigError, parse_config
+from switchyard.core.config import parse_config
+from switchyard.core.settings import ConfigError
 
 raw = {"models": [{"name": "v/m", "deployments": [{"name": "d", "base_url": "http://127.0.0.1:9/v1"}]}]}
 create_app(parse_config(raw))

@@ -19,7 +19,8 @@ sys.meta_path.insert(0, Missing())
 import asyncio
 import httpx
 from switchyard.http.app import create_app
-from switchyard.core.config import ConfigError, parse_config
+from switchyard.core.config import parse_config
+from switchyard.core.settings import ConfigError
 
 MK = "mk-0123456789abcdef"
 raw = {"master_key": MK, "teams": [{"name": "t"}], "keys": [{"id": "k", "team": "t", "key": "sk-k"}],
