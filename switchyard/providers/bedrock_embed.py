@@ -24,7 +24,8 @@ from switchyard.core.canonical import CanonicalRequest, Chunk, RequestKind, Usag
 from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.errors import InvalidRequest
 from switchyard.dialects.outgoing import Emulation
-from switchyard.providers.cohere import MAX_TEXTS, embed_body, read, texts_of, vectors_of
+from switchyard.providers.cohere import MAX_TEXTS, embed_body, read, vectors_of
+from switchyard.providers.parse import text_inputs
 from switchyard.providers.wire import Wire, WireError
 
 PATHS: dict[tuple[RequestKind, bool], str] = {("embedding", False): "/model/{model}/invoke"}
@@ -67,7 +68,7 @@ class InvokeEmbedCodec:
         kind = family(model)
         body: dict[str, Any]
         if kind == "titan":
-            texts = texts_of(req, f"Bedrock's {model}")
+            texts = text_inputs(req, f"Bedrock's {model}")
             if len(texts) != 1:  # the router sends one a call (Caps.embed_inputs)
                 raise InvalidRequest(f"input: {model} embeds one text a call", param="input")
             v2 = "titan-embed-text-v2" in model

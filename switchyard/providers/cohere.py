@@ -22,9 +22,9 @@ import msgspec
 
 from switchyard.core.canonical import CanonicalRequest, Chunk, RequestKind, Usage
 from switchyard.core.deployments import DeploymentConfig
-from switchyard.core.errors import InvalidRequest
 from switchyard.dialects import passthrough
 from switchyard.dialects.outgoing import Emulation
+from switchyard.providers.parse import text_inputs
 from switchyard.providers.wire import BEARER, Caps, Wire, WireError
 
 MAX_TEXTS = 96  # texts per call: Cohere's API reference and Bedrock's Cohere Embed parameters
@@ -34,19 +34,10 @@ PATHS: dict[tuple[RequestKind, bool], str] = {("embedding", False): "/v2/embed"}
 CAPS = Caps(n=False, chat_n=False, best_of=False, prompts=False, embed_inputs=MAX_TEXTS)
 
 
-def texts_of(req: CanonicalRequest, who: str) -> list[str]:
-    """The inputs as text: Cohere and Titan take strings, not token ids."""
-    prompts = req.prompt or []
-    if not all(isinstance(p, str) for p in prompts):
-        raise InvalidRequest(f"input: {who} embeds text only; token-id arrays are not accepted",
-                             param="input")
-    return [p for p in prompts if isinstance(p, str)]
-
-
 def embed_body(req: CanonicalRequest, dep: DeploymentConfig, who: str) -> dict[str, Any]:
     """The Embed body (without ``model``): the gateway's fields, then the caller's own vendor
     fields the deployment allows (``input_type``, ``truncate``), never over the gateway's."""
-    body: dict[str, Any] = {"texts": texts_of(req, who), "embedding_types": ["float"]}
+    body: dict[str, Any] = {"texts": text_inputs(req, who), "embedding_types": ["float"]}
     if req.extra:
         body.update({k: v for k, v in passthrough.vendor_fields(req.extra, dep.allow_extra_params).items()
                      if k not in body})

@@ -29,9 +29,9 @@ import msgspec
 
 from switchyard.core.canonical import CanonicalRequest, Chunk, Usage
 from switchyard.core.deployments import DeploymentConfig
-from switchyard.core.errors import InvalidRequest
 from switchyard.dialects.outgoing import Emulation
 from switchyard.providers.failures import message_of
+from switchyard.providers.parse import text_inputs
 from switchyard.providers.turns import refuse
 from switchyard.providers.wire import Codec, StreamDecoder, Wire, WireError
 
@@ -49,7 +49,7 @@ class Embedder:
     def body(self, req: CanonicalRequest, model: str) -> dict[str, Any]:
         if req.user is not None:  # the embeddings dialect's one field Google's APIs lack
             raise refuse(req, "user", self.provider)
-        texts = self._texts(req)
+        texts = text_inputs(req, f"model {req.model} (its upstream is {self.provider})")
         dims = {"outputDimensionality": req.dimensions} if req.dimensions is not None else {}
         if self.style == "predict":
             body: dict[str, Any] = {"instances": [{"content": t} for t in texts]}
@@ -62,17 +62,6 @@ class Embedder:
         config = {"embedContentConfig": dims} if dims else {}
         return {"requests": [{"content": {"parts": [{"text": t}]}, **config} for t in texts]}
 
-    def _texts(self, req: CanonicalRequest) -> list[str]:
-        texts: list[str] = []
-        for i, p in enumerate(req.prompt or ()):
-            if not isinstance(p, str):
-                raise InvalidRequest(
-                    f"input[{i}] is a token-id array; model {req.model} embeds text only "
-                    f"(its upstream is {self.provider})",
-                    param="input",
-                )
-            texts.append(p)
-        return texts
 
     def chunk(self, raw: bytes, inputs: int) -> Chunk:
         try:
