@@ -46,6 +46,7 @@ class TeamConfig(ConfigModel):
     limits: Limits = Field(default_factory=Limits)
     model_limits: dict[str, Limits] = Field(default_factory=dict, description="per (team, model)")
 
+
 class KeyConfig(ConfigModel):
     id: str = Field(..., min_length=1, description="names the key in usage and logs (never the key)")
     team: str
@@ -70,6 +71,7 @@ class KeyConfig(ConfigModel):
         if (self.key is None) == (self.sha256 is None):
             raise ValueError("give exactly one of key or sha256")
         return self
+
 
 class Config(ConfigModel):
     server: ServerConfig = Field(default_factory=ServerConfig)
@@ -141,6 +143,7 @@ class Config(ConfigModel):
         return ("is not a configured model (allow-lists take a model's name, vendor/*, or a name "
                 "under a configured vendor/* route)")
 
+
 def load_config(path: str | Path) -> Config:
     path = Path(path)
     try:
@@ -156,6 +159,7 @@ def load_config(path: str | Path) -> Config:
         # vanish without a word.
         raise ConfigError(f"{path}: {repeat}")
     return parse_config(raw or {}, source=str(path))
+
 
 def _repeated_key(node: yaml.Node | None, at: list[str], seen: set[int]) -> str | None:
     """The first key repeated in one mapping, as ``field.path: key repeats (lines a and b)``."""
@@ -180,6 +184,7 @@ def _repeated_key(node: yaml.Node | None, at: list[str], seen: set[int]) -> str 
             if found:
                 return found
     return None
+
 
 def parse_config(raw: Any, source: str = "<config>") -> Config:
     try:

@@ -23,6 +23,7 @@ OPENAI_FAMILY: tuple[str, ...] = ("openai", "vllm", "llamacpp", "mistralrs", "fi
 ProviderName = Literal["openai", "vllm", "llamacpp", "mistralrs", "fireworks", "sgp", "azure", "anthropic",
                        "gemini", "vertex", "bedrock", "mistral", "cohere"]
 
+
 # base_url as the vendor's own SDK takes it, when the deployment does not say; {region} and
 # {location} come from the deployment. Self-hosted servers (vllm, llamacpp, ...) and Azure (one
 # resource per customer) have no public endpoint: their base_url is required.
@@ -37,6 +38,7 @@ PUBLIC_ENDPOINTS: dict[str, str] = {
     "cohere": "https://api.cohere.ai/compatibility/v1",
 }
 
+
 def _wire_dialect(provider: str) -> str:
     """The body dialect of a provider: its own name for the OpenAI family, openai for the other
     OpenAI-compatible APIs, else the provider's name."""
@@ -44,8 +46,10 @@ def _wire_dialect(provider: str) -> str:
         return provider
     return "openai" if provider in ("azure", "mistral", "cohere") else provider
 
+
 # Fields a provider cannot do without (check-config names the missing one).
 REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {"bedrock": ("region",), "vertex": ("project",)}
+
 
 # Provider-specific fields, and the providers that read them (elsewhere they are a mistake).
 PROVIDER_FIELDS: dict[str, tuple[str, ...]] = {
@@ -59,6 +63,7 @@ PROVIDER_FIELDS: dict[str, tuple[str, ...]] = {
     "location": ("vertex",),
     "credentials": ("vertex",),
 }
+
 
 class EngineConfig(ConfigModel):
     """The built-in torch engine (needs the ``engine`` extra)."""
@@ -80,6 +85,11 @@ class EngineConfig(ConfigModel):
     max_batch: int = Field(16, ge=1)
     context_window: int | None = Field(None, ge=16)
     cache_dir: str | None = Field(None, description="where the GGUF is converted to safetensors once")
+
+
+# The backends the gateway runs itself, in processes of their own (hosted once under --workers).
+BUILT_IN_BACKENDS = frozenset({"engine", "embedder"})
+
 
 class DeploymentConfig(ConfigModel):
     name: str = Field(..., min_length=1)
@@ -204,6 +214,7 @@ class DeploymentConfig(ConfigModel):
             object.__setattr__(self, "base_url", url.replace("global-aiplatform", "aiplatform"))
         return self
 
+
 class ModelConfig(ConfigModel):
     name: str = Field(..., description="vendor/model_name, or vendor/* for a wildcard route")
     aliases: list[str] = Field(default_factory=list, description="other names; on a vendor/* route of "
@@ -278,6 +289,7 @@ class ModelConfig(ConfigModel):
         """The prefixes of this route's pattern aliases (``accounts/fireworks/models/``)."""
         return [a[:-1] for a in self.aliases if a.endswith("*")]
 
+
 def check_base_url(url: str) -> str:
     """An upstream's base URL: http(s), a host, no spaces; a query string (Azure's
     ``?api-version=``) is kept and sent after the endpoint's path (``split_query``)."""
@@ -295,6 +307,7 @@ def check_base_url(url: str) -> str:
     if parts.fragment:
         raise ValueError(f"{url!r} has a #fragment, which is never sent")
     return url
+
 
 def split_query(base: str) -> tuple[str, str]:
     """A base URL's part before its query string, and the query (``""``: none): the endpoint's

@@ -25,8 +25,10 @@ from switchyard.core.errors import install_hint
 
 MIN_MASTER_KEY = 16  # characters: shorter is a password, not a secret
 
+
 class ConfigError(Exception):
     """The config file cannot be used. ``str()`` names the file, field path and reason."""
+
 
 def resolve_secret(value: str | None, where: str = "") -> str | None:
     """``env:NAME`` -> the value of $NAME (must be set); anything else as written."""
@@ -37,14 +39,18 @@ def resolve_secret(value: str | None, where: str = "") -> str | None:
         raise ValueError(f"environment variable {name} is not set{where}")
     return os.environ[name]
 
+
 def _secret(value: str | None) -> str | None:
     return resolve_secret(value)  # one argument: pydantic would pass a second as validation info
+
 
 # A setting that may be written ``env:NAME`` (keys, tokens): resolved when the config is read.
 Secret = Annotated[str | None, AfterValidator(_secret)]
 
+
 class ConfigModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
 
 class Limits(ConfigModel):
     """Limits and quotas; a missing value means no limit."""
@@ -63,6 +69,7 @@ class Limits(ConfigModel):
         "to what is left (header x-switchyard-max-tokens-lowered) instead of a 429; the key's "
         "setting wins over its team's; default on")
 
+
 class Price(ConfigModel):
     """USD per million tokens. Cached prompt tokens are priced apart where the vendor does
     (Anthropic: reads 0.1x, 5-minute writes 1.25x of the prompt price); unset, they cost as prompt."""
@@ -71,6 +78,7 @@ class Price(ConfigModel):
     completion_per_1m: float = Field(0.0, ge=0)
     cache_read_per_1m: float | None = Field(None, ge=0, description="prompt tokens read from a cache")
     cache_write_per_1m: float | None = Field(None, ge=0, description="prompt tokens written to a cache")
+
 
 class ServerConfig(ConfigModel):
     host: str = "127.0.0.1"
@@ -101,6 +109,7 @@ class ServerConfig(ConfigModel):
                 raise ValueError(f"trusted_proxies.{i}: {net!r} is not an IP address or CIDR") from None
         return v
 
+
 class StoreConfig(ConfigModel):
     url: str = Field("memory://", description="memory:// or redis://host:port/db")
     timeout: float = Field(0.25, gt=0, description="seconds before a store call counts as down")
@@ -116,6 +125,7 @@ class StoreConfig(ConfigModel):
         if not v.startswith(("memory://", "redis://", "rediss://", "redis+cluster://")):
             raise ValueError("must start with memory://, redis://, rediss:// or redis+cluster://")
         return v
+
 
 class UsageConfig(ConfigModel):
     """The durable usage ledger (docs/policies.md, "Usage ledger"); needs the ``ledger`` extra."""
@@ -135,6 +145,7 @@ class UsageConfig(ConfigModel):
                              "must start with postgresql:// or postgres://", "the usage ledger", "ledger",
                              ("asyncpg",))
 
+
 class RouterConfig(ConfigModel):
     retries: int = Field(2, ge=0, description="extra attempts after the first, before any byte is sent")
     backoff_base: float = Field(0.05, ge=0, description="seconds; doubled per attempt, jittered")
@@ -144,6 +155,7 @@ class RouterConfig(ConfigModel):
     retry_after_max: float = Field(300.0, ge=0, description="seconds; the longest an upstream's "
                                    "Retry-After holds a deployment (and is passed on to callers)")
 
+
 class MetricsConfig(ConfigModel):
     """``GET /metrics`` (docs/observability.md). Labels come from configured names only."""
 
@@ -152,6 +164,7 @@ class MetricsConfig(ConfigModel):
     token: Secret = Field(None, description="when set, /metrics needs Bearer <token> (or the "
                               "master key); env:NAME reads $NAME")
 
+
 class LoggingConfig(ConfigModel):
     """What the gateway writes to stderr; ``--log-level``/``--log-format`` and SWITCHYARD_LOG_LEVEL/
     SWITCHYARD_LOG_FORMAT override these."""
@@ -159,6 +172,7 @@ class LoggingConfig(ConfigModel):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["json", "console"] = "json"
     access: bool = Field(True, description="one line per request, at its end")
+
 
 class TracingConfig(ConfigModel):
     """OpenTelemetry traces over OTLP/HTTP (the ``otel`` extra); off while otlp_endpoint is unset."""
@@ -173,6 +187,7 @@ class TracingConfig(ConfigModel):
         return _url_of_extra(v, ("http://", "https://"),
                              "must be an http:// or https:// URL (OTLP over HTTP)", "tracing", "otel",
                              ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http"))
+
 
 def _url_of_extra(v: str | None, schemes: tuple[str, ...], bad_scheme: str, what: str, extra: str,
                   modules: tuple[str, ...]) -> str | None:
@@ -191,10 +206,12 @@ def _url_of_extra(v: str | None, schemes: tuple[str, ...], bad_scheme: str, what
 
 AUTO_KEY = "auto"  # master_key: a random key made on first start, kept in master_key_file()
 
+
 def master_key_file() -> Path:
     """Where ``master_key: auto`` keeps its key: $SWITCHYARD_HOME, else ~/.cache/switchyard."""
     home = os.environ.get("SWITCHYARD_HOME") or os.path.expanduser("~/.cache/switchyard")
     return Path(home) / "master_key"
+
 
 def generated_master_key() -> str:
     """The key in ``master_key_file()``, made (random, mode 0600) when there is none yet. Several

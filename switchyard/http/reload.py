@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from switchyard.core.config import Config, load_config
+from switchyard.core.deployments import BUILT_IN_BACKENDS
 from switchyard.core.settings import ConfigError
 from switchyard.dialects.passthrough import check_config
 from switchyard.http.app import create_app
@@ -189,7 +190,7 @@ def engine_change(old: Config, new: Config) -> str | None:
     cannot."""
     def engines(c: Config) -> dict[str, Any]:
         return {f"{m.name}/{d.name}": d for m in c.models for d in m.deployments
-                if d.backend in ("engine", "embedder")}
+                if d.backend in BUILT_IN_BACKENDS}
 
     before, after = engines(old), engines(new)
     for name in sorted(before.keys() | after.keys()):

@@ -31,6 +31,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.supervisors import Multiprocess
 
 from switchyard.core.config import Config
+from switchyard.core.deployments import BUILT_IN_BACKENDS
 from switchyard.core.settings import ConfigError, ServerConfig, master_key_file
 from switchyard.http.disconnect import DISCONNECT, Disconnect
 from switchyard.http.logs import configure_logging, settings
@@ -318,7 +319,7 @@ def redacted(url: str) -> str:
 
 def _engines(config: Config, run_dir: str) -> contextlib.AbstractContextManager[None]:
     """The built-in engines and embedders, loaded once in this process and shared by the workers."""
-    if not any(d.backend in ("engine", "embedder") for m in config.models for d in m.deployments):
+    if not any(d.backend in BUILT_IN_BACKENDS for m in config.models for d in m.deployments):
         return contextlib.nullcontext()
     from switchyard.engine.host import hosting  # only a built-in model needs the engine package
 

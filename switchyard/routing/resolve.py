@@ -16,7 +16,7 @@ from typing import Protocol
 
 from switchyard.core.backend import Backend
 from switchyard.core.config import Config
-from switchyard.core.deployments import DeploymentConfig, ModelConfig
+from switchyard.core.deployments import BUILT_IN_BACKENDS, DeploymentConfig, ModelConfig
 from switchyard.core.errors import InvalidRequest, NotFound, install_hint
 from switchyard.core.settings import ConfigError, RouterConfig
 from switchyard.providers.wire import Caps, wire_for
@@ -106,7 +106,7 @@ class RunInfo:
 
 
 def build_backend(model: ModelConfig, dep: DeploymentConfig) -> Backend:
-    if dep.backend in ("engine", "embedder"):
+    if dep.backend in BUILT_IN_BACKENDS:
         # Its process imports torch; a proxy-only install finds out here, not at first use.
         if importlib.util.find_spec("torch") is None:
             raise ConfigError(f"models.{model.name}: deployment {dep.name} uses the built-in {dep.backend}, "
