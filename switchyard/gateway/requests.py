@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 
+from switchyard.core.backend import CarriesOptional
 from switchyard.core.canonical import CanonicalRequest
 from switchyard.core.errors import GatewayError, InvalidRequest, UnsupportedMediaType
 from switchyard.dialects.passthrough import vendor_fields
@@ -95,18 +96,21 @@ def unsent_warning(req: CanonicalRequest, route: Route) -> str | None:
     if not req.extra and not req.left_out and (native is None or not native.optional):
         return None  # nothing the caller sent can be left out (most requests)
     dropped: set[str] = set()
-    optional = False
+    unsent: set[str] = set()
     for t in route.targets:
         d = t.deployment
         same = d.backend == "upstream" and d.dialect == req.dialect
         if req.extra:
             kept = vendor_fields(req.extra, d.allow_extra_params) if same else {}
             dropped.update(k for k in req.extra if k not in kept)
-        # The native lane (a deployment that speaks the caller's API) forwards the body whole.
-        optional = optional or (native is not None and t.native != native.api)
+        # The native lane (a deployment that speaks the caller's API) forwards the body whole;
+        # a translating one leaves out what it does not carry.
+        if native is not None and t.native != native.api:
+            carried = t.backend.carries if isinstance(t.backend, CarriesOptional) else frozenset()
+            unsent.update(n for n in native.optional if n not in carried)
     said = [warning_header(sorted(dropped))] if dropped else []
-    if optional and native is not None and native.optional:
-        said.append(optional_warning(list(native.optional)))
+    if unsent and native is not None:
+        said.append(optional_warning([n for n in native.optional if n in unsent]))
     if req.left_out:
         said.append(left_out_warning(req.left_out))
     return "; ".join(said) or None

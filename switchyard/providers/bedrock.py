@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 from switchyard.core.canonical import CanonicalRequest, Chunk, RequestKind
 from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.errors import RETRY_STATUSES, InvalidRequest, UpstreamError
+from switchyard.dialects.anthropic.wire import THINKING_BUDGET
 from switchyard.dialects.outgoing import Emulation
 from switchyard.providers import bedrock_answers as answers
 from switchyard.providers.aws.eventstream import CONTENT_TYPE, FrameError, named_frames
@@ -62,6 +63,10 @@ _IMAGE_FORMATS = {
 
 class ConverseCodec:
     """Stateless; one per process (``CONVERSE``)."""
+
+    def carries(self, model: str) -> frozenset[str]:
+        """Claude models that think take the caller's reasoning budget (``additionalModelRequestFields``)."""
+        return frozenset({THINKING_BUDGET}) if _CLAUDE_THINKS.search(model) else frozenset()
 
     def render(
         self, req: CanonicalRequest, model: str, dep: DeploymentConfig | None = None

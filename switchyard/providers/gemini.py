@@ -24,6 +24,7 @@ import msgspec
 from switchyard.core.canonical import CanonicalRequest, Chunk, RequestKind
 from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.errors import InvalidRequest
+from switchyard.dialects.anthropic.wire import THINKING_BUDGET
 from switchyard.dialects.outgoing import Emulation
 from switchyard.providers import gemini_answers as answers
 from switchyard.providers.gemini_embed import with_embeddings
@@ -97,6 +98,10 @@ def thinking_config(req: CanonicalRequest, model: str) -> dict[str, Any] | None:
 
 class GeminiCodec:
     """Stateless; one per process (``GEMINI``). ``provider``: the name refusals use."""
+
+    def carries(self, model: str) -> frozenset[str]:
+        """A thinking model takes the caller's reasoning budget (``thinking_config``)."""
+        return frozenset({THINKING_BUDGET}) if thinks(model) else frozenset()
 
     def __init__(self, provider: str = "gemini") -> None:
         self.provider = provider

@@ -30,6 +30,8 @@ The two protocols, for whoever writes a codec or an auth:
     ``native(body, req, model, allow_params) -> body`` (optional): the native lane. When the caller
     spoke this API itself (``Wire.native_dialect``), the caller's body is kept as sent except the
     fields the gateway owns; the row's ``native_headers`` go as the caller sent them.
+    ``carries(model) -> frozenset[str]`` (optional): what the caller's API makes optional that
+    this codec sends for ``model`` (``thinking.budget_tokens``); the rest is named as left out.
     ``count(body, model, allow_params) -> body`` and ``counted(raw) -> int | None`` (optional, with
     ``Wire.count_path``, where ``{model}`` is filled as in ``paths``): the body of the upstream's own
     token count, from the caller's count request in the same API, and the count read from its answer.

@@ -159,3 +159,24 @@ async def test_adaptive_thinking_carries_no_budget(gateway_for) -> None:
             r = await gw.post("/v1/messages", json={"model": "cloud/m", "max_tokens": 64, "messages": ASK,
                                                      "thinking": {"type": "adaptive", "budget_tokens": "x"}})
             assert r.status_code == 200, r.text
+
+
+async def test_the_warning_names_the_budget_only_where_it_is_not_sent(gateway_for) -> None:
+    """An Anthropic caller's thinking budget reaches Gemini's and Bedrock's thinking models: no
+    warning of it there; a model that cannot take it is said to leave it out."""
+    body = {"model": "cloud/m", "max_tokens": 4096, "messages": ASK, "thinking": THINK}
+
+    def warned(r: Any) -> bool:
+        assert r.status_code == 200, r.text
+        return "thinking.budget_tokens" in r.headers.get("x-switchyard-warning", "")
+
+    async with FakeGemini() as fake:
+        fake.default = GReply(text=ANSWER)
+        for model, says in (("gemini-2.5-pro", False), ("gemini-2.0-flash", True)):
+            async with gateway_for(gemini_cfg(fake.url, model)) as gw:
+                assert warned(await gw.post("/v1/messages", json=body)) is says, model
+    async with FakeBedrock() as aws:
+        aws.default = AwsReply(text=ANSWER)
+        for model, says in ((CLAUDE_4, False), ("anthropic.claude-3-5-sonnet-20240620-v1:0", True)):
+            async with gateway_for(bedrock_cfg(aws.url, model)) as gw:
+                assert warned(await gw.post("/v1/messages", json=body)) is says, model

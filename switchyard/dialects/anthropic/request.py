@@ -397,7 +397,7 @@ def read_request(body: Any, raw: bytes, headers: Mapping[str, str], *, strict: b
     if got.get("thinking") and "budget_tokens" in body["thinking"]:
         # Thinking itself is shown where the backend reasons (show_reasoning); its budget is sent
         # only where the backend takes one (reasoning_budget: Gemini, Claude on Bedrock Converse).
-        reader.drop("thinking.budget_tokens")
+        reader.drop(wire.THINKING_BUDGET)
     if effort:
         reader.drop("output_config.effort")
     for name in ("context_management", "service_tier", "inference_geo", "speed", "cache_control"):

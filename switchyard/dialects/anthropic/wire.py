@@ -18,6 +18,8 @@ DEFAULT_VERSION = "2023-06-01"
 # providers.md), and so are document blocks in assistant turns.
 NO_SAMPLING_SINCE = "2026-10-21"
 SAMPLING = ("temperature", "top_p", "top_k")
+# The optional feature a translating backend may carry or leave out (named in x-switchyard-warning).
+THINKING_BUDGET = "thinking.budget_tokens"
 VERSION = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 # Canonical finish reason -> stop_reason. A stop sequence that matched is "stop_sequence" (with
