@@ -250,6 +250,21 @@ def _usage(u: dict[str, int]) -> dict[str, int]:
     return {**u, "totalTokens": total}
 
 
+def read_invoke(request: web.Request, raw: bytes, model: str, op: str) -> tuple[Any, web.Response | None]:
+    """An InvokeModel-family body as Bedrock reads it: the request checked against botocore's input
+    shape of ``op``, then the body as JSON; (body, None), or (None, Bedrock's refusal)."""
+    params: dict[str, Any] = {"modelId": model, "body": raw}
+    if request.headers.get("content-type"):
+        params["contentType"] = request.headers["content-type"]
+    report = ParamValidator().validate(params, _MODEL.operation_model(op).input_shape)
+    if report.has_errors():
+        return None, _error("ValidationException", 400, report.generate_report())
+    try:
+        return json.loads(raw), None
+    except ValueError:
+        return None, _error("ValidationException", 400, "Malformed input request: body is not JSON")
+
+
 def _error(kind: str, status: int, message: str) -> web.Response:
     return web.json_response(
         {"message": message},

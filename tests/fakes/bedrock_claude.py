@@ -30,7 +30,7 @@ from botocore.validate import ParamValidator
 
 from switchyard.providers.aws.eventstream import encode_frame
 from tests.fakes.anthropic import FakeAnthropic
-from tests.fakes.bedrock import _MODEL, ERRORS, Seen, _check_auth, _error
+from tests.fakes.bedrock import _MODEL, ERRORS, Seen, _check_auth, _error, read_invoke
 from tests.fakes.serve import serve_app
 
 # What AWS documents, and what the anthropic SDK's Bedrock client sends by default (its own API
@@ -84,16 +84,9 @@ class FakeBedrockClaude:
             return _error(*denied)
         if op == "CountTokens":
             return await self._count(model, raw, dict(request.headers))
-        params: dict[str, Any] = {"modelId": model, "body": raw}
-        if request.headers.get("content-type"):
-            params["contentType"] = request.headers["content-type"]
-        report = ParamValidator().validate(params, _MODEL.operation_model(op).input_shape)
-        if report.has_errors():
-            return _error("ValidationException", 400, report.generate_report())
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            return _error("ValidationException", 400, "Malformed input request: body is not JSON")
+        body, refused = read_invoke(request, raw, model, op)
+        if refused is not None:
+            return refused
         if problem := _invoke_problem(body):
             return _error("ValidationException", 400, f"Malformed input request: {problem}")
         self.requests.append(Seen(op, model, dict(request.headers), body))

@@ -23,15 +23,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
 from aiohttp import web
-from botocore.validate import ParamValidator
 
-from tests.fakes.bedrock import _MODEL, ERRORS, Seen, _check_auth, _error
+from tests.fakes.bedrock import ERRORS, Seen, _check_auth, _error, read_invoke
 from tests.fakes.serve import serve_app
 
 TITAN_V2_DIMENSIONS = (256, 512, 1024)
@@ -99,16 +97,9 @@ class FakeBedrockEmbed:
         denied = _check_auth(request, raw)
         if denied:
             return _error(*denied)
-        params: dict[str, Any] = {"modelId": model, "body": raw}
-        if request.headers.get("content-type"):
-            params["contentType"] = request.headers["content-type"]
-        report = ParamValidator().validate(params, _MODEL.operation_model("InvokeModel").input_shape)
-        if report.has_errors():
-            return _error("ValidationException", 400, report.generate_report())
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            return _error("ValidationException", 400, "Malformed input request: body is not JSON")
+        body, refused = read_invoke(request, raw, model, "InvokeModel")
+        if refused is not None:
+            return refused
         self.requests.append(Seen("InvokeModel", model, dict(request.headers), body))
         if self.script:
             kind = self.script.pop(0)

@@ -28,6 +28,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -325,6 +326,17 @@ class FakeTokenServer:
     def __exit__(self, *exc: object) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def vertex_dep(tokens: FakeTokenServer, folder: Path, url: str, model: str, *, name: str = "v",
+               location: str = "us-central1") -> tuple[dict[str, Any], dict[str, Any]]:
+    """A vertex deployment of ``model`` at ``url`` whose service-account file (written in
+    ``folder``) holds a fresh key ``tokens`` trusts; and that file's JSON (its secrets included)."""
+    info, tokens.public_pem = service_account(tokens.url)
+    path = folder / f"sa-{name}.json"
+    path.write_text(json.dumps(info))
+    return {"name": name, "backend": "upstream", "provider": "vertex", "base_url": url, "project": "proj",
+            "location": location, "credentials": str(path), "model": model}, info
 
 
 def service_account(token_uri: str) -> tuple[dict[str, Any], bytes]:

@@ -163,17 +163,13 @@ async def test_count_tokens_asks_the_upstream(gateway_for) -> None:
 
 
 async def test_claude_on_vertex_takes_the_native_body_in_its_envelope(gateway_for, tmp_path) -> None:
-    from tests.fakes.gemini import FakeTokenServer, service_account
+    from tests.fakes.gemini import FakeTokenServer, vertex_dep
     from tests.fakes.vertex_claude import FakeVertexClaude
 
     accepted: set[str] = set()
     async with FakeVertexClaude(accepted) as fake:
         with FakeTokenServer(b"", accepted) as tokens:
-            info, tokens.public_pem = service_account(tokens.url)
-            path = tmp_path / "sa.json"
-            path.write_text(json.dumps(info))
-            dep = {"name": "vc", "provider": "vertex", "base_url": fake.url, "project": "proj",
-                   "location": "us-east5", "credentials": str(path), "model": "claude-up"}
+            dep, _ = vertex_dep(tokens, tmp_path, fake.url, "claude-up", name="vc", location="us-east5")
             cfg = base_config([{"name": MODEL, "deployments": [dep], "max_output_tokens": 1000}])
             sent: list[bytes] = []
             async with gateway_for(cfg) as gw:

@@ -15,7 +15,7 @@ from tests.fakes import bedrock as aws
 from tests.fakes.bedrock import FakeBedrock
 from tests.fakes.bedrock import Reply as AwsReply
 from tests.fakes.gemini import API_KEY as GEMINI_KEY
-from tests.fakes.gemini import FakeGemini, FakeTokenServer, service_account
+from tests.fakes.gemini import FakeGemini, FakeTokenServer, vertex_dep
 from tests.fakes.gemini import Reply as GReply
 from tests.gateway.conftest import KEY, base_config
 from tests.gateway.helpers import sse_events, sse_objects
@@ -418,20 +418,7 @@ async def test_gemini_overload_is_retried_and_mid_stream_error_reported(gateway_
 async def test_vertex_with_a_service_account_file(gateway_for, tmp_path) -> None:
     async with FakeGemini() as fake:
         with FakeTokenServer(b"", fake.tokens) as tokens:
-            info, public = service_account(tokens.url)
-            tokens.public_pem = public
-            path = tmp_path / "sa.json"
-            path.write_text(json.dumps(info))
-            dep = {
-                "name": "v",
-                "backend": "upstream",
-                "provider": "vertex",
-                "base_url": fake.url,
-                "project": "proj",
-                "location": "europe-west4",
-                "credentials": str(path),
-                "model": "gemini-2.5-pro",
-            }
+            dep, info = vertex_dep(tokens, tmp_path, fake.url, "gemini-2.5-pro", location="europe-west4")
             cfg = base_config([{"name": "gcp/pro", "deployments": [dep]}])
             async with gateway_for(cfg) as client:
                 for stream in (False, True):
@@ -454,20 +441,8 @@ async def test_claude_on_vertex_through_raw_predict(gateway_for, tmp_path) -> No
     tokens_ok: set[str] = set()
     async with FakeVertexClaude(tokens_ok) as fake:
         with FakeTokenServer(b"", tokens_ok) as tokens:
-            info, public = service_account(tokens.url)
-            tokens.public_pem = public
-            path = tmp_path / "sa.json"
-            path.write_text(json.dumps(info))
-            dep = {
-                "name": "vc",
-                "backend": "upstream",
-                "provider": "vertex",
-                "base_url": fake.url,
-                "project": "proj",
-                "location": "us-east5",
-                "credentials": str(path),
-                "model": "claude-sonnet-4-5@20250929",
-            }
+            dep, _ = vertex_dep(tokens, tmp_path, fake.url, "claude-sonnet-4-5@20250929", name="vc",
+                                   location="us-east5")
             cfg = base_config([{"name": "gcp/claude", "deployments": [dep]}])
             async with gateway_for(cfg) as client:
                 fake.inner.script.append(Claude(text="Hi from Vertex", cache_read=30))

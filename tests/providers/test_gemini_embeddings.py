@@ -6,7 +6,6 @@ failures in the gateway's words, and what Google's embedding APIs cannot take re
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -15,7 +14,7 @@ import openai
 import pytest
 
 from switchyard.dialects.embeddings import floats_b64
-from tests.fakes.gemini import API_KEY, FakeGemini, FakeTokenServer, Reply, service_account
+from tests.fakes.gemini import API_KEY, FakeGemini, FakeTokenServer, Reply, vertex_dep
 from tests.fakes.upstream import fake_vector
 from tests.gateway.conftest import KEY, base_config
 
@@ -43,21 +42,10 @@ async def vertex(tmp_path: Any) -> AsyncIterator[tuple[FakeGemini, Any]]:
     """The fake with Vertex's token endpoint, and a deployment factory for a model on it."""
     async with FakeGemini() as fake:
         with FakeTokenServer(b"", fake.tokens) as tokens:
-            info, tokens.public_pem = service_account(tokens.url)
-            path = tmp_path / "sa.json"
-            path.write_text(json.dumps(info))
+            base, _ = vertex_dep(tokens, tmp_path, fake.url, "")  # one key: the server trusts the last
 
             def dep(model: str) -> dict[str, Any]:
-                return {
-                    "name": "v",
-                    "backend": "upstream",
-                    "provider": "vertex",
-                    "base_url": fake.url,
-                    "project": "proj",
-                    "location": "us-central1",
-                    "credentials": str(path),
-                    "model": model,
-                }
+                return {**base, "model": model}
 
             yield fake, dep
 
