@@ -353,7 +353,7 @@ def sign_us(n: int) -> float:
     from switchyard.core.canonical import CanonicalRequest
     from switchyard.core.deployments import DeploymentConfig
     from switchyard.providers.aws.sigv4 import Credentials, SigV4
-    from switchyard.providers.wire import wire_for
+    from switchyard.providers.rows import wire_for
 
     dep = DeploymentConfig.model_validate({"name": "b", "provider": "bedrock", "region": "us-east-1",
                                            "aws_access_key_id": "AK", "aws_secret_access_key": "SK"})

@@ -31,8 +31,8 @@ from switchyard.core.canonical import CanonicalRequest
 from switchyard.core.deployments import DeploymentConfig
 from switchyard.providers.aws.eventstream import FrameReader, encode_frame
 from switchyard.providers.aws.sigv4 import Credentials, SigV4
+from switchyard.providers.rows import wire_for
 from switchyard.providers.sse import sse_batches
-from switchyard.providers.wire import wire_for
 
 HOST = "bedrock-runtime.us-east-1.amazonaws.com"
 PATH = "/model/anthropic.claude-3-5-sonnet-20240620-v1%3A0/converse-stream"

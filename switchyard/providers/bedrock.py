@@ -43,7 +43,7 @@ from switchyard.providers.turns import (
     stops,
     tool_functions,
 )
-from switchyard.providers.wire import Caps, Wire, register
+from switchyard.providers.wire import Caps, Wire
 
 PROVIDER = "bedrock"
 # requestMetadata values (the service model's RequestMetadataValueString)
@@ -248,5 +248,3 @@ def bedrock_row(dep: DeploymentConfig) -> Wire:
         return invoke_row(row)
     return row
 
-
-register("bedrock", bedrock_row)

@@ -37,7 +37,7 @@ from switchyard.providers.turns import (
     stops,
     tool_functions,
 )
-from switchyard.providers.wire import Caps, Wire, header_auth, register
+from switchyard.providers.wire import Caps, Wire, header_auth
 
 CARRIED = (
     "max_tokens",
@@ -234,4 +234,3 @@ def gemini_paths(base: str) -> dict[tuple[RequestKind, bool], str]:
 
 _ROW = Wire("gemini", GEMINI, gemini_paths(_BASE), auth=header_auth("x-goog-api-key"), caps=CAPS)
 GEMINI_ROW = with_embeddings(_ROW, _BASE, "gemini")
-register("gemini", GEMINI_ROW)

@@ -32,9 +32,10 @@ from switchyard.providers.failures import (
     wire_failure,
 )
 from switchyard.providers.openai import OpenAICodec
+from switchyard.providers.rows import wire_for
 from switchyard.providers.sse import sse_batches
 from switchyard.providers.window import ReportedWindows
-from switchyard.providers.wire import Wire, WireError, wire_for
+from switchyard.providers.wire import Wire, WireError
 
 _encode = msgspec.json.encode
 

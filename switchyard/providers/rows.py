@@ -1,8 +1,9 @@
 """The built-in provider rows. The OpenAI-family servers differ only in paths, auth and
 capabilities; Azure is data (a deployments path, a query and its own key header); Mistral and
 Cohere are their OpenAI-compatible APIs with their capabilities (Cohere's Embed models: its own
-API, cohere.py). Providers with a codec of
-their own register from their package (anthropic/ here; bedrock, gemini and vertex the same way)."""
+API, cohere.py). The providers with a codec of their own bring their rows from where they are
+written. ``ROWS`` is the composition root: every provider name the gateway serves, one literal map
+(tests/providers/test_rows.py ties it to core/deployments.py's provider tables)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,17 @@ from collections.abc import Callable, Mapping
 
 from switchyard.core.canonical import RequestKind
 from switchyard.core.deployments import DeploymentConfig
+from switchyard.core.settings import ConfigError
 from switchyard.dialects.chat import chat_emits
 from switchyard.dialects.registry import DIALECTS
 from switchyard.dialects.spec import Dialect
+from switchyard.providers.anthropic import ROW as ANTHROPIC_ROW
+from switchyard.providers.bedrock import bedrock_row
 from switchyard.providers.cohere import cohere_row
+from switchyard.providers.gemini import GEMINI_ROW
 from switchyard.providers.openai import OpenAICodec
-from switchyard.providers.wire import BEARER, Auth, Caps, Wire, header_auth, paths, register
+from switchyard.providers.vertex import vertex_row
+from switchyard.providers.wire import BEARER, Auth, Caps, Wire, header_auth, paths
 
 OPENAI_PATHS = paths("/chat/completions", "/completions", "/embeddings")
 
@@ -33,38 +39,29 @@ def _row(name: str, dialect: Dialect, caps: Caps,
 
 
 _D = DIALECTS
-for _name, _caps_kw in {
-    "openai": {"stream_usage": True, "overflow_is_error": True},
-    "vllm": {"stream_usage": True, "overflow_is_error": True},
-    "llamacpp": {"stream_usage": True},
-    "mistralrs": {"stream_usage": True},
-    "fireworks": {},  # usage comes in the last event unasked
-}.items():
-    register(_name, _row(_name, _D[_name], _caps(_D[_name], **_caps_kw)))
+_OPENAI_CAPS = _caps(_D["openai"], stream_usage=True, overflow_is_error=True)
 
 # Scale GenAI Platform: /beta paths, its key in x-api-key, one string prompt per call.
-register("sgp", _row("sgp", _D["sgp"], _caps(_D["sgp"], prompts=False),
-                     paths("/beta/chat/completions", "/beta/completions"), header_auth("x-api-key")))
+_SGP = _row("sgp", _D["sgp"], _caps(_D["sgp"], prompts=False),
+            paths("/beta/chat/completions", "/beta/completions"), header_auth("x-api-key"))
 
 # Mistral: OpenAI's body but the seed is random_seed; it refuses stream_options (usage comes
 # in the last event anyway).
-_MISTRAL = dataclasses.replace(_D["openai"], emits={**_D["openai"].emits,
-                                                  "seed": lambda v: {"random_seed": v}})
+_MISTRAL_D = dataclasses.replace(_D["openai"], emits={**_D["openai"].emits,
+                                                    "seed": lambda v: {"random_seed": v}})
 # Chat-only rows: completion bodies go as one user message each (prompts fanned out).
-register("mistral", _row("mistral", _MISTRAL, _caps(_MISTRAL, prompts=False),
-                         paths("/chat/completions", embedding="/embeddings")))
+_MISTRAL = _row("mistral", _MISTRAL_D, _caps(_MISTRAL_D, prompts=False),
+                paths("/chat/completions", embedding="/embeddings"))
 # Cohere's compatibility API for chat (no stream_options, no n); a deployment of an Embed model
 # gets Cohere's own /v2/embed (providers/cohere.py).
-register("cohere", cohere_row(_row("cohere", _D["openai"],
-                                   Caps(n=False, chat_n=False, best_of=False, prompts=False),
-                                   paths("/chat/completions"))))
+_COHERE = cohere_row(_row("cohere", _D["openai"], Caps(n=False, chat_n=False, best_of=False, prompts=False),
+                          paths("/chat/completions")))
 
 
 # Azure OpenAI: the classic API with api_version (the deployment name in the path, its key in
 # api-key), else the v1 API at /openai/v1/ where the body's model is the deployment name.
 _AZURE_AUTH = header_auth("api-key")
-_AZURE_CAPS = _caps(_D["openai"], stream_usage=True, overflow_is_error=True)
-_AZURE_V1 = _row("azure", _D["openai"], _AZURE_CAPS,
+_AZURE_V1 = _row("azure", _D["openai"], _OPENAI_CAPS,
                  paths("/openai/v1/chat/completions", "/openai/v1/completions", "/openai/v1/embeddings"),
                  _AZURE_AUTH)
 
@@ -79,10 +76,29 @@ def _azure(dep: DeploymentConfig) -> Wire:
         query={"api-version": dep.api_version})
 
 
-register("azure", _azure)
+Row = Wire | Callable[[DeploymentConfig], Wire]  # a fixed row, or a function of the deployment
 
-# Providers with a codec of their own register their rows where they are written.
-from switchyard.providers import anthropic as _anthropic  # noqa: E402,F401
-from switchyard.providers import bedrock as _bedrock  # noqa: E402,F401
-from switchyard.providers import gemini as _gemini  # noqa: E402,F401
-from switchyard.providers import vertex as _vertex  # noqa: E402,F401
+ROWS: Mapping[str, Row] = {
+    "openai": _row("openai", _D["openai"], _OPENAI_CAPS),
+    "vllm": _row("vllm", _D["vllm"], _caps(_D["vllm"], stream_usage=True, overflow_is_error=True)),
+    "llamacpp": _row("llamacpp", _D["llamacpp"], _caps(_D["llamacpp"], stream_usage=True)),
+    "mistralrs": _row("mistralrs", _D["mistralrs"], _caps(_D["mistralrs"], stream_usage=True)),
+    "fireworks": _row("fireworks", _D["fireworks"], _caps(_D["fireworks"])),  # usage comes unasked
+    "sgp": _SGP,
+    "azure": _azure,
+    "mistral": _MISTRAL,
+    "cohere": _COHERE,
+    "anthropic": ANTHROPIC_ROW,
+    "gemini": GEMINI_ROW,
+    "vertex": vertex_row,
+    "bedrock": bedrock_row,
+}
+
+
+def wire_for(dep: DeploymentConfig) -> Wire:
+    """The row of the deployment's provider (``provider:``, or ``dialect:`` as its synonym)."""
+    row = ROWS.get(dep.provider)
+    if row is None:
+        raise ConfigError(f"deployment {dep.name}: provider {dep.provider!r} has no wire row in this build "
+                          f"(available: {', '.join(sorted(ROWS))})")
+    return row if isinstance(row, Wire) else row(dep)

@@ -24,7 +24,7 @@ from switchyard.core.errors import UpstreamError, install_hint
 from switchyard.core.settings import ConfigError
 from switchyard.providers.gemini import GEMINI_ROW, GeminiCodec, gemini_paths
 from switchyard.providers.gemini_embed import vertex_style, with_embeddings
-from switchyard.providers.wire import Wire, register
+from switchyard.providers.wire import Wire
 
 SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 EARLY = 300.0  # refresh this many seconds before expiry
@@ -147,5 +147,3 @@ def vertex_row(dep: DeploymentConfig) -> Wire:
     )
     return with_embeddings(row, google, vertex_style(dep.model or ""))
 
-
-register("vertex", vertex_row)

@@ -3,8 +3,8 @@
 ``UpstreamBackend._run`` (provider.py) is the one driver for every provider: it renders the body
 with the row's ``Codec``, adds the row's ``Auth`` headers, sends it over the pooled ``Exchange`` to
 the row's path, and reads the answer (whole, or streamed through the row's ``framing``) back into
-canonical chunks with the same ``Codec``. A new provider is a ``Wire`` row registered by name
-(``register``), plus a codec when its API is not OpenAI-shaped, plus an auth when its credential
+canonical chunks with the same ``Codec``. A new provider is a ``Wire`` row named in rows.py's ``ROWS``
+(the composition root), plus a codec when its API is not OpenAI-shaped, plus an auth when its credential
 is not one static header.
 
 The two protocols, for whoever writes a codec or an auth:
@@ -47,7 +47,6 @@ from urllib.parse import quote, urlencode
 from switchyard.core.canonical import CanonicalRequest, Chunk, RequestKind
 from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.errors import RETRY_STATUSES
-from switchyard.core.settings import ConfigError
 from switchyard.dialects.outgoing import Emulation
 
 Frames = Callable[[AsyncIterator[bytes]], AsyncIterator[list[tuple[bytes | None, bytes]]]]
@@ -181,30 +180,3 @@ def paths(chat: str | None, completion: str | None = None,
     if embedding is not None:
         out[("embedding", False)] = embedding
     return out
-
-
-# -- the registry: a row per provider name, or a function of the deployment --------------------
-
-Row = Wire | Callable[[DeploymentConfig], Wire]
-_ROWS: dict[str, Row] = {}
-
-
-def register(name: str, row: Row) -> None:
-    _ROWS[name] = row
-
-
-def wire_for(dep: DeploymentConfig) -> Wire:
-    """The row of the deployment's provider (``provider:``, or ``dialect:`` as its synonym)."""
-    from switchyard.providers import rows  # noqa: F401  (registers the built-in rows)
-
-    row = _ROWS.get(dep.provider)
-    if row is None:
-        raise ConfigError(f"deployment {dep.name}: provider {dep.provider!r} has no wire row in this build "
-                          f"(available: {', '.join(sorted(_ROWS))})")
-    return row if isinstance(row, Wire) else row(dep)
-
-
-def provider_names() -> list[str]:
-    from switchyard.providers import rows  # noqa: F401
-
-    return sorted(_ROWS)

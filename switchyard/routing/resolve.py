@@ -19,7 +19,8 @@ from switchyard.core.config import Config
 from switchyard.core.deployments import BUILT_IN_BACKENDS, DeploymentConfig, ModelConfig
 from switchyard.core.errors import InvalidRequest, NotFound, install_hint
 from switchyard.core.settings import ConfigError, RouterConfig
-from switchyard.providers.wire import Caps, wire_for
+from switchyard.providers.rows import wire_for
+from switchyard.providers.wire import Caps
 from switchyard.routing.health import Health
 
 

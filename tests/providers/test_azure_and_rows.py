@@ -14,7 +14,7 @@ from switchyard.core.config import parse_config
 from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.settings import ConfigError, Price
 from switchyard.policies.pricing import nano_usd
-from switchyard.providers.wire import wire_for
+from switchyard.providers.rows import wire_for
 from tests.fakes.azure import FakeAzure
 from tests.gateway.conftest import base_config
 from tests.gateway.helpers import sse_objects

@@ -15,8 +15,8 @@ import pytest
 
 from switchyard.core.canonical import CanonicalRequest
 from switchyard.core.deployments import DeploymentConfig
+from switchyard.providers.rows import wire_for
 from switchyard.providers.sse import sse_batches
-from switchyard.providers.wire import wire_for
 
 _spec = importlib.util.spec_from_file_location(
     "provider_mock", Path(__file__).resolve().parents[2] / "bench" / "provider_mock.py")

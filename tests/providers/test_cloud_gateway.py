@@ -482,7 +482,7 @@ def test_without_the_cloud_extras(monkeypatch) -> None:
 
     from switchyard.core.deployments import DeploymentConfig
     from switchyard.core.settings import ConfigError
-    from switchyard.providers.wire import wire_for
+    from switchyard.providers.rows import wire_for
 
     class Block:
         def find_spec(self, name: str, path: object = None, target: object = None) -> None:

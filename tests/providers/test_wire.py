@@ -8,8 +8,8 @@ from email.utils import formatdate
 
 from switchyard.core.deployments import DeploymentConfig
 from switchyard.providers.failures import retry_after_of
+from switchyard.providers.rows import wire_for
 from switchyard.providers.sse import sse_batches
-from switchyard.providers.wire import wire_for
 
 
 def test_retry_after_seconds_ms_and_http_date() -> None:

@@ -7,7 +7,7 @@ from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.errors import RETRY_STATUSES
 from switchyard.providers.anthropic.codec import AnthropicCodec
 from switchyard.providers.anthropic.maps import API_VERSION
-from switchyard.providers.wire import Caps, HeaderAuth, Wire, paths, register
+from switchyard.providers.wire import Caps, HeaderAuth, Wire, paths
 
 CODEC = AnthropicCodec()
 _OWNED = frozenset({"x-api-key", "authorization", "anthropic-version"})
@@ -26,6 +26,6 @@ ROW = Wire("anthropic", CODEC, paths("/v1/messages", "/v1/messages"), auth=_auth
            caps=Caps(n=False, chat_n=False, best_of=False, prompts=False), native_dialect="anthropic",
            native_headers=frozenset({"anthropic-version", "anthropic-beta"}),
            count_path="/v1/messages/count_tokens")
-register("anthropic", ROW)
+
 
 __all__ = ["CODEC", "ROW", "AnthropicCodec"]
