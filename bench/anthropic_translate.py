@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from switchyard.dialects.anthropic.request import read_request
 from switchyard.dialects.chat import CHAT
-from switchyard.dialects.outgoing import render_request
 from switchyard.dialects.parse import parse_request
 from switchyard.dialects.registry import DIALECTS
+from switchyard.providers.openai.request import render_request
 from tests.fakes import claude_code
 
 OPENAI = DIALECTS["openai"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from switchyard.core.canonical import CanonicalRequest, Chunk
 from switchyard.core.stops import StopScanner
-from switchyard.dialects.outgoing import Emulation
+from switchyard.providers.openai.request import Emulation
 
 
 class Emulator:

@@ -19,7 +19,6 @@ from switchyard.core.deployments import DeploymentConfig, split_query
 from switchyard.core.errors import InvalidRequest, UpstreamError
 from switchyard.core.propagation import OUTGOING
 from switchyard.dialects import passthrough
-from switchyard.dialects.outgoing import Emulation
 from switchyard.providers.client import make_transport
 from switchyard.providers.emulation import Emulator
 from switchyard.providers.exchange import Answered, Exchange, make_exchange
@@ -31,10 +30,11 @@ from switchyard.providers.failures import (
     transport_errors,
     wire_failure,
 )
-from switchyard.providers.openai import OpenAICodec
+from switchyard.providers.openai.codec import OpenAICodec
+from switchyard.providers.openai.request import Emulation
+from switchyard.providers.openai.window import ReportedWindows
 from switchyard.providers.rows import wire_for
 from switchyard.providers.sse import sse_batches
-from switchyard.providers.window import ReportedWindows
 from switchyard.providers.wire import Wire, WireError
 
 _encode = msgspec.json.encode

@@ -17,11 +17,11 @@ from switchyard.dialects.chat import chat_emits
 from switchyard.dialects.registry import DIALECTS
 from switchyard.dialects.spec import Dialect
 from switchyard.providers.anthropic import ROW as ANTHROPIC_ROW
-from switchyard.providers.bedrock import bedrock_row
+from switchyard.providers.aws.converse import bedrock_row
 from switchyard.providers.cohere import cohere_row
-from switchyard.providers.gemini import GEMINI_ROW
-from switchyard.providers.openai import OpenAICodec
-from switchyard.providers.vertex import vertex_row
+from switchyard.providers.google.gemini import GEMINI_ROW
+from switchyard.providers.google.vertex import vertex_row
+from switchyard.providers.openai.codec import OpenAICodec
 from switchyard.providers.wire import BEARER, Auth, Caps, Wire, header_auth, paths
 
 OPENAI_PATHS = paths("/chat/completions", "/completions", "/embeddings")

@@ -12,7 +12,7 @@ from typing import Any
 from switchyard.core.canonical import CanonicalRequest
 from switchyard.core.errors import InvalidRequest
 from switchyard.dialects.defaults import sampling_defaults
-from switchyard.dialects.outgoing import Emulation, caller_param
+from switchyard.providers.openai.request import Emulation, caller_param
 
 # Fields no codec sends (the gateway handles them) or that change nothing an upstream sees.
 ENVELOPE = frozenset(

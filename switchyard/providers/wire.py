@@ -47,7 +47,7 @@ from urllib.parse import quote, urlencode
 from switchyard.core.canonical import CanonicalRequest, Chunk, RequestKind
 from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.errors import RETRY_STATUSES
-from switchyard.dialects.outgoing import Emulation
+from switchyard.providers.openai.request import Emulation
 
 Frames = Callable[[AsyncIterator[bytes]], AsyncIterator[list[tuple[bytes | None, bytes]]]]
 SSE = "text/event-stream"

@@ -218,7 +218,7 @@ async def test_anthropic_caller_betas_ride_in_the_body(gateway_for) -> None:
 
 
 def test_a_chunk_carries_one_anthropic_event() -> None:
-    from switchyard.providers.bedrock_claude import InvokeStream
+    from switchyard.providers.aws.invoke_claude import InvokeStream
     from switchyard.providers.wire import WireError
 
     s = InvokeStream()

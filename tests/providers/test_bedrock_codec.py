@@ -15,7 +15,7 @@ from botocore.validate import ParamValidator
 
 from switchyard.core.canonical import CanonicalRequest, Constraint, Usage
 from switchyard.core.errors import InvalidRequest
-from switchyard.providers.bedrock import ConverseCodec
+from switchyard.providers.aws.converse import ConverseCodec
 from switchyard.providers.wire import WireError
 
 CODEC = ConverseCodec()

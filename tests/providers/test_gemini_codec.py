@@ -14,8 +14,8 @@ from google.genai import types
 
 from switchyard.core.canonical import CanonicalRequest, Constraint, Usage
 from switchyard.core.errors import InvalidRequest, UpstreamError
-from switchyard.providers.gemini import GeminiCodec
-from switchyard.providers.gemini_answers import FINISH
+from switchyard.providers.google.answers import FINISH
+from switchyard.providers.google.gemini import GeminiCodec
 from switchyard.providers.wire import WireError
 from tests.fakes.gemini import FakeTokenServer, check_request, service_account
 
@@ -293,7 +293,7 @@ def test_vertex_token_from_a_service_account_cached_and_refreshed_early(tmp_path
     import google.auth.transport.requests
     from google.oauth2 import service_account as sa
 
-    from switchyard.providers.vertex import SCOPE, GoogleAuth
+    from switchyard.providers.google.vertex import SCOPE, GoogleAuth
 
     accepted: set[str] = set()
     with FakeTokenServer(b"", accepted, lifetime=3600) as server:

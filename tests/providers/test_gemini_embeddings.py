@@ -225,7 +225,7 @@ async def test_vertex_failures_and_refusals(gateway_for, tmp_path) -> None:
 )
 def test_unusable_answers_are_wire_errors(raw: bytes, what: str) -> None:
     from switchyard.core.canonical import CanonicalRequest
-    from switchyard.providers.gemini_embed import Embedder
+    from switchyard.providers.google.embed import Embedder
     from switchyard.providers.wire import WireError
 
     req = CanonicalRequest(kind="embedding", model="m", dialect="embeddings", prompt=["a", "b"])

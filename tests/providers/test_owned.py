@@ -10,8 +10,8 @@ import pytest
 
 from switchyard.core.canonical import CanonicalRequest, Constraint, Dry, Mirostat
 from switchyard.core.errors import InvalidRequest
-from switchyard.dialects.outgoing import render_request
 from switchyard.dialects.registry import DIALECTS, owned_fields
+from switchyard.providers.openai.request import render_request
 
 # One value for every canonical field an upstream body can carry.
 SAID: dict[str, Any] = {

@@ -15,7 +15,7 @@ from switchyard.core.deployments import (
     ProviderName,
     _wire_dialect,
 )
-from switchyard.providers.openai import OpenAICodec
+from switchyard.providers.openai.codec import OpenAICodec
 from switchyard.providers.rows import ROWS, wire_for
 
 

@@ -10,9 +10,10 @@ import msgspec
 
 from switchyard.core.canonical import CanonicalRequest, Chunk
 from switchyard.core.deployments import DeploymentConfig
-from switchyard.dialects.outgoing import Emulation
-from switchyard.providers.anthropic import decode, request
+from switchyard.providers.anthropic import answers as decode
+from switchyard.providers.anthropic import request
 from switchyard.providers.anthropic.maps import DEFAULT_MAX_TOKENS
+from switchyard.providers.openai.request import Emulation
 
 # The Messages API's body fields (anthropic SDK ``MessageCreateParams``): a native body keeps
 # these as the caller wrote them; any other field passes only if the deployment allows it.

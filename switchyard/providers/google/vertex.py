@@ -22,8 +22,8 @@ from switchyard.core.canonical import RequestKind
 from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.errors import UpstreamError, install_hint
 from switchyard.core.settings import ConfigError
-from switchyard.providers.gemini import GEMINI_ROW, GeminiCodec, gemini_paths
-from switchyard.providers.gemini_embed import vertex_style, with_embeddings
+from switchyard.providers.google.embed import vertex_style, with_embeddings
+from switchyard.providers.google.gemini import GEMINI_ROW, GeminiCodec, gemini_paths
 from switchyard.providers.wire import Wire
 
 SCOPE = "https://www.googleapis.com/auth/cloud-platform"

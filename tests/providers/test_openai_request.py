@@ -10,9 +10,9 @@ import pytest
 
 from switchyard.core.errors import InvalidRequest
 from switchyard.dialects.chat import CHAT
-from switchyard.dialects.outgoing import render_request
 from switchyard.dialects.parse import parse_request
 from switchyard.dialects.registry import DIALECTS
+from switchyard.providers.openai.request import render_request
 
 UPSTREAMS = ["openai", "vllm", "llamacpp", "mistralrs", "fireworks", "sgp"]
 

@@ -29,9 +29,9 @@ import msgspec
 
 from switchyard.core.canonical import CanonicalRequest, Chunk, Usage
 from switchyard.core.deployments import DeploymentConfig
-from switchyard.dialects.outgoing import Emulation
 from switchyard.providers.failures import message_of
-from switchyard.providers.parse import text_inputs
+from switchyard.providers.openai.answers import text_inputs
+from switchyard.providers.openai.request import Emulation
 from switchyard.providers.turns import refuse
 from switchyard.providers.wire import Codec, StreamDecoder, Wire, WireError
 

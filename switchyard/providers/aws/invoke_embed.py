@@ -23,9 +23,9 @@ from typing import Any
 from switchyard.core.canonical import CanonicalRequest, Chunk, RequestKind, Usage
 from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.errors import InvalidRequest
-from switchyard.dialects.outgoing import Emulation
 from switchyard.providers.cohere import MAX_TEXTS, embed_body, read, vectors_of
-from switchyard.providers.parse import text_inputs
+from switchyard.providers.openai.answers import text_inputs
+from switchyard.providers.openai.request import Emulation
 from switchyard.providers.wire import Wire, WireError
 
 PATHS: dict[tuple[RequestKind, bool], str] = {("embedding", False): "/model/{model}/invoke"}

@@ -12,10 +12,10 @@ import msgspec
 
 from switchyard.core.canonical import CanonicalRequest, Chunk
 from switchyard.core.deployments import DeploymentConfig
-from switchyard.dialects.outgoing import Emulation, render_request
 from switchyard.dialects.spec import Dialect
 from switchyard.providers.failures import message_of
-from switchyard.providers.parse import chunks_of, decode_answer, embeddings_of
+from switchyard.providers.openai.answers import chunks_of, decode_answer, embeddings_of
+from switchyard.providers.openai.request import Emulation, render_request
 from switchyard.providers.wire import Caps, WireError
 
 

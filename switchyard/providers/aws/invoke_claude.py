@@ -26,10 +26,10 @@ import msgspec
 from switchyard.core.canonical import CanonicalRequest, Chunk, RequestKind
 from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.errors import InvalidRequest
-from switchyard.dialects.outgoing import Emulation
-from switchyard.providers.anthropic import decode
+from switchyard.providers.anthropic import answers as decode
 from switchyard.providers.anthropic.codec import AnthropicCodec, count_field
-from switchyard.providers.bedrock_answers import RETRYABLE_EXCEPTIONS
+from switchyard.providers.aws.converse_answers import RETRYABLE_EXCEPTIONS
+from switchyard.providers.openai.request import Emulation
 from switchyard.providers.wire import Wire, WireError
 
 VERSION = "bedrock-2023-05-31"  # the anthropic_version Bedrock documents for InvokeModel

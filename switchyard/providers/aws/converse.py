@@ -28,11 +28,11 @@ from switchyard.core.canonical import CanonicalRequest, Chunk, RequestKind
 from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.errors import RETRY_STATUSES, InvalidRequest, UpstreamError
 from switchyard.dialects.anthropic.wire import THINKING_BUDGET
-from switchyard.dialects.outgoing import Emulation
-from switchyard.providers import bedrock_answers as answers
+from switchyard.providers.aws import converse_answers as answers
+from switchyard.providers.aws.auth import bedrock_auth
 from switchyard.providers.aws.eventstream import CONTENT_TYPE, FrameError, named_frames
-from switchyard.providers.bedrock_auth import bedrock_auth
-from switchyard.providers.bedrock_embed import embed_row, family
+from switchyard.providers.aws.invoke_embed import embed_row, family
+from switchyard.providers.openai.request import Emulation
 from switchyard.providers.turns import (
     Turn,
     check_fields,
@@ -243,7 +243,7 @@ def bedrock_row(dep: DeploymentConfig) -> Wire:
     if family(dep.model) is not None:  # an embeddings model: InvokeModel with its own body
         return embed_row(row, dep.model)
     if dep.api == "invoke":  # Claude's own Messages body through InvokeModel
-        from switchyard.providers.bedrock_claude import invoke_row
+        from switchyard.providers.aws.invoke_claude import invoke_row
 
         return invoke_row(row)
     return row

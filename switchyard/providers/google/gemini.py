@@ -25,9 +25,9 @@ from switchyard.core.canonical import CanonicalRequest, Chunk, RequestKind
 from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.errors import InvalidRequest
 from switchyard.dialects.anthropic.wire import THINKING_BUDGET
-from switchyard.dialects.outgoing import Emulation
-from switchyard.providers import gemini_answers as answers
-from switchyard.providers.gemini_embed import with_embeddings
+from switchyard.providers.google import answers
+from switchyard.providers.google.embed import with_embeddings
+from switchyard.providers.openai.request import Emulation
 from switchyard.providers.turns import (
     Turn,
     check_fields,
