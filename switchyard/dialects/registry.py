@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
+from switchyard.core.canonical import CanonicalRequest
 from switchyard.core.errors import InvalidRequest
 from switchyard.dialects.anthropic.render import AnthropicRenderer
 from switchyard.dialects.anthropic.request import ANTHROPIC
@@ -95,4 +96,31 @@ def sniff_completion_dialect(body: Any, headers: Mapping[str, str]) -> Dialect:
     return OPENAI
 
 
-__all__ = ["ANSWERS", "CALLERS", "CHAT", "DIALECTS", "sniff_completion_dialect"]
+# Canonical fields gathered from several dialect fields: the group their rows write to.
+_GROUP_OF = {"max_tokens": "max", "stop": "stop", "mirostat": "mirostat", "dry": "dry",
+             "logprobs": "lp", "constraint": "constraint"}
+# Which of a dialect's constraint fields a constraint kind most likely came from.
+_CONSTRAINT_HINTS = {"regex": ("regex",), "choice": ("choice",), "grammar": ("grammar",),
+                     "lark": ("grammar",), "json_schema": ("response_format", "json"),
+                     "json_object": ("response_format", "json")}
+
+
+def caller_param(req: CanonicalRequest, field: str) -> str:
+    """The name the caller used for a canonical field (for error messages)."""
+    if req.named is not None and field in req.named:
+        return req.named[field]
+    dialect = CALLERS.get(req.dialect)
+    if dialect is None:
+        return field
+    group = _GROUP_OF.get(field)
+    names = [p.name for p in dialect.params
+             if p.to == field or (group and p.to.startswith(group + "."))]
+    if field == "constraint" and req.constraint is not None:
+        for hint in _CONSTRAINT_HINTS.get(req.constraint.kind, ()):
+            for name in names:
+                if hint in name:
+                    return name
+    return names[0] if names else field
+
+
+__all__ = ["ANSWERS", "CALLERS", "CHAT", "DIALECTS", "caller_param", "sniff_completion_dialect"]

@@ -23,8 +23,8 @@ import msgspec
 from switchyard.core.canonical import CanonicalRequest, Chunk, RequestKind, Usage
 from switchyard.core.deployments import DeploymentConfig
 from switchyard.dialects import passthrough
-from switchyard.providers.openai.answers import text_inputs
-from switchyard.providers.openai.request import Emulation
+from switchyard.providers.emulation import Emulation
+from switchyard.providers.turns import text_inputs
 from switchyard.providers.wire import BEARER, Caps, Wire, WireError
 
 MAX_TEXTS = 96  # texts per call: Cohere's API reference and Bedrock's Cohere Embed parameters

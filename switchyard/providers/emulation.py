@@ -3,9 +3,19 @@ carry (and whether the stop string stays), and echo of the prompt."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from switchyard.core.canonical import CanonicalRequest, Chunk
 from switchyard.core.stops import StopScanner
-from switchyard.providers.openai.request import Emulation
+
+
+@dataclass(slots=True)
+class Emulation:
+    """What the gateway does itself on the way back."""
+
+    stop: list[str] | None = None  # apply these stop sequences to the returned text
+    include_stop: bool = False  # ... keeping the stop string in the text
+    echo: str | None = None  # prepend this prompt text
 
 
 class Emulator:

@@ -20,7 +20,7 @@ from switchyard.core.errors import InvalidRequest, UpstreamError
 from switchyard.core.propagation import OUTGOING
 from switchyard.dialects import passthrough
 from switchyard.providers.client import make_transport
-from switchyard.providers.emulation import Emulator
+from switchyard.providers.emulation import Emulation, Emulator
 from switchyard.providers.exchange import Answered, Exchange, make_exchange
 from switchyard.providers.failures import (
     Scrubber,
@@ -31,7 +31,6 @@ from switchyard.providers.failures import (
     wire_failure,
 )
 from switchyard.providers.openai.codec import OpenAICodec
-from switchyard.providers.openai.request import Emulation
 from switchyard.providers.openai.window import ReportedWindows
 from switchyard.providers.rows import wire_for
 from switchyard.providers.sse import sse_batches

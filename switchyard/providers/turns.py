@@ -12,12 +12,24 @@ from typing import Any
 from switchyard.core.canonical import CanonicalRequest
 from switchyard.core.errors import InvalidRequest
 from switchyard.dialects.defaults import sampling_defaults
-from switchyard.providers.openai.request import Emulation, caller_param
+from switchyard.dialects.registry import caller_param
+from switchyard.providers.emulation import Emulation
 
 # Fields no codec sends (the gateway handles them) or that change nothing an upstream sees.
 ENVELOPE = frozenset(
     {"include_usage", "timeout", "extra_headers", "include_stop_str_in_output", "stop", "cache_prompt"}
 )
+
+
+def text_inputs(req: CanonicalRequest, who: str) -> list[str]:
+    """An embeddings request's inputs as text, for an API that embeds text only (``who``, e.g.
+    "model google/embed (its upstream is gemini)"): a token-id array is a 400 naming ``input``."""
+    texts: list[str] = []
+    for i, p in enumerate(req.prompt or ()):
+        if not isinstance(p, str):
+            raise InvalidRequest(f"input[{i}] is a token-id array; {who} embeds text only", param="input")
+        texts.append(p)
+    return texts
 
 
 def refuse(req: CanonicalRequest, fld: str, provider: str, why: str = "") -> InvalidRequest:

@@ -18,7 +18,7 @@ The two protocols, for whoever writes a codec or an auth:
 ``Codec`` (stateless, shared by every deployment of its API)
     ``render(req, model, dep) -> (body, Emulation)``: the upstream body from the canonical request;
     anything the API cannot carry is emulated (``Emulation``) or refused with ``InvalidRequest``
-    naming the caller's own field (``switchyard.dialects.outgoing.caller_param``).
+    naming the caller's own field (``switchyard.dialects.registry.caller_param``).
     ``whole(raw, req) -> list[Chunk]``: a whole (non-streamed) 200 answer.
     ``stream(req) -> StreamDecoder``: a fresh decoder per streamed answer; ``feed(name, data)`` takes
     one event (``name``: the SSE ``event:`` field or the frame's event type, None when absent) and
@@ -47,7 +47,7 @@ from urllib.parse import quote, urlencode
 from switchyard.core.canonical import CanonicalRequest, Chunk, RequestKind
 from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.errors import RETRY_STATUSES
-from switchyard.providers.openai.request import Emulation
+from switchyard.providers.emulation import Emulation
 
 Frames = Callable[[AsyncIterator[bytes]], AsyncIterator[list[tuple[bytes | None, bytes]]]]
 SSE = "text/event-stream"

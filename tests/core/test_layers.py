@@ -34,3 +34,16 @@ def test_an_upward_import_breaks_the_contract(tmp_path: Path) -> None:
     r = lint(tmp_path)
     assert r.returncode != 0
     assert "switchyard.core is not allowed to import switchyard.routing" in r.stdout, r.stdout
+
+
+def test_the_old_registry_circle_breaks_the_providers_contract(tmp_path: Path) -> None:
+    """wire.py (the types every codec imports) looking rows up again is an upward import."""
+    shutil.copytree(ROOT / "switchyard", tmp_path / "switchyard",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    wire = tmp_path / "switchyard" / "providers" / "wire.py"
+    wire.write_text(wire.read_text() + "\nfrom switchyard.providers import rows  # noqa: E402,F401\n")
+    r = lint(tmp_path)
+    assert r.returncode != 0
+    assert ("switchyard.providers.wire is not allowed to import switchyard.providers.rows"
+            in r.stdout), r.stdout

@@ -101,7 +101,7 @@ async def test_reported_window_fits_before_sending_and_is_asked_once(upstream, g
 async def test_a_stalled_models_endpoint_is_unknown_within_its_bound(upstream, gateway_for) -> None:
     upstream.context_window = 20
     upstream.reported = {"up": 20}
-    upstream.models_stall = 3  # past the 2 s bound (providers/window.py TIMEOUT_S)
+    upstream.models_stall = 3  # past the 2 s bound (providers/openai/window.py TIMEOUT_S)
     cfg = base_config([upstream_model(MODEL, upstream.url, dialect="vllm", model="up")])
     async with gateway_for(cfg) as client:
         r = await client.post(FIREWORKS[0], json={"model": MODEL, "prompt": "hi", "max_tokens": 50})

@@ -1,4 +1,4 @@
-"""Claude through Anthropic's Messages API: the codec (request.py writes the body, decode.py reads
+"""Claude through Anthropic's Messages API: the codec (request.py writes the body, answers.py reads
 answers and the named-event stream) and its row. The mapping tables are plain data in maps.py."""
 
 from __future__ import annotations

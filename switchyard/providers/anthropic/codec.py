@@ -13,7 +13,7 @@ from switchyard.core.deployments import DeploymentConfig
 from switchyard.providers.anthropic import answers as decode
 from switchyard.providers.anthropic import request
 from switchyard.providers.anthropic.maps import DEFAULT_MAX_TOKENS
-from switchyard.providers.openai.request import Emulation
+from switchyard.providers.emulation import Emulation
 
 # The Messages API's body fields (anthropic SDK ``MessageCreateParams``): a native body keeps
 # these as the caller wrote them; any other field passes only if the deployment allows it.

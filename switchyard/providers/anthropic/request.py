@@ -15,6 +15,7 @@ from switchyard.core.canonical import UNLIMITED, CanonicalRequest
 from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.errors import InvalidRequest
 from switchyard.dialects.defaults import sampling_defaults
+from switchyard.dialects.registry import caller_param
 from switchyard.providers.anthropic.maps import (
     API_VERSION,
     DEFAULT_MAX_TOKENS,
@@ -22,7 +23,7 @@ from switchyard.providers.anthropic.maps import (
     SAMPLING_REMOVED,
     TOOL_CHOICE,
 )
-from switchyard.providers.openai.request import Emulation, caller_param
+from switchyard.providers.emulation import Emulation
 
 # Canonical fields handled below or by the driver; any other field the caller set is refused.
 _HANDLED = frozenset({"max_tokens", "stop", "include_stop_str_in_output", "echo", "tools", "tool_choice",

@@ -1,7 +1,7 @@
 """AWS Bedrock Runtime's Converse API (``/model/{id}/converse``, ``/converse-stream``): the codec
 (canonical request -> Converse body; answers and ConverseStream events are read in
-``bedrock_answers.py``) and the Bedrock row (its auth: bedrock_auth.py; InvokeModel rows:
-bedrock_claude.py, bedrock_embed.py).
+``converse_answers.py``) and the Bedrock row (its auth: auth.py; InvokeModel rows:
+invoke_claude.py, invoke_embed.py).
 
 Wire facts (botocore's bedrock-runtime service model): ``system[]`` apart from ``messages``;
 tool calls are ``toolUse`` blocks whose ``input`` is an object, results ``toolResult`` blocks in a
@@ -32,7 +32,7 @@ from switchyard.providers.aws import converse_answers as answers
 from switchyard.providers.aws.auth import bedrock_auth
 from switchyard.providers.aws.eventstream import CONTENT_TYPE, FrameError, named_frames
 from switchyard.providers.aws.invoke_embed import embed_row, family
-from switchyard.providers.openai.request import Emulation
+from switchyard.providers.emulation import Emulation
 from switchyard.providers.turns import (
     Turn,
     check_fields,

@@ -1,5 +1,5 @@
 """Bedrock Converse answers read into canonical chunks, whole or as ConverseStream events (the
-requests are written in ``bedrock.py``).
+requests are written in ``converse.py``).
 
 Wire facts (botocore's bedrock-runtime service model): a whole answer's content blocks are
 ``text``, ``toolUse`` (``input`` an object) and ``reasoningContent`` (``reasoningText`` {text,

@@ -6,7 +6,7 @@ The body is the Messages body without ``model`` and ``stream`` (the path says bo
 as the body array ``anthropic_beta``. The whole answer is the Anthropic ``Message`` JSON. A stream
 is event-stream frames: each ``chunk`` event's payload is ``{"bytes": base64(one Anthropic stream
 event's JSON)}``, read by the Anthropic stream decoder; exception frames are read as Converse's
-are. Auth, framing and error statuses are the Converse row's (providers/bedrock.py).
+are. Auth, framing and error statuses are the Converse row's (aws/converse.py).
 
 An Anthropic Messages caller takes the native lane: its body goes as sent (system blocks,
 cache_control, thinking signatures) but for what the gateway owns, in the same envelope; its
@@ -29,7 +29,7 @@ from switchyard.core.errors import InvalidRequest
 from switchyard.providers.anthropic import answers as decode
 from switchyard.providers.anthropic.codec import AnthropicCodec, count_field
 from switchyard.providers.aws.converse_answers import RETRYABLE_EXCEPTIONS
-from switchyard.providers.openai.request import Emulation
+from switchyard.providers.emulation import Emulation
 from switchyard.providers.wire import Wire, WireError
 
 VERSION = "bedrock-2023-05-31"  # the anthropic_version Bedrock documents for InvokeModel

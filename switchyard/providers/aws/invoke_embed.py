@@ -24,8 +24,8 @@ from switchyard.core.canonical import CanonicalRequest, Chunk, RequestKind, Usag
 from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.errors import InvalidRequest
 from switchyard.providers.cohere import MAX_TEXTS, embed_body, read, vectors_of
-from switchyard.providers.openai.answers import text_inputs
-from switchyard.providers.openai.request import Emulation
+from switchyard.providers.emulation import Emulation
+from switchyard.providers.turns import text_inputs
 from switchyard.providers.wire import Wire, WireError
 
 PATHS: dict[tuple[RequestKind, bool], str] = {("embedding", False): "/model/{model}/invoke"}

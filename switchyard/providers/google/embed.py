@@ -29,10 +29,9 @@ import msgspec
 
 from switchyard.core.canonical import CanonicalRequest, Chunk, Usage
 from switchyard.core.deployments import DeploymentConfig
+from switchyard.providers.emulation import Emulation
 from switchyard.providers.failures import message_of
-from switchyard.providers.openai.answers import text_inputs
-from switchyard.providers.openai.request import Emulation
-from switchyard.providers.turns import refuse
+from switchyard.providers.turns import refuse, text_inputs
 from switchyard.providers.wire import Codec, StreamDecoder, Wire, WireError
 
 Style = Literal["gemini", "vertex", "predict"]

@@ -6,7 +6,7 @@ model; tool calls are ``functionCall`` parts (``args`` an object), results ``fun
 parts (``response`` an object) matched by function name; sampling fields in ``generationConfig``
 (``candidateCount`` is ``n``; logprobs exist); ``toolConfig.functionCallingConfig`` mode AUTO, ANY
 (with ``allowedFunctionNames`` for a named tool) or NONE. Answers are read in
-``gemini_answers.py``; embeddings are ``gemini_embed.py``.
+``answers.py``; embeddings are ``embed.py``.
 
 Thoughts come back (``thought: true`` parts) only when ``generationConfig.thinkingConfig`` asks
 (``includeThoughts``), and a model that does not think refuses any thinkingConfig with a 400
@@ -25,9 +25,9 @@ from switchyard.core.canonical import CanonicalRequest, Chunk, RequestKind
 from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.errors import InvalidRequest
 from switchyard.dialects.anthropic.wire import THINKING_BUDGET
+from switchyard.providers.emulation import Emulation
 from switchyard.providers.google import answers
 from switchyard.providers.google.embed import with_embeddings
-from switchyard.providers.openai.request import Emulation
 from switchyard.providers.turns import (
     Turn,
     check_fields,

@@ -122,7 +122,7 @@ def vertex_auth(dep: DeploymentConfig) -> GoogleAuth:
 def vertex_row(dep: DeploymentConfig) -> Wire:
     """The model decides the publisher: ``claude-*`` is Anthropic's (the Messages body in Vertex's
     rawPredict envelope: the model in the path, ``anthropic_version`` in the body; no embeddings),
-    anything else Google's (generateContent; embeddings as ``gemini_embed.vertex_style`` says)."""
+    anything else Google's (generateContent; embeddings as ``embed.vertex_style`` says)."""
     project, location = quote(dep.project or "", safe=""), quote(dep.location or "global", safe="")
     base = f"/v1/projects/{project}/locations/{location}/publishers"
     if (dep.model or "").startswith("claude"):

@@ -8,8 +8,7 @@ from typing import Any
 
 import msgspec
 
-from switchyard.core.canonical import CanonicalRequest, Chunk, TokenLogprob, TopLogprob, Usage
-from switchyard.core.errors import InvalidRequest
+from switchyard.core.canonical import Chunk, TokenLogprob, TopLogprob, Usage
 from switchyard.dialects.embeddings import floats_b64
 
 
@@ -144,14 +143,3 @@ def embeddings_of(raw: bytes, inputs: int) -> Chunk:
         raise ValueError(f"sent {got} in its embeddings answer")
     usage = usage_of(ans.usage) or Usage()
     return Chunk(embeddings=vectors, usage=Usage(prompt_tokens=usage.prompt_tokens), finish_reason="stop")
-
-
-def text_inputs(req: CanonicalRequest, who: str) -> list[str]:
-    """An embeddings request's inputs as text, for an API that embeds text only (``who``, e.g.
-    "model google/embed (its upstream is gemini)"): a token-id array is a 400 naming ``input``."""
-    texts: list[str] = []
-    for i, p in enumerate(req.prompt or ()):
-        if not isinstance(p, str):
-            raise InvalidRequest(f"input[{i}] is a token-id array; {who} embeds text only", param="input")
-        texts.append(p)
-    return texts

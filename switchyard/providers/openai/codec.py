@@ -1,5 +1,5 @@
-"""The OpenAI codec: bodies written from the dialect tables (``switchyard.dialects.outgoing``),
-answers read as OpenAI's (``parse.py``). Every OpenAI-compatible server speaks it: OpenAI, vLLM,
+"""The OpenAI codec: bodies written from the dialect tables (``request.py``),
+answers read as OpenAI's (``answers.py``). Every OpenAI-compatible server speaks it: OpenAI, vLLM,
 llama.cpp, mistral.rs, Fireworks, SGP, Azure, Mistral and Cohere's compatibility API; the rows in
 rows.py differ only in paths, auth and capabilities."""
 
@@ -13,9 +13,10 @@ import msgspec
 from switchyard.core.canonical import CanonicalRequest, Chunk
 from switchyard.core.deployments import DeploymentConfig
 from switchyard.dialects.spec import Dialect
+from switchyard.providers.emulation import Emulation
 from switchyard.providers.failures import message_of
 from switchyard.providers.openai.answers import chunks_of, decode_answer, embeddings_of
-from switchyard.providers.openai.request import Emulation, render_request
+from switchyard.providers.openai.request import render_request
 from switchyard.providers.wire import Caps, WireError
 
 

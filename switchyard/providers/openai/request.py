@@ -1,4 +1,4 @@
-"""Write a canonical request in an upstream's dialect.
+"""The OpenAI codec's request half: a canonical request written in an OpenAI-shaped upstream's dialect.
 
 What the upstream cannot carry is either emulated by the gateway (stop sequences and whether the
 stop string stays in the text, echo) or refused with a 400 naming the parameter and the model.
@@ -6,7 +6,6 @@ stop string stays in the text, echo) or refused with a 400 naming the parameter 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from switchyard.core.canonical import CanonicalRequest
@@ -15,12 +14,10 @@ from switchyard.dialects import passthrough
 from switchyard.dialects.chat import chat_emits
 from switchyard.dialects.constraints import Unsupported
 from switchyard.dialects.defaults import sampling_defaults
-from switchyard.dialects.registry import CALLERS
+from switchyard.dialects.registry import CALLERS, caller_param
 from switchyard.dialects.spec import Dialect
+from switchyard.providers.emulation import Emulation
 
-# Canonical fields gathered from several dialect fields: the group their rows write to.
-_GROUP_OF = {"max_tokens": "max", "stop": "stop", "mirostat": "mirostat", "dry": "dry",
-             "logprobs": "lp", "constraint": "constraint"}
 _HANDLED = frozenset({"stop", "include_stop_str_in_output", "echo", "include_usage", "extra_params",
                       "extra_headers", "timeout"})
 # Defaults for callers that give no provider row (tests, tools): the upstreams that take
@@ -29,40 +26,9 @@ _HANDLED = frozenset({"stop", "include_stop_str_in_output", "echo", "include_usa
 _STREAM_USAGE = frozenset({"openai", "vllm", "llamacpp", "mistralrs"})
 
 
-@dataclass(slots=True)
-class Emulation:
-    """What the gateway does itself on the way back."""
-
-    stop: list[str] | None = None  # apply these stop sequences to the returned text
-    include_stop: bool = False  # ... keeping the stop string in the text
-    echo: str | None = None  # prepend this prompt text
-
-
-# Which of a dialect's constraint fields a constraint kind most likely came from.
-_CONSTRAINT_HINTS = {"regex": ("regex",), "choice": ("choice",), "grammar": ("grammar",),
-                     "lark": ("grammar",), "json_schema": ("response_format", "json"),
-                     "json_object": ("response_format", "json")}
 # Upstreams whose own answer to an overflowing request is the error: overflow "error" needs
 # nothing sent (default when no provider row says it).
 _OVERFLOW_ERRS = frozenset({"openai", "vllm"})
-
-
-def caller_param(req: CanonicalRequest, field: str) -> str:
-    """The name the caller used for a canonical field (for error messages)."""
-    if req.named is not None and field in req.named:
-        return req.named[field]
-    dialect = CALLERS.get(req.dialect)
-    if dialect is None:
-        return field
-    group = _GROUP_OF.get(field)
-    names = [p.name for p in dialect.params
-             if p.to == field or (group and p.to.startswith(group + "."))]
-    if field == "constraint" and req.constraint is not None:
-        for hint in _CONSTRAINT_HINTS.get(req.constraint.kind, ()):
-            for name in names:
-                if hint in name:
-                    return name
-    return names[0] if names else field
 
 
 def render_request(dialect: Dialect, req: CanonicalRequest, upstream_model: str,
