@@ -1,12 +1,13 @@
 """Claude through Anthropic's Messages API: the codec (request.py writes the body, answers.py reads
-answers and the named-event stream) and its row. The mapping tables are plain data in maps.py."""
+answers and the named-event stream) and its row. Its facts are the one Anthropic table,
+switchyard/dialects/anthropic/wire.py."""
 
 from __future__ import annotations
 
 from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.errors import RETRY_STATUSES
+from switchyard.dialects.anthropic.wire import DEFAULT_VERSION
 from switchyard.providers.anthropic.codec import AnthropicCodec
-from switchyard.providers.anthropic.maps import API_VERSION
 from switchyard.providers.wire import Caps, HeaderAuth, Wire, paths
 
 CODEC = AnthropicCodec()
@@ -14,7 +15,7 @@ _OWNED = frozenset({"x-api-key", "authorization", "anthropic-version"})
 
 
 def _auth(dep: DeploymentConfig) -> HeaderAuth:
-    fixed = {"anthropic-version": dep.api_version or API_VERSION}
+    fixed = {"anthropic-version": dep.api_version or DEFAULT_VERSION}
     if dep.api_key:
         fixed["x-api-key"] = dep.api_key
     return HeaderAuth(fixed, _OWNED)

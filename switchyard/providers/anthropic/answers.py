@@ -16,38 +16,16 @@ from typing import Any
 import msgspec
 
 from switchyard.core.canonical import Chunk, FinishReason, Usage
-from switchyard.providers.anthropic.maps import FINISH, RETRYABLE_ERRORS
+from switchyard.dialects.anthropic.wire import FINISH_REASON, RETRYABLE_ERRORS, usage_of
 from switchyard.providers.wire import WireError
 
 _decode = msgspec.json.decode
 
 
-def usage_of(u: Any, base: Usage | None = None) -> Usage:
-    """An Anthropic usage object over ``base`` (the stream's usage so far): fields it has replace."""
-    out = Usage() if base is None else Usage(base.prompt_tokens, base.completion_tokens, base.cached_tokens,
-                                              base.cache_write_tokens, base.reasoning_tokens)
-    if not isinstance(u, dict):
-        return out
-    read, write = u.get("cache_read_input_tokens"), u.get("cache_creation_input_tokens")
-    if read is not None:
-        out.cached_tokens = int(read)
-    if write is not None:
-        out.cache_write_tokens = int(write)
-    inp = u.get("input_tokens")
-    if inp is not None:
-        out.prompt_tokens = int(inp) + out.cached_tokens + out.cache_write_tokens
-    elif read is not None or write is not None:  # cache fields alone: keep the input part
-        base_in = (base.prompt_tokens - base.cached_tokens - base.cache_write_tokens) if base else 0
-        out.prompt_tokens = base_in + out.cached_tokens + out.cache_write_tokens
-    if u.get("output_tokens") is not None:
-        out.completion_tokens = int(u["output_tokens"])
-    return out
-
-
 def finish_of(reason: Any) -> FinishReason | None:
     if reason is None:
         return None
-    return FINISH.get(reason, "stop")
+    return FINISH_REASON.get(reason, "stop")
 
 
 def error_of(obj: Any) -> tuple[str, str | None]:

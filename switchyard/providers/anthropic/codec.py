@@ -10,9 +10,9 @@ import msgspec
 
 from switchyard.core.canonical import CanonicalRequest, Chunk
 from switchyard.core.deployments import DeploymentConfig
+from switchyard.dialects.anthropic.wire import DEFAULT_MAX_TOKENS
 from switchyard.providers.anthropic import answers as decode
 from switchyard.providers.anthropic import request
-from switchyard.providers.anthropic.maps import DEFAULT_MAX_TOKENS
 from switchyard.providers.emulation import Emulation
 
 # The Messages API's body fields (anthropic SDK ``MessageCreateParams``): a native body keeps

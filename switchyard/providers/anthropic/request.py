@@ -14,15 +14,15 @@ from typing import Any
 from switchyard.core.canonical import UNLIMITED, CanonicalRequest
 from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.errors import InvalidRequest
+from switchyard.dialects.anthropic.wire import (
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_VERSION,
+    NO_SAMPLING_SINCE,
+    SAMPLING,
+    TOOL_CHOICE_OF,
+)
 from switchyard.dialects.defaults import sampling_defaults
 from switchyard.dialects.registry import caller_param
-from switchyard.providers.anthropic.maps import (
-    API_VERSION,
-    DEFAULT_MAX_TOKENS,
-    SAMPLING,
-    SAMPLING_REMOVED,
-    TOOL_CHOICE,
-)
 from switchyard.providers.emulation import Emulation
 
 # Canonical fields handled below or by the driver; any other field the caller set is refused.
@@ -56,11 +56,11 @@ def render(req: CanonicalRequest, model: str, dep: DeploymentConfig) -> tuple[di
     body["messages"] = messages
     mt = req.max_tokens
     body["max_tokens"] = DEFAULT_MAX_TOKENS if mt is None or mt == UNLIMITED else mt
-    version = dep.api_version or API_VERSION
+    version = dep.api_version or DEFAULT_VERSION
     for field in SAMPLING:
         v = getattr(req, field)
         if v is not None:
-            if version >= SAMPLING_REMOVED:
+            if version >= NO_SAMPLING_SINCE:
                 raise refuse(req, field, f" at anthropic-version {version}, which has no sampling fields")
             body[field] = v
     if req.stop:
@@ -113,9 +113,9 @@ def _tool_choice(req: CanonicalRequest) -> dict[str, Any] | None:
     if tc is None:
         choice = None
     elif isinstance(tc, str):
-        if tc not in TOOL_CHOICE:
+        if tc not in TOOL_CHOICE_OF:
             raise refuse(req, "tool_choice", f" (no {tc!r})")
-        choice = dict(TOOL_CHOICE[tc])
+        choice = dict(TOOL_CHOICE_OF[tc])
     elif isinstance(tc, dict) and isinstance(tc.get("function"), dict) and tc["function"].get("name"):
         choice = {"type": "tool", "name": tc["function"]["name"]}
     else:
