@@ -87,7 +87,7 @@ def test_full_request_maps_and_validates() -> None:
             stop=["END"],
             tools=TOOLS,
             tool_choice={"type": "function", "function": {"name": "get"}},
-            constraint=Constraint("json_schema", {"name": "o", "schema": {"type": "object"}}),
+            constraint=Constraint("json_schema", {"type": "object"}),  # readers keep the bare schema
         ),
         "m",
     )

@@ -79,9 +79,8 @@ def render(req: CanonicalRequest, model: str, dep: DeploymentConfig) -> tuple[di
     if req.constraint is not None:
         c = req.constraint
         if c.kind == "json_schema":
-            schema = c.value.get("schema", c.value) if isinstance(c.value, dict) and "schema" in c.value \
-                else c.value
-            body["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
+            # the constraint is the bare schema (every inbound reader unwraps its own envelope)
+            body["output_config"] = {"format": {"type": "json_schema", "schema": c.value}}
         elif c.kind == "json_object":  # no JSON mode: any object, as a schema
             body["output_config"] = {"format": {"type": "json_schema", "schema": {"type": "object"}}}
         else:

@@ -193,10 +193,9 @@ def _text_format(req: CanonicalRequest) -> dict[str, Any]:
         schema: Any = {"type": "object"}
         name = "json_object"
     elif c.kind == "json_schema":
-        value = c.value if isinstance(c.value, dict) else {}
-        # OpenAI's response_format carries {name, schema, strict}; other dialects the schema alone.
-        schema = value.get("schema", value) if "schema" in value and "name" in value else value
-        name = str(value.get("name") or "response") if "schema" in value else "response"
+        # Every inbound reader keeps the bare schema (OpenAI's name and strict are not carried).
+        schema = c.value if isinstance(c.value, dict) else {}
+        name = "response"
     else:
         raise refuse(req, "constraint", PROVIDER, f"{c.kind} constraints; JSON schemas are carried")
     return {"type": "json_schema", "structure": {"jsonSchema": {"schema": dumps(schema), "name": name}}}

@@ -131,10 +131,8 @@ class GeminiCodec:
             if c.kind == "json_object":
                 config["responseMimeType"] = "application/json"
             elif c.kind == "json_schema":
-                value = c.value if isinstance(c.value, dict) else {}
-                schema = value["schema"] if "schema" in value and "name" in value else value
-                config["responseMimeType"] = "application/json"
-                config["responseJsonSchema"] = schema
+                config["responseMimeType"] = "application/json"  # the constraint is the bare schema
+                config["responseJsonSchema"] = c.value if isinstance(c.value, dict) else {}
             else:
                 raise refuse(
                     req, "constraint", self.provider, f"{c.kind} constraints; JSON schemas are carried"
