@@ -30,7 +30,6 @@ from switchyard.providers.failures import (
     transport_errors,
     wire_failure,
 )
-from switchyard.providers.openai.codec import OpenAICodec
 from switchyard.providers.openai.window import ReportedWindows
 from switchyard.providers.rows import wire_for
 from switchyard.providers.sse import sse_batches
@@ -59,15 +58,15 @@ class UpstreamBackend:
         # Sent per request, not in the prebuilt prefix: the native lane sends the caller's instead.
         self._per_call = {k: self._headers.pop(k) for k in list(self._headers)
                           if k.lower() in self.wire.native_headers}
-        self._native = getattr(self.codec, "native", None) if self.wire.native_dialect else None
-        carries = getattr(self.codec, "carries", None)  # core.backend.CarriesOptional
+        self._native = self.wire.native if self.wire.native_dialect else None
+        carries = self.wire.carries  # core.backend.CarriesOptional
         self.carries: frozenset[str] = carries(self.upstream_model) if carries is not None else frozenset()
         self._targets: dict[tuple[str, bool, str], str] = {}
         self._scrub = Scrubber(deployment.api_key, deployment.aws_secret_access_key,
                                deployment.aws_session_token)
-        # OpenAI-family servers may report their window (vLLM); signed APIs are not asked.
+        # A server that may report its window (vLLM) is asked; signed APIs are not.
         self._windows = (ReportedWindows(self._base, self._headers, transport)
-                         if isinstance(self.codec, OpenAICodec) and not self.auth.signs else None)
+                         if self.wire.caps.reports_window and not self.auth.signs else None)
 
     ready = True
 
@@ -76,11 +75,11 @@ class UpstreamBackend:
         the caller spoke this upstream's API; else None and the gateway estimates (an upstream
         round trip per request would cost every request its latency)."""
         path = self.wire.count_target(self.upstream_model)
-        count, counted = getattr(self.codec, "count", None), getattr(self.codec, "counted", None)
+        lane = self.wire.count
         native = req.native
-        if (not exact or path is None or count is None or counted is None or not self._is_native(req)
-                or native is None):
+        if not exact or path is None or lane is None or not self._is_native(req) or native is None:
             return None
+        count, counted = lane.body, lane.read
         dep = self.deployment
         body = count(msgspec.json.decode(native.body), self.upstream_model, dep.allow_extra_params)
         if self._query:

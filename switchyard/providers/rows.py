@@ -35,6 +35,9 @@ def _caps(d: Dialect, **kw: bool) -> Caps:
 def _row(name: str, dialect: Dialect, caps: Caps,
          where: Mapping[tuple[RequestKind, bool], str] = OPENAI_PATHS,
          auth: Callable[[DeploymentConfig], Auth] = BEARER) -> Wire:
+    # OpenAI-family servers may report their window (vLLM); a dialect with an overflow field
+    # (Fireworks, mistral.rs) applies the caller's policy itself.
+    caps = dataclasses.replace(caps, reports_window=True, applies_overflow="overflow" in dialect.emits)
     return Wire(name, OpenAICodec(dialect, caps), where, auth=auth, caps=caps, native_dialect=dialect.name)
 
 

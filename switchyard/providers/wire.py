@@ -27,14 +27,18 @@ The two protocols, for whoever writes a codec or an auth:
     A codec reports an unusable answer by raising ``WireError`` (the driver words it with the
     deployment's name and scrubs any upstream text); ``retryable=True`` only when nothing of the
     answer can have reached the caller (an in-band overload before any content).
-    ``native(body, req, model, allow_params) -> body`` (optional): the native lane. When the caller
-    spoke this API itself (``Wire.native_dialect``), the caller's body is kept as sent except the
-    fields the gateway owns; the row's ``native_headers`` go as the caller sent them.
-    ``carries(model) -> frozenset[str]`` (optional): what the caller's API makes optional that
-    this codec sends for ``model`` (``thinking.budget_tokens``); the rest is named as left out.
-    ``count(body, model, allow_params) -> body`` and ``counted(raw) -> int | None`` (optional, with
-    ``Wire.count_path``, where ``{model}`` is filled as in ``paths``): the body of the upstream's own
-    token count, from the caller's count request in the same API, and the count read from its answer.
+
+The optional lanes are declared on the row, never probed on the codec:
+    ``Wire.native`` (``NativeLane``): when the caller spoke this API itself (``Wire.native_dialect``),
+    the caller's body is kept as sent except the fields the gateway owns; the row's
+    ``native_headers`` go as the caller sent them.
+    ``Wire.carries(model) -> frozenset[str]``: what the caller's API makes optional that this row
+    sends for ``model`` (``thinking.budget_tokens``); the rest is named as left out.
+    ``Wire.count`` (``CountLane``): the upstream's own token count on the native lane: its path
+    (``{model}`` filled as in ``paths``), the body from the caller's count request, and the count
+    read from the answer.
+    ``Caps.reports_window``: the upstream may report its context window (vLLM's ``/v1/models``);
+    ``Caps.applies_overflow``: it applies the caller's overflow policy itself (a body field).
 """
 
 from __future__ import annotations
@@ -66,6 +70,8 @@ class Caps:
     stream_usage: bool = False  # takes stream_options.include_usage
     overflow_is_error: bool = False  # its own answer to an overflowing request is the error
     embed_inputs: int | None = None  # embeddings: the most inputs one call takes (None: any)
+    reports_window: bool = False  # its server may report the model's window (GET /models)
+    applies_overflow: bool = False  # takes the overflow policy itself (Fireworks, mistral.rs)
 
 
 class WireError(Exception):
@@ -96,6 +102,24 @@ class StreamDecoder(Protocol):
     def feed(self, name: bytes | None, data: bytes) -> list[Chunk]: ...
 
     def ending(self) -> str | None: ...
+
+
+class NativeLane(Protocol):
+    """The caller's own body, kept but for what the gateway owns (its unknown fields pass only
+    where ``allow_params`` allows)."""
+
+    def __call__(self, body: dict[str, Any], req: CanonicalRequest, model: str,
+                 allow_params: list[str] | None) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CountLane:
+    """The upstream's own prompt token count: ``path`` below base_url; ``body(caller's body, model,
+    allow_params)``; ``read(answer) -> count`` (None: the estimate stands in)."""
+
+    path: str
+    body: Callable[[dict[str, Any], str, list[str] | None], dict[str, Any]]
+    read: Callable[[bytes], int | None]
 
 
 class Codec(Protocol):
@@ -151,16 +175,18 @@ class Wire:
     native_dialect: str | None = None  # the caller dialect whose bodies this API takes as sent
     # Sent per request: the deployment's value, or on the native lane the caller's (anthropic-version).
     native_headers: frozenset[str] = frozenset()
-    count_path: str | None = None  # the upstream's own prompt token count (native lane only)
+    native: NativeLane | None = None  # the native lane's body writer (with native_dialect)
+    count: CountLane | None = None  # the upstream's own prompt token count (native lane only)
+    carries: Callable[[str], frozenset[str]] | None = None  # optional fields it sends, per model
     # The URL the paths sit below, from the deployment's base_url (None: that URL itself).
     base: Callable[[str], str] | None = None
     # A whole answer's prompt tokens, when its body reports none (Bedrock InvokeModel's header).
     tokens_header: str | None = None
 
     def count_target(self, model: str) -> str | None:
-        if self.count_path is None:
+        if self.count is None:
             return None
-        return self.count_path.replace("{model}", quote(model, safe=""))
+        return self.count.path.replace("{model}", quote(model, safe=""))
 
     def target(self, kind: RequestKind, stream: bool, model: str) -> str:
         path = self.paths[(kind, stream)]

@@ -26,7 +26,6 @@ from switchyard.core.config import Config
 from switchyard.core.errors import GatewayError, RateLimited, Unavailable, UpstreamError
 from switchyard.core.logs import Throttled
 from switchyard.core.propagation import OUTGOING, REQUEST_ID
-from switchyard.dialects.registry import DIALECTS
 from switchyard.policies.tokens import encoding, encodings_of
 from switchyard.routing.fanout import fan_out, needs_fanout
 from switchyard.routing.health import OPEN, Health
@@ -115,7 +114,7 @@ class Router:
         the policy asks, is sent once more. A window the upstream reports is used first."""
         policy = truncating(req) if route.model.context_window is None else None
         if policy is None or any(t.deployment.backend == "engine" for t in route.targets) or all(
-                t.native in DIALECTS and "overflow" in DIALECTS[t.native].emits for t in route.targets):
+                t.caps.applies_overflow for t in route.targets):
             # The engine knows its own window and fits exactly, with the model's tokenizer; an
             # upstream with the field (Fireworks, mistral.rs) applies the policy itself.
             return await self._first(req, route, asked, info, deadline)

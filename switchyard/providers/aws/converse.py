@@ -238,6 +238,7 @@ def bedrock_row(dep: DeploymentConfig) -> Wire:
         # deployment may serve (ThrottlingException and ModelNotReadyException are 429s).
         retry_statuses=RETRY_STATUSES | {424},
         caps=CAPS,
+        carries=CONVERSE.carries,
     )
     if family(dep.model) is not None:  # an embeddings model: InvokeModel with its own body
         return embed_row(row, dep.model)

@@ -30,7 +30,7 @@ from switchyard.providers.anthropic import answers as decode
 from switchyard.providers.anthropic.codec import AnthropicCodec, count_field
 from switchyard.providers.aws.converse_answers import RETRYABLE_EXCEPTIONS
 from switchyard.providers.emulation import Emulation
-from switchyard.providers.wire import Wire, WireError
+from switchyard.providers.wire import CountLane, Wire, WireError
 
 VERSION = "bedrock-2023-05-31"  # the anthropic_version Bedrock documents for InvokeModel
 BETA = "anthropic-beta"
@@ -152,4 +152,5 @@ def invoke_row(converse: Wire) -> Wire:
     """The Converse row (auth, framing, statuses) with InvokeModel's paths and the Claude codec;
     an Anthropic caller's body takes the native lane (betas ride in the body, not as headers)."""
     return dataclasses.replace(converse, codec=INVOKE, paths=PATHS, native_dialect="anthropic",
-                               count_path="/model/{model}/count-tokens")
+                               native=INVOKE.native, carries=None,
+                               count=CountLane("/model/{model}/count-tokens", INVOKE.count, INVOKE.counted))

@@ -111,4 +111,4 @@ def embed_row(converse: Wire, model: str | None) -> Wire:
     one_a_call = family(model) == "titan"
     caps = dataclasses.replace(converse.caps, embed_inputs=1 if one_a_call else MAX_TEXTS)
     return dataclasses.replace(converse, codec=INVOKE_EMBED, paths=PATHS, caps=caps,
-                               tokens_header=TOKENS_HEADER)
+                               tokens_header=TOKENS_HEADER, carries=None)

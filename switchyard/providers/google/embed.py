@@ -97,10 +97,6 @@ class WithEmbeddings:
     chat: Codec
     embed: Embedder
 
-    def carries(self, model: str) -> frozenset[str]:
-        carries = getattr(self.chat, "carries", None)  # optional (wire.py): the chat codec's
-        return carries(model) if carries is not None else frozenset()
-
     def render(
         self, req: CanonicalRequest, model: str, dep: DeploymentConfig
     ) -> tuple[dict[str, Any], Emulation]:

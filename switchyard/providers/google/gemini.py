@@ -230,5 +230,6 @@ def gemini_paths(base: str) -> dict[tuple[RequestKind, bool], str]:
     }
 
 
-_ROW = Wire("gemini", GEMINI, gemini_paths(_BASE), auth=header_auth("x-goog-api-key"), caps=CAPS)
+_ROW = Wire("gemini", GEMINI, gemini_paths(_BASE), auth=header_auth("x-goog-api-key"), caps=CAPS,
+            carries=GEMINI.carries)
 GEMINI_ROW = with_embeddings(_ROW, _BASE, "gemini")

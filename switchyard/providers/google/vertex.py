@@ -24,7 +24,7 @@ from switchyard.core.errors import UpstreamError, install_hint
 from switchyard.core.settings import ConfigError
 from switchyard.providers.google.embed import vertex_style, with_embeddings
 from switchyard.providers.google.gemini import GEMINI_ROW, GeminiCodec, gemini_paths
-from switchyard.providers.wire import Wire
+from switchyard.providers.wire import CountLane, Wire
 
 SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 EARLY = 300.0  # refresh this many seconds before expiry
@@ -139,11 +139,13 @@ def vertex_row(dep: DeploymentConfig) -> Wire:
         }
         return dataclasses.replace(
             CLAUDE, name="vertex", codec=codec, paths=claude_paths, auth=vertex_auth, headers={},
-            count_path=base + "/anthropic/models/count-tokens:rawPredict"
+            native=codec.native,
+            count=CountLane(base + "/anthropic/models/count-tokens:rawPredict", codec.count, codec.counted),
         )
     google = base + "/google/models/{model}"
     row = dataclasses.replace(
-        GEMINI_ROW, name="vertex", codec=VERTEX, paths=gemini_paths(google), auth=vertex_auth
+        GEMINI_ROW, name="vertex", codec=VERTEX, paths=gemini_paths(google), auth=vertex_auth,
+        carries=VERTEX.carries,
     )
     return with_embeddings(row, google, vertex_style(dep.model or ""))
 
