@@ -88,8 +88,10 @@ class UpstreamBackend:
         if self._exchange is None:
             await self.start()
         assert self._exchange is not None
-        signed = self.auth.sign("POST", path, self._exchange.host, raw) if self.auth.signs else None
         try:
+            if self.auth.refresher is not None:
+                await self.auth.refresher.ready(dep.timeout)
+            signed = self.auth.sign("POST", path, self._exchange.host, raw) if self.auth.signs else None
             with transport_errors(dep.name, callers_deadline=False):
                 resp = await self._exchange.send(path, raw, self._headers_for(req), dep.timeout,
                                                  dep.connect_timeout, signed)
@@ -132,8 +134,12 @@ class UpstreamBackend:
         if self._exchange is None:
             transport = self._given_transport or make_transport(self.deployment)
             self._exchange = make_exchange(transport, self._base, self._headers)
+        if self.auth.refresher is not None:  # a fetched credential: kept fresh by its own task
+            self.auth.refresher.start()
 
     async def aclose(self) -> None:
+        if self.auth.refresher is not None:
+            await self.auth.refresher.aclose()
         if self._exchange is not None:
             await self._exchange.aclose()
             self._exchange = None
@@ -196,10 +202,12 @@ class UpstreamBackend:
         if own:
             extra = {**extra, **own} if extra else own
         raw = _encode(body)
-        signed = self.auth.sign("POST", target, self._exchange.host, raw) if self.auth.signs else None
         # Whose clock runs out: the caller's deadline (its choice) or the deployment's timeout.
         callers = req.timeout is not None and req.timeout < dep.timeout
         timeout = min(req.timeout, dep.timeout) if req.timeout is not None else dep.timeout
+        if self.auth.refresher is not None:  # waits only for this deployment's own fetch, bounded
+            await self.auth.refresher.ready(timeout)
+        signed = self.auth.sign("POST", target, self._exchange.host, raw) if self.auth.signs else None
         with transport_errors(dep.name, callers_deadline=callers):
             resp = await self._exchange.send(target, raw, extra, timeout, dep.connect_timeout, signed)
         try:

@@ -13,7 +13,10 @@ The two protocols, for whoever writes a codec or an auth:
     ``owned``: lower-case header names the gateway sets; a caller may never send them.
     ``fixed``: headers baked once into every request (``x-api-key: K``).
     ``signs``: whether ``sign`` must be called; ``sign(method, target, host, body)`` returns the
-    per-request headers (SigV4 over the exact body and time); ``[]`` unless signing.
+    per-request headers (SigV4 over the exact body and time); ``[]`` unless signing. ``sign``
+    never does I/O: a credential that must be fetched (an OAuth token, the AWS credential chain)
+    is kept fresh by the auth's ``refresher`` (providers/credentials.py; None for a static key),
+    a task the driver starts with the backend and awaits (``ready``) before it signs.
 
 ``Codec`` (stateless, shared by every deployment of its API)
     ``render(req, model, dep) -> (body, Emulation)``: the upstream body from the canonical request;
@@ -51,6 +54,7 @@ from urllib.parse import quote, urlencode
 from switchyard.core.canonical import CanonicalRequest, Chunk, RequestKind
 from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.errors import RETRY_STATUSES
+from switchyard.providers.credentials import Refresher
 from switchyard.providers.emulation import Emulation
 
 Frames = Callable[[AsyncIterator[bytes]], AsyncIterator[list[tuple[bytes | None, bytes]]]]
@@ -91,6 +95,8 @@ class Auth(Protocol):
     def fixed(self) -> Mapping[str, str]: ...
     @property
     def signs(self) -> bool: ...
+    @property
+    def refresher(self) -> Refresher[Any] | None: ...
 
     def sign(self, method: str, target: str, host: str, body: bytes) -> list[tuple[str, str]]: ...
 
@@ -138,6 +144,7 @@ class HeaderAuth:
     fixed: Mapping[str, str]
     owned: frozenset[str]
     signs: bool = False
+    refresher: None = None
 
     def sign(self, method: str, target: str, host: str, body: bytes) -> list[tuple[str, str]]:
         return []

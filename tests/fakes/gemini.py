@@ -283,10 +283,13 @@ class FakeTokenServer:
     def __init__(self, public_pem: bytes, accepted: set[str], lifetime: int = 3600) -> None:
         self.public_pem, self.accepted, self.lifetime = public_pem, accepted, lifetime
         self.issued: list[dict[str, Any]] = []  # the verified claims of each grant
+        self.stall = 0.0  # seconds each grant waits before it answers (a token endpoint in trouble)
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
+                if outer.stall:
+                    time.sleep(outer.stall)  # its own thread: the test's loop runs on
                 form = parse_qs(self.rfile.read(int(self.headers.get("content-length") or 0)).decode())
                 status, answer = outer._grant(form)
                 data = json.dumps(answer).encode()

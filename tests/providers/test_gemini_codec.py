@@ -5,8 +5,8 @@ refreshed before it expires."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-import time
 from typing import Any
 
 import pytest
@@ -289,43 +289,44 @@ def test_stream_errors_retryable_only_before_content() -> None:
     assert CODEC.stream(chat(stream=True)).ending() == "sent a stream without any candidate"
 
 
-def test_vertex_token_from_a_service_account_cached_and_refreshed_early(tmp_path: Any) -> None:
+async def test_vertex_token_from_a_service_account_cached_and_refreshed_early(tmp_path: Any) -> None:
+    """The token is fetched by the refresher's task (on a worker thread), cached, and fetched
+    again ahead of its expiry while the old one still goes out."""
     import google.auth.transport.requests
     from google.oauth2 import service_account as sa
 
-    from switchyard.providers.google.vertex import SCOPE, GoogleAuth
+    from switchyard.providers.google.vertex import EARLY, SCOPE, GoogleAuth
 
     accepted: set[str] = set()
-    with FakeTokenServer(b"", accepted, lifetime=3600) as server:
+    with FakeTokenServer(b"", accepted, lifetime=int(EARLY) + 1) as server:  # due again in ~1 s
         info, public = service_account(server.url)
         server.public_pem = public
-        now = [time.time()]
-        auth = GoogleAuth(
-            "v1",
-            sa.Credentials.from_service_account_info(info, scopes=[SCOPE]),
-            google.auth.transport.requests.Request,
-            clock=lambda: now[0],
-        )
-        [(name, value)] = auth.sign("POST", "/x", "h", b"")
-        assert name == "authorization" and value[7:] in accepted
-        assert auth.sign("POST", "/x", "h", b"") == [(name, value)] and len(server.issued) == 1  # cached
-        now[0] += 3600 - 200  # inside the early window: the old token still goes, a new one is fetched
-        assert auth.sign("POST", "/x", "h", b"") == [(name, value)]
-        assert auth._fetching is not None
-        auth._fetching.join(5)
-        assert len(server.issued) == 2
-        fresh = auth.sign("POST", "/x", "h", b"")
-        assert fresh != [(name, value)] and fresh[0][1][7:] in accepted
+        auth = GoogleAuth("v1", sa.Credentials.from_service_account_info(info, scopes=[SCOPE]),
+                          google.auth.transport.requests.Request)
+        assert auth.refresher is not None
+        try:
+            token = await auth.refresher.ready(10)
+            [(name, value)] = auth.sign("POST", "/x", "h", b"")
+            assert name == "authorization" and value == f"Bearer {token}" and token in accepted
+            assert auth.sign("POST", "/x", "h", b"") == [(name, value)] and len(server.issued) == 1
+            for _ in range(100):  # the early refresh, with nobody asking
+                if len(server.issued) == 2 and auth.refresher.value != token:
+                    break
+                await asyncio.sleep(0.1)
+            fresh = auth.sign("POST", "/x", "h", b"")
+            assert len(server.issued) == 2 and fresh != [(name, value)] and fresh[0][1][7:] in accepted
+        finally:
+            await auth.refresher.aclose()
     info["token_uri"] = "http://127.0.0.1:9/token"  # nobody listens: a clear, retryable 502, no secret
-    auth = GoogleAuth(
-        "v2",
-        sa.Credentials.from_service_account_info(info, scopes=[SCOPE]),
-        google.auth.transport.requests.Request,
-    )
-    with pytest.raises(UpstreamError) as e:
-        auth.sign("POST", "/x", "h", b"")
+    auth = GoogleAuth("v2", sa.Credentials.from_service_account_info(info, scopes=[SCOPE]),
+                      google.auth.transport.requests.Request)
+    try:
+        with pytest.raises(UpstreamError) as e:
+            await auth.refresher.ready(10)
+    finally:
+        await auth.refresher.aclose()
     assert e.value.status == 502 and e.value.retryable and "OAuth token" in e.value.message
-    assert "PRIVATE KEY" not in e.value.message
+    assert "v2" in e.value.message and "PRIVATE KEY" not in e.value.message
 
 
 def test_stream_thought_parts_are_reasoning() -> None:

@@ -3,16 +3,15 @@ service-account JSON file (google-auth signs a JWT and trades it at the file's `
 Google's application default credentials (environment, gcloud, the GKE/GCE metadata server).
 
 google-auth is the optional ``vertex`` extra, imported only when a Vertex deployment is built.
-Tokens are cached and refreshed *before* they expire, on a worker thread, so requests keep
-flowing on the current token; only the very first request of a deployment (no token yet, and the
-first fetch, started when the deployment is built, not done) waits for one.
+Its token fetch is blocking, so it runs off the event loop: a ``Refresher`` task started with the
+backend fetches the token on a worker thread and again five minutes before it expires; ``sign``
+only reads the token it holds (providers/credentials.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -20,8 +19,9 @@ from urllib.parse import quote
 
 from switchyard.core.canonical import RequestKind
 from switchyard.core.deployments import DeploymentConfig
-from switchyard.core.errors import UpstreamError, install_hint
+from switchyard.core.errors import install_hint
 from switchyard.core.settings import ConfigError
+from switchyard.providers.credentials import Refresher
 from switchyard.providers.google.embed import vertex_style, with_embeddings
 from switchyard.providers.google.gemini import GEMINI_ROW, GeminiCodec, gemini_paths
 from switchyard.providers.wire import CountLane, Wire
@@ -34,69 +34,31 @@ CLAUDE_VERSION = "vertex-2023-10-16"  # the anthropic_version Vertex documents f
 
 
 class GoogleAuth:
-    """An ``Auth`` whose one header (``Authorization: Bearer <token>``) is added per request."""
+    """An ``Auth`` whose one header (``Authorization: Bearer <token>``) is added per request, from
+    the token its ``refresher`` holds."""
 
     owned = OWNED
-    fixed: dict[str, str] = {}
     signs = True
 
-    def __init__(
-        self,
-        deployment: str,
-        credentials: Any,
-        request: Callable[[], Any],
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self._name = deployment
+    def __init__(self, deployment: str, credentials: Any, request: Callable[[], Any],
+                 clock: Callable[[], float] = time.time) -> None:
+        self.fixed: dict[str, str] = {}
         self._creds = credentials
         self._request = request  # a google.auth.transport Request factory
         self._clock = clock
-        self._lock = threading.Lock()
-        self._token: str | None = None
-        self._expires = 0.0
-        self._fetching: threading.Thread | None = None
-        self._failure: str | None = None
-        self._refresh_soon()
+        self.refresher: Refresher[str] = Refresher(deployment, "a Google OAuth token", self._fetch,
+                                                   early=EARLY, clock=clock)
 
     def sign(self, method: str, target: str, host: str, body: bytes) -> list[tuple[str, str]]:
-        now = self._clock()
-        if self._token is None or now >= self._expires:
-            self._wait()
-        elif now >= self._expires - EARLY:
-            self._refresh_soon()
-        return [("authorization", f"Bearer {self._token}")]
+        return [("authorization", f"Bearer {self.refresher.value}")]
 
-    def _refresh_soon(self) -> None:
-        with self._lock:
-            if self._fetching is None or not self._fetching.is_alive():
-                self._fetching = threading.Thread(
-                    target=self._refresh, name=f"vertex-token-{self._name}", daemon=True
-                )
-                self._fetching.start()
-
-    def _wait(self) -> None:
-        self._refresh_soon()
-        t = self._fetching
-        if t is not None:
-            t.join(timeout=30)
-        if self._token is None or self._clock() >= self._expires:
-            why = self._failure or "the token endpoint did not answer in 30 s"
-            raise UpstreamError(
-                f"upstream {self._name}: could not get a Google OAuth token ({why})",
-                status=502,
-                retryable=True,
-            )
-
-    def _refresh(self) -> None:
-        try:
-            self._creds.refresh(self._request())
-        except Exception as e:  # google.auth.exceptions.* and transport errors: named, never quoted
-            self._failure = type(e).__name__
-            return
+    def _fetch(self) -> tuple[str, float]:
+        """On a worker thread: google-auth's blocking refresh."""
+        self._creds.refresh(self._request())
         expiry = getattr(self._creds, "expiry", None)
         # google-auth's expiry is a naive UTC datetime; without one, assume Google's hour
         expires = expiry.replace(tzinfo=datetime.UTC).timestamp() if expiry else self._clock() + 3600
-        self._token, self._expires, self._failure = self._creds.token, expires, None
+        return self._creds.token, expires
 
 
 def vertex_auth(dep: DeploymentConfig) -> GoogleAuth:
