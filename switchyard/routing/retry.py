@@ -9,6 +9,10 @@ import random
 from switchyard.core.errors import GatewayError
 from switchyard.core.settings import RouterConfig
 
+# With no deadline, the longest a request waits to try its deployment again (a Retry-After past
+# it returns the 429 at once): the openai and anthropic SDKs honour a Retry-After up to 60 s.
+PATIENCE = 60.0
+
 
 def backoff(cfg: RouterConfig, attempt: int, rng: random.Random) -> float:
     """Seconds before re-trying a deployment: ``backoff_base * 2**(attempt-1)``, capped at

@@ -30,7 +30,7 @@ from switchyard.policies.tokens import encoding, encodings_of
 from switchyard.routing.fanout import fan_out, needs_fanout
 from switchyard.routing.health import OPEN, Health
 from switchyard.routing.resolve import Resolver, Route, RunInfo, Target
-from switchyard.routing.retry import backoff, deadline_exceeded, retry_after_header
+from switchyard.routing.retry import PATIENCE, backoff, deadline_exceeded, retry_after_header
 from switchyard.routing.strategies import PICKERS, by_usage
 from switchyard.routing.usage import Counters, LocalCounters, counters_for
 from switchyard.routing.window import cap_output, fit_window, stated_overflow, truncating
@@ -150,6 +150,7 @@ class Router:
         last: GatewayError | None = None
         saturated = False
         blamed: set[Target] = set()  # deployments this request already counted a failure against
+        waits: dict[Target, float] = {}  # a deployment's own Retry-After, seconds
         for r in self._chain(req, route, info):
             tried: list[Target] = []
             budget = 1 + rc.retries
@@ -162,14 +163,13 @@ class Router:
                 if target is None:
                     break
                 if target in tried:
-                    # Again on a deployment this request tried: after a backoff, or after its
-                    # Retry-After / cooldown when that is longer and fits the wait we allow.
-                    hold = target.health.breaker.retry_in(now)
-                    if hold > (deadline - now if deadline is not None else rc.backoff_max):
-                        break  # not worth waiting for: the fallbacks, or the last error
-                    pause = max(hold, backoff(rc, len(tried), self.rng))
-                    if deadline is not None and now + pause >= deadline:
-                        raise deadline_exceeded(req.timeout, info.attempts, last)
+                    # Again on a deployment this request tried, none other left to take it: as
+                    # the vendors' SDKs retry a throttle, after a jittered exponential backoff,
+                    # or the upstream's own Retry-After when longer. Its breaker's cooldown
+                    # sheds load to siblings; with none left it does not hold the retry.
+                    pause = max(waits.get(target, 0.0), backoff(rc, len(tried), self.rng))
+                    if pause > (deadline - now if deadline is not None else PATIENCE):
+                        break  # longer than the request may wait: the fallbacks, or the last error
                     await asyncio.sleep(pause)
                 budget -= 1
                 tried.append(target)
@@ -183,6 +183,8 @@ class Router:
                 if not out.retryable:
                     raise out
                 last = out
+                if out.retry_after is not None:  # what this deployment asked us to wait
+                    waits[target] = min(out.retry_after, rc.retry_after_max)
         if last is not None:
             raise retry_after_header(last, rc.retry_after_max)
         raise self._none_available(route, saturated)
