@@ -186,10 +186,17 @@ class UpstreamBackend:
         return t
 
     async def _run(self, req: CanonicalRequest, upstream_model: str) -> AsyncGenerator[Chunk, None]:
+        echo: str | None = None
+        if req.echo is not None and not self.wire.caps.echo:  # (echo: false is no request at all)
+            if req.echo and req.kind == "completion":  # every chat-only upstream: emulated, here alone
+                echo = _echo_of(req, self.wire.name)
+            req = dataclasses.replace(req, echo=None)
         if req.kind == "completion" and ("completion", req.stream) not in self.wire.paths:
             req = _as_chat(req)
         target = self._target(req, upstream_model)  # a kind the row has no path for: refused first
         body, emulation = self._render(req, upstream_model)
+        if echo is not None:
+            emulation.echo = echo
         if self._exchange is None:
             await self.start()
         assert self._exchange is not None
@@ -292,6 +299,21 @@ class UpstreamBackend:
         why = decoder.ending()
         if why is not None:
             raise UpstreamError.broken(name, why)
+
+
+def _echo_of(req: CanonicalRequest, upstream: str) -> str:
+    """The text a chat-only upstream's answer is prefixed with for ``echo`` (OpenAI concatenates
+    prompt and completion, no separator). The prompt's own logprobs (lm-eval's loglikelihood) are
+    not to be had from a chat API: echo with logprobs is refused, naming echo."""
+    if req.logprobs is not None:
+        raise InvalidRequest(f"echo with logprobs is not supported by model {req.model}: its upstream "
+                             f"({upstream}) is a chat API, which gives no logprobs for the prompt",
+                             param="echo")
+    prompts = req.prompt or []
+    if len(prompts) != 1 or not isinstance(prompts[0], str):
+        raise InvalidRequest(f"model {req.model} takes one text prompt per call (its upstream is a chat API)",
+                             param="prompt")
+    return prompts[0]
 
 
 def _as_chat(req: CanonicalRequest) -> CanonicalRequest:

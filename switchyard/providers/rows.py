@@ -37,7 +37,9 @@ def _row(name: str, dialect: Dialect, caps: Caps,
          auth: Callable[[DeploymentConfig], Auth] = BEARER) -> Wire:
     # OpenAI-family servers may report their window (vLLM); a dialect with an overflow field
     # (Fireworks, mistral.rs) applies the caller's policy itself.
-    caps = dataclasses.replace(caps, reports_window=True, applies_overflow="overflow" in dialect.emits)
+    # A completions endpoint whose dialect writes echo carries it; a chat-only row has it emulated.
+    caps = dataclasses.replace(caps, reports_window=True, applies_overflow="overflow" in dialect.emits,
+                               echo="echo" in dialect.emits and ("completion", False) in where)
     return Wire(name, OpenAICodec(dialect, caps), where, auth=auth, caps=caps, native_dialect=dialect.name)
 
 

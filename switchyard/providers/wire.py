@@ -74,6 +74,7 @@ class Caps:
     stream_usage: bool = False  # takes stream_options.include_usage
     overflow_is_error: bool = False  # its own answer to an overflowing request is the error
     embed_inputs: int | None = None  # embeddings: the most inputs one call takes (None: any)
+    echo: bool = False  # legacy completions' echo sent on (else the driver emulates it)
     reports_window: bool = False  # its server may report the model's window (GET /models)
     applies_overflow: bool = False  # takes the overflow policy itself (Fireworks, mistral.rs)
 

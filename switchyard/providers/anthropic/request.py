@@ -3,7 +3,7 @@
 System messages go to the top-level ``system``; assistant tool calls become ``tool_use`` blocks
 and tool messages ``tool_result`` blocks in a user turn (consecutive turns of one role merged:
 the API wants the results of a turn's tool calls in the very next message). What the API lacks is
-emulated (stop strings kept in the text, echo) or refused naming the caller's own field.
+emulated (stop strings kept in the text; echo by the driver) or refused naming the caller's own field.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def render(req: CanonicalRequest, model: str, dep: DeploymentConfig) -> tuple[di
             raise refuse(req, field, " (it has no logprobs)" if field == "logprobs" else "")
     if (req.n or 1) > 1 or (req.best_of or 1) > 1:  # the router fans these out (Caps)
         raise refuse(req, "n")
-    system, messages = _messages(req, emulation)
+    system, messages = _messages(req)
     body: dict[str, Any] = {"model": model}
     if system:
         body["system"] = system
@@ -125,14 +125,12 @@ def _tool_choice(req: CanonicalRequest) -> dict[str, Any] | None:
     return choice
 
 
-def _messages(req: CanonicalRequest, emulation: Emulation) -> tuple[Any, list[dict[str, Any]]]:
+def _messages(req: CanonicalRequest) -> tuple[Any, list[dict[str, Any]]]:
     if req.kind == "completion":
         prompts = req.prompt or [""]
         if len(prompts) != 1 or not isinstance(prompts[0], str):
             raise InvalidRequest(f"model {req.model} takes one text prompt per call (its upstream speaks "
                                  "Anthropic's Messages API)", param="prompt")
-        if req.echo:
-            emulation.echo = prompts[0]
         if req.suffix is not None:
             raise refuse(req, "suffix")
         return None, [{"role": "user", "content": prompts[0]}]
