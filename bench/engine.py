@@ -82,15 +82,16 @@ def best(out: dict[str, float], key: str, value: float) -> None:
     out[key] = max(out.get(key, 0.0), value)
 
 
-async def runs(path: str | None, dtype: str, device: str, threads: int, tokens: int, long_text: str,
-               base: Baseline, repeat: int, prefill_chunk: int | None) -> dict[str, float]:
+async def runs(path: str | None, dtype: str, device: str, threads: int, tokens: int, long_text: str | None,
+               base: Baseline, repeat: int, prefill_chunk: int | None,
+               sizes: tuple[int, ...] = SIZES) -> dict[str, float]:
     """Each size through the engine, then through ``generate()``, back to back (the machine may
     be shared: neighbours in time see the same load); the best of ``repeat`` rounds each."""
     from switchyard.core.canonical import CanonicalRequest
     from switchyard.core.deployments import DeploymentConfig, EngineConfig
     from switchyard.engine import EngineBackend
 
-    cfg = EngineConfig(path=path, dtype=dtype, device=device, threads=threads, max_batch=max(SIZES),
+    cfg = EngineConfig(path=path, dtype=dtype, device=device, threads=threads, max_batch=max(sizes),
                        prefill_chunk=prefill_chunk)
     b = EngineBackend(DeploymentConfig(name="bench", backend="engine", engine=cfg))
     await b.start()
@@ -113,14 +114,15 @@ async def runs(path: str | None, dtype: str, device: str, threads: int, tokens: 
 
     await one(PROMPTS[0])  # warm up
     for _ in range(repeat):
-        for size in SIZES:
+        for size in sizes:
             t = time.perf_counter()
             counts = await asyncio.gather(*(one(p) for p in PROMPTS[:size]))
             best(out, f"engine{size}", sum(counts) / (time.perf_counter() - t))
             best(out, f"static{size}", base.static(size))
             if size == 1:
                 best(out, "sequential", base.sequential())
-    out.update(await long_prompt_gap(b, req, long_text))
+    if long_text is not None:
+        out.update(await long_prompt_gap(b, req, long_text))
     await asyncio.sleep(1.0)  # idle again, as for rss_idle
     out["rss_after"] = rss_mib(b.pid)
     await b.aclose()
@@ -174,7 +176,10 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=2, help="rounds; the best of each is shown")
     ap.add_argument("--prefill-chunk", type=int, default=None, help="engine.prefill_chunk (default: its own)")
+    ap.add_argument("--sizes", default=",".join(map(str, SIZES)), help="concurrent requests, comma-separated")
+    ap.add_argument("--no-long", action="store_true", help="skip the long prompt's gap (a short run)")
     args = ap.parse_args()
+    sizes = tuple(int(x) for x in args.sizes.split(","))
 
     from switchyard.core.deployments import EngineConfig
     from switchyard.engine.loader import resolve_folder
@@ -185,7 +190,8 @@ def main() -> None:
     # collection over the baseline model's would show as a gap in the streams' timestamps.
     gc.freeze()
     eng = asyncio.run(runs(args.path, args.dtype, args.device, args.threads, args.tokens,
-                           long_prompt(folder), base, args.repeat, args.prefill_chunk))
+                           None if args.no_long else long_prompt(folder), base, args.repeat,
+                           args.prefill_chunk, sizes))
     seq = eng["sequential"]
     print(f"model {folder}  dtype {args.dtype}  device {args.device}  threads {args.threads}  "
           f"{args.tokens} tokens/request  prefill_chunk {args.prefill_chunk or 'default'}")
@@ -193,9 +199,11 @@ def main() -> None:
           f"{eng['rss_after']:.0f} MiB after the runs")
     print(f"{'concurrent':>10} {'engine tok/s':>13} {'sequential':>11} {'static batch':>13} "
           f"{'x sequential':>13} {'x static':>9}")
-    for size in SIZES:
+    for size in sizes:
         e, s = eng[f"engine{size}"], eng[f"static{size}"]
         print(f"{size:>10} {e:>13.1f} {seq:>11.1f} {s:>13.1f} {e / seq:>13.2f} {e / s:>9.2f}")
+    if args.no_long:
+        return
     print(f"{LONG_TOKENS}-token prompt arriving while 16 streams decode: their normal gap "
           f"{eng['gap_normal'] * 1e3:.0f} ms; while it prefilled: longest {eng['gap_long'] * 1e3:.0f} ms "
           f"({eng['gap_long'] / eng['gap_normal']:.2f}x), p90 {eng['gap_p90'] * 1e3:.0f} ms "

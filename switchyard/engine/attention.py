@@ -50,6 +50,52 @@ def bmm(q: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor, allow: torch.Te
 
 IMPLEMENTATIONS: dict[str, Attend] = {"sdpa": sdpa, "bmm": bmm}
 
+# Keys per block of ``blocked`` attention: every product it runs has this fixed inner shape.
+KEY_BLOCK = 64
+
+
+def blocked(q: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor, allow: torch.Tensor | None,
+            scale: float) -> torch.Tensor:
+    """Attention whose result for a query row depends only on that row's query and the keys it
+    may see, bit for bit: not on the other rows, the number of queries or how far masked keys
+    run. ``sdpa`` and ``bmm`` pick their blocking from the shapes (a decode row alone, beside
+    longer rows, or as a prompt's last position gave three different results here). Keys go in
+    blocks of KEY_BLOCK, each block's products have the same shape whatever the call (a key
+    head's query rows times one block; only the row count varies, which these products do not
+    depend on, tested), the softmax's max is exact, and the sums over blocks run in order
+    (``cumsum``), so masked blocks add exact zeros. Used for steps holding greedy or seeded rows.
+
+    ``keys`` may run past ``allow``'s last dim (the runner reads whole blocks from the cache, a
+    view, rather than padding a copy): those positions are masked."""
+    n, t, heads, hd = q.shape
+    kvh, held = keys.shape[1], keys.shape[2]
+    total = held if allow is None else allow.shape[-1]
+    g = heads // kvh
+    kb = -(-held // KEY_BLOCK)
+    span = kb * KEY_BLOCK
+    if held < span:
+        keys, vals = F.pad(keys, (0, 0, 0, span - held)), F.pad(vals, (0, 0, 0, span - held))
+    keys, vals = keys.unflatten(2, (kb, KEY_BLOCK)), vals.unflatten(2, (kb, KEY_BLOCK))
+    # queries [n, kv_heads, 1, groups * t, hd]: a key head's query heads as rows (at least two:
+    # float32 products of one row take another kernel)
+    rows = g * t
+    q = q.reshape(n, t, kvh, g, hd).permute(0, 2, 3, 1, 4).reshape(n, kvh, 1, rows, hd)
+    if rows == 1:
+        q = torch.cat((q, q), 3)
+    s = torch.matmul(q, keys.transpose(-1, -2))[:, :, :, :rows].float()  # [n, kvh, kb, rows, KB]
+    if allow is None and total == span:
+        see = None
+    else:
+        see = torch.ones(n, 1, t, total, dtype=torch.bool, device=q.device) if allow is None else allow
+        see = F.pad(see, (0, span - total)).view(n, 1, t, kb, KEY_BLOCK).transpose(2, 3).unsqueeze(3)
+        s = s.view(n, kvh, kb, g, t, KEY_BLOCK).masked_fill_(~see, float("-inf")).view(s.shape)
+    s.mul_(scale)
+    e = s.sub_(s.amax(dim=(2, 4), keepdim=True)).exp_()
+    p = e.div_(e.sum(-1, keepdim=True).cumsum(2)[:, :, -1:]).to(vals.dtype)
+    if rows == 1:
+        p = torch.cat((p, p), 3)
+    o = torch.matmul(p, vals).cumsum(2, dtype=torch.float32)[:, :, -1, :rows]  # [n, kvh, rows, hd]
+    return o.to(q.dtype).view(n, kvh, g, t, hd).permute(0, 3, 1, 2, 4).reshape(n, t, heads * hd)
 
 def choose(name: str, device: torch.device, dtype: torch.dtype, heads: int, kv_heads: int,
            head_dim: int) -> str:

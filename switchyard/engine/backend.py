@@ -9,6 +9,7 @@ import itertools
 import json
 import logging
 import os
+import signal
 import socket
 import sys
 import time
@@ -27,6 +28,8 @@ log = logging.getLogger(__name__)
 _ROOT = Path(__file__).resolve().parents[2]
 
 RESTART_BACKOFF = (0.5, 1.0, 2.0, 5.0, 10.0)  # seconds between restarts of a crash-looping engine
+# An engine process's return codes when a stop signal ended it (asyncio: minus the signal).
+STOP_SIGNALS = frozenset({-signal.SIGTERM, -signal.SIGINT})
 
 
 class EngineBackend:
@@ -143,7 +146,11 @@ class EngineBackend:
 
     async def _spawn(self) -> None:
         # A fresh interpreter (not multiprocessing's spawn, which re-imports the parent's
-        # __main__) that inherits one end of a socket pair.
+        # __main__) that inherits one end of a socket pair. In a session of its own: a signal to
+        # the gateway's process group (Ctrl-C, ``kill -TERM -PGID``) is the gateway's to handle,
+        # which stops the engine through ``aclose``; it printed a KeyboardInterrupt traceback
+        # and made the supervisor restart it mid-shutdown. Should the gateway die without
+        # closing it, the engine reads EOF on the socket and exits.
         parent, child = socket.socketpair()
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_ROOT), env.get("PYTHONPATH")]))
@@ -151,7 +158,7 @@ class EngineBackend:
             self._proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", self.process, str(child.fileno()),
                 json.dumps(self.config.model_dump()), pass_fds=(child.fileno(),), env=env,
-                stdin=asyncio.subprocess.DEVNULL)
+                stdin=asyncio.subprocess.DEVNULL, start_new_session=True)
         finally:
             child.close()
         self._chan = await AsyncChannel.open(parent)
@@ -173,8 +180,19 @@ class EngineBackend:
                 return
             failures = failures + 1 if time.monotonic() - started < 30 else 1
             delay = RESTART_BACKOFF[min(failures, len(RESTART_BACKOFF)) - 1]
-            log.warning("engine %s exited; restarting in %.1fs", self.deployment.name, delay)
-            await asyncio.sleep(delay)
+            if self._proc is not None and self._proc.returncode in STOP_SIGNALS:
+                # stopped from outside (a service manager signalling every process of the
+                # service): the gateway's own shutdown is likely on its way; restart only if not
+                await asyncio.sleep(delay)
+                if self._closing:
+                    return
+                log.warning("engine %s was stopped by signal %d; restarting", self.deployment.name,
+                            -self._proc.returncode)
+            else:
+                log.warning("engine %s exited; restarting in %.1fs", self.deployment.name, delay)
+                await asyncio.sleep(delay)
+            if self._closing:
+                return
             self.restarts += 1
             await self._spawn()
 

@@ -14,14 +14,26 @@ checks the static step against the ordinary decode (the capture itself needs a G
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
-if TYPE_CHECKING:
-    from switchyard.engine.runner import Runner
+from switchyard.engine.kvcache import KVCache
 
 BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+
+
+class StaticStep(Protocol):
+    """What the graphs need of the runner (``runner.Runner`` is one): its cache, tensors made on
+    its device, and the static-shape step they capture. A protocol, so this module does not
+    import the runner that imports it."""
+
+    @property
+    def cache(self) -> KVCache: ...
+
+    def tensor(self, data: object, dtype: torch.dtype = ...) -> torch.Tensor: ...
+
+    def step_static(self, ids: torch.Tensor, pos: torch.Tensor, write: torch.Tensor) -> torch.Tensor: ...
 
 
 @dataclass
@@ -30,13 +42,13 @@ class _Graph:
     logits: torch.Tensor | None = None
     graph: Any = None  # torch.cuda.CUDAGraph
 
-    def step(self, runner: Runner) -> torch.Tensor:
+    def step(self, runner: StaticStep) -> torch.Tensor:
         ids, pos, write = self.inputs
         return runner.step_static(ids, pos, write)
 
 
 class GraphedDecode:
-    def __init__(self, runner: Runner, capture: bool) -> None:
+    def __init__(self, runner: StaticStep, capture: bool) -> None:
         self.runner = runner
         self.capture = capture
         slots = runner.cache.slots

@@ -45,6 +45,9 @@ class KVCache:
         self.kv = torch.empty(0)
         # The token ids whose keys/values each slot holds (its valid length is len(tokens[s])).
         self.tokens: list[list[int]] = [[] for _ in range(slots)]
+        # Whether every position a slot holds was computed by an invariant step (runner.invariant):
+        # only such prefixes are reused for greedy and seeded prompts.
+        self.exact = [True] * slots
         self.used_at = [0] * slots  # when each slot's tokens were last in use (prompt-cache LRU)
         self.lazy = False  # a fresh mapping whose untouched pages are not resident
         self.generation = 0  # bumped on every reallocation (captured graphs hold the old tensor)
@@ -109,6 +112,7 @@ class KVCache:
         if src != dst and n:
             self.kv[:, :, dst, :, :n].copy_(self.kv[:, :, src, :, :n])
         self.tokens[dst] = self.tokens[src][:n]
+        self.exact[dst] = self.exact[src]
 
     def swap(self, a: int, b: int) -> None:
         if a == b:
@@ -124,11 +128,19 @@ class KVCache:
             kv[:, :, b, :, :n].copy_(tmp)
         self.tokens[a], self.tokens[b] = self.tokens[b], self.tokens[a]
         self.used_at[a], self.used_at[b] = self.used_at[b], self.used_at[a]
+        self.exact[a], self.exact[b] = self.exact[b], self.exact[a]
+
+    def truncate(self, slot: int, n: int) -> None:
+        """Keep the first ``n`` positions of ``slot`` (an emptied slot starts exact)."""
+        self.tokens[slot] = self.tokens[slot][:n]
+        if not n:
+            self.exact[slot] = True
 
     def release(self, slot: int) -> None:
         """Forget what ``slot`` holds and, in a lazily reserved cache, give its pages back to the
         kernel (they read as zeros when touched again, which masked positions tolerate)."""
         n, self.tokens[slot] = len(self.tokens[slot]), []
+        self.exact[slot] = True
         if not (self.lazy and n and slot < self.rows):
             return
         elt = self.kv.element_size()

@@ -14,14 +14,14 @@ this machine (``attention.py``).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from switchyard.engine import rope
-from switchyard.engine.attention import IMPLEMENTATIONS, choose
+from switchyard.engine.attention import IMPLEMENTATIONS, KEY_BLOCK, blocked, choose
 from switchyard.engine.cudagraph import GraphedDecode
 from switchyard.engine.kvcache import KVCache
 from switchyard.engine.weights import Model
@@ -30,6 +30,11 @@ from switchyard.engine.weights import Model
 # call per layer (~2 ms a step; attending costs ~2.5 us a row-position over 30 layers in float32
 # on the AVX2 EPYC, less in bfloat16 on the Xeon: so a margin).
 SPLIT_SAVING = 2048
+# Rows a product of an invariant step takes at once (the last block padded to two rows). The
+# kernels choose their algorithm by the row count: here bfloat16's products of up to 32 rows
+# share one (33 and more another) and float32's lm_head one for 2 rows and more (one row
+# another), so a row's result depends on the batch around it unless blocked (tested).
+INVARIANT_ROWS = 32
 
 
 @dataclass
@@ -106,6 +111,12 @@ class Runner:
         # cos/sin for every position, computed once (spec.py admits only static rotary types).
         cos, sin = rope.tables(spec, max_len, self.device, self.dtype)
         self._rope = (cos, _signed_sin(sin))
+        # Set by the engine for a step holding greedy or seeded rows (CPU): products in row
+        # blocks and ``blocked`` attention, so such a row's numbers do not depend on its batch,
+        # on how its prompt was split between the prompt cache and this step, or on padding.
+        self.invariant = False
+        self._mm_rows = _row_blocks(self.w.mm)
+        self._head_rows = _row_blocks(self.w.logits)
         # On CUDA, decode steps replay captured graphs (a step is otherwise launch-bound).
         self.graphs: GraphedDecode | None = None
         if cuda_graphs and self.device.type == "cuda":
@@ -180,6 +191,8 @@ class Runner:
                 off += size
                 for slot, toks in g.append:
                     self.cache.tokens[slot].extend(toks)
+                    if not self.invariant:
+                        self.cache.exact[slot] = False
         return [out[i] for i in range(len(groups))]
 
     def decode(self, tokens: list[int]) -> torch.Tensor:
@@ -222,6 +235,7 @@ class Runner:
         """Run every group's rows, writing their keys and values to the cache, and return the
         final hidden states before the norm, ``[rows, hidden]`` in group order."""
         w, cache = self.w, self.cache
+        mm = self._mm_rows if self.invariant else w.mm
         heads, kvh, hd = self.heads, self.kv_heads, self.head_dim
         qk_heads, half = heads + kvh, hd // 2
         ids, pos, slots = (_flat([f(g) for g in groups]) for f in (_ids, _pos, self._slots))
@@ -236,7 +250,7 @@ class Runner:
         dst_v = dst_k + half_rows
         for i, lw in enumerate(w.layers):
             x = _rms(h, lw.ln_in, w.eps)
-            y = w.mm(x, lw.qkv)
+            y = mm(x, lw.qkv)
             if lw.qkv_bias is not None:
                 y += lw.qkv_bias
             y = y.view(m, qk_heads + kvh, hd)
@@ -246,11 +260,11 @@ class Runner:
             flat = kv.view(-1, hd)
             flat.index_copy_(0, dst_k, qk[:, heads:].reshape(-1, hd).to(kv.dtype))
             flat.index_copy_(0, dst_v, y[:, qk_heads:].reshape(-1, hd).to(kv.dtype))
-            h += w.mm(self._attend(qk[:, :heads], kv, groups, h.dtype), lw.o)
-            gu = w.mm(_rms(h, lw.ln_post, w.eps), lw.gate_up)
+            h += mm(self._attend(qk[:, :heads], kv, groups, h.dtype), lw.o)
+            gu = mm(_rms(h, lw.ln_post, w.eps), lw.gate_up)
             act = self.act(gu[..., :lw.inter])
             act *= gu[..., lw.inter:]
-            h += w.mm(act, lw.down)
+            h += mm(act, lw.down)
         return h
 
     def _attend(self, q: torch.Tensor, kv: torch.Tensor, groups: list[Rows],
@@ -258,13 +272,19 @@ class Runner:
         """Each group's queries (``q`` ``[rows, heads, hd]``, in group order) over its slots'
         cached keys and values; ``[rows, heads * hd]``."""
         outs, off = [], 0
+        attend = blocked if self.invariant else self.attend
         for g in groups:
             n, t = g.ids.shape
-            keys, vals = kv[0, g.first:g.first + n, :, :g.total], kv[1, g.first:g.first + n, :, :g.total]
+            allow, held = g.allow, g.total
+            if self.invariant:  # whole key blocks, read from the cache (a view), the rest masked
+                held = min(-(-held // KEY_BLOCK) * KEY_BLOCK, kv.shape[3])
+                if allow is None and held > g.total:
+                    allow = torch.ones(n, 1, t, g.total, dtype=torch.bool, device=self.device)
+            keys, vals = kv[0, g.first:g.first + n, :, :held], kv[1, g.first:g.first + n, :, :held]
             if keys.dtype != dtype:
                 keys, vals = keys.to(dtype), vals.to(dtype)
-            o = self.attend(q[off:off + n * t].view(n, t, self.heads, self.head_dim), keys, vals, g.allow,
-                            self.scale)
+            o = attend(q[off:off + n * t].view(n, t, self.heads, self.head_dim), keys, vals, allow,
+                       self.scale)
             outs.append(o.reshape(n * t, -1))
             off += n * t
         return _flat(outs)
@@ -276,7 +296,21 @@ class Runner:
         return write.view(n, 1).expand(n, t).reshape(-1)
 
     def _logits(self, h: torch.Tensor) -> torch.Tensor:
-        return self.w.logits(_rms(h, self.w.norm, self.w.eps))
+        head = self._head_rows if self.invariant else self.w.logits
+        return head(_rms(h, self.w.norm, self.w.eps))
+
+
+def _row_blocks(mm: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``mm`` run on blocks of 2..INVARIANT_ROWS rows (a lone row is doubled), whatever the
+    rows around them: each row's result is then the same alone or in a batch."""
+    def run(x: torch.Tensor, *w: torch.Tensor) -> torch.Tensor:
+        m = x.shape[0]
+        if m == 1:
+            return mm(torch.cat((x, x)), *w)[:1]
+        if m <= INVARIANT_ROWS:
+            return mm(x, *w)
+        return torch.cat([run(x[i:i + INVARIANT_ROWS], *w) for i in range(0, m, INVARIANT_ROWS)])
+    return run
 
 
 def _split(pos: list[int]) -> int:

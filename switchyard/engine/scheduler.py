@@ -72,6 +72,9 @@ class Engine:
         self.prefill_chunk = prefill_chunk or default_prefill_chunk(model.weights.device, model.weights.dtype)
         # positions free slots may keep for prompt caching; beyond them the least recently used go
         self.cache_budget = self.runner.cache.positions_in(prompt_cache_mib << 20)
+        # Greedy and seeded sequences get batch-invariant steps (runner.invariant) on CPU, where
+        # the kernels' invariance is measured and tested; not on CUDA (not run on a GPU here).
+        self.exact_steps = model.weights.device.type == "cpu"
         self.steps = 0
 
     # -- requests ---------------------------------------------------------------------------
@@ -106,6 +109,8 @@ class Engine:
         """One forward pass: decode every active sequence, admit waiting ones, sample, emit."""
         self.steps += 1
         self._release()
+        held = (*self.active, *self.waiting, *([self.filling] if self.filling else ()))
+        self.runner.invariant = self.exact_steps and any(_deterministic(s) for s in held)
         rows: list[Seq] = []
         step = Pass(self.runner)  # decode rows, admitted prompts and a chunk: one forward
         if self.active:
@@ -226,7 +231,7 @@ class Engine:
             cache.swap(src, slot)
         elif src is not None and src < slot:
             cache.copy_prefix(src, slot, reuse)
-        cache.tokens[slot] = cache.tokens[slot][:reuse]
+        cache.truncate(slot, reuse)
         if seq.choice == 0:
             job.cached[seq.prompt_index] = reuse
         if not echo_lp:
@@ -249,8 +254,11 @@ class Engine:
             use = bool(sampling_defaults(req.dialect).get("cache_prompt", True))
         if not use or _echo_logprobs(req):
             return None
-        parked = self._filling_slot()
-        return self.runner.cache.best_prefix(seq.prompt.ids, [s for s in range(self.slots) if s != parked])
+        parked, cache = self._filling_slot(), self.runner.cache
+        # a greedy or seeded prompt starts only from a prefix an invariant step computed
+        exact = self.exact_steps and _deterministic(seq)
+        return cache.best_prefix(seq.prompt.ids, [s for s in range(self.slots)
+                                                  if s != parked and (cache.exact[s] or not exact)])
 
     def _waits_for_pending(self, seq: Seq, prefix: tuple[int | None, int] | None,
                            pending: list[list[int]]) -> bool:
@@ -396,6 +404,12 @@ class Engine:
                 break
             held -= len(cache.tokens[s])
             cache.release(s)
+
+
+def _deterministic(seq: Seq) -> bool:
+    """Greedy or seeded: its tokens must not depend on its batch or the prompt cache."""
+    p = seq.row.params
+    return p.greedy or p.seed is not None
 
 
 def _echo_logprobs(req: CanonicalRequest) -> bool:

@@ -20,7 +20,7 @@ def smol():
     from switchyard.engine.loader import load
     from switchyard.engine.scheduler import Engine
 
-    # float32: test_concurrent_greedy_matches_alone needs batch-invariant products (bf16's are not)
+    # float32 (greedy rows are batch-invariant in either dtype: test_invariance.py runs bf16)
     loaded = load(EngineConfig(dtype="float32", threads=2))
     col = Collector()
     eng = Engine(loaded.model, loaded.tokenizer, col, max_batch=8)
