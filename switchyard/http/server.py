@@ -38,6 +38,7 @@ from switchyard.http.logs import configure_logging, settings
 from switchyard.http.reload import Reloadable, engine_change, load_checked
 from switchyard.http.scrape import METRICS_DIR, metrics_dir, prepare_dir
 from switchyard.http.version import package_version
+from switchyard.policies.factory import NOT_KEPT, state_kept
 
 log = logging.getLogger("switchyard")
 CONFIG_ENV = "SWITCHYARD_CONFIG"  # the config file a worker process loads
@@ -223,9 +224,12 @@ def serve(config: Config, config_path: str, host: str, port: int, workers: int =
           pid_file: str | None = None) -> int:
     """Run until SIGTERM/SIGINT; the exit status (2: this config cannot be served so)."""
     configure_logging(*settings(None, None, config.logging.level, config.logging.format))
-    if workers > 1 and config.store.url.startswith("memory://"):
-        print(f"switchyard: --workers {workers} needs a shared store: with memory:// every worker "
-              "would keep its own limits and usage (set store.url to redis://...)", file=sys.stderr)
+    if workers > 1 and config.store.url.startswith(("memory://", "sqlite://")):
+        # sqlite:// shares its file, but its counters are the process's own, as memory://'s.
+        scheme = config.store.url.partition("://")[0]
+        print(f"switchyard: --workers {workers} needs a shared store: with {scheme}:// every worker "
+              "would keep its own rate limits, concurrency slots and quotas (set store.url to "
+              "redis://...)", file=sys.stderr)
         return 2
     # uvicorn re-raises the stop signal once it has shut down gracefully: under the default
     # handler that would end the process as "killed by SIGTERM" instead of a clean exit 0.
@@ -307,7 +311,10 @@ def _started(config: Config, host: str, port: int, workers: int) -> None:
     log.info("switchyard started", extra={"fields": {
         "version": package_version(), "address": f"http://{host}:{port}", "workers": workers, **console,
         "models": [m.name for m in config.models], "store": redacted(config.store.url),
+        "admin_state": state_kept(config.store.url) or "not kept",
         "metrics": config.metrics.enabled, "tracing": config.tracing.otlp_endpoint is not None}})
+    if state_kept(config.store.url) is None:
+        log.warning(NOT_KEPT)
 
 
 def redacted(url: str) -> str:

@@ -40,6 +40,20 @@ def open_store(url: str, *, timeout: float = 0.25, ns: str = "sy", admin_timeout
     return RedisStore.from_url(url, timeout=timeout, ns=ns, admin_timeout=admin_timeout)
 
 
+def state_kept(url: str) -> str | None:
+    """Where what the admin API changes (keys, teams, limits, revocations) outlives a restart;
+    None where it does not (memory://)."""
+    if url.startswith("memory://"):
+        return None
+    if url.startswith("sqlite://"):
+        return str(path_of(url).absolute())
+    return "redis"
+
+
+NOT_KEPT = ("store.url is memory://: keys, teams, limits and revocations made through the admin "
+            "API or the console are lost when the gateway stops (use sqlite:// or redis://)")
+
+
 @dataclass(slots=True)
 class Policies:
     config: Config

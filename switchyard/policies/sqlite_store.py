@@ -104,10 +104,12 @@ class SqliteStore(MemoryStore):
                        "DO UPDATE SET body = excluded.body, expires_ms = excluded.expires_ms",
                        (name, body, expires_ms))
             if sweep_before is not None:
-                db.execute("DELETE FROM docs WHERE expires_ms IS NOT NULL AND expires_ms <= ?", (sweep_before,))
+                db.execute("DELETE FROM docs WHERE expires_ms IS NOT NULL AND expires_ms <= ?",
+                           (sweep_before,))
 
     def _add(self, set_name: str, member: str) -> None:
-        self._conn().execute("INSERT OR IGNORE INTO members (set_name, member) VALUES (?, ?)", (set_name, member))
+        self._conn().execute("INSERT OR IGNORE INTO members (set_name, member) VALUES (?, ?)",
+                             (set_name, member))
 
     def _members(self, set_name: str) -> set[str]:
         rows = self._conn().execute("SELECT member FROM members WHERE set_name = ?", (set_name,))
@@ -136,7 +138,8 @@ class SqliteStore(MemoryStore):
             async with asyncio.timeout(self.admin_timeout):
                 return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
         except TimeoutError as e:
-            raise StoreDown(f"the state file {self.path} did not answer within {self.admin_timeout:g} s") from e
+            raise StoreDown(f"the state file {self.path} did not answer within "
+                            f"{self.admin_timeout:g} s") from e
         except (sqlite3.Error, OSError) as e:
             raise StoreDown(f"the state file {self.path}: {type(e).__name__}: {e}") from e
 
