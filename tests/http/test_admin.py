@@ -185,7 +185,8 @@ async def test_key_ids_and_team_names_are_checked(client):
 
 
 @pytest.mark.parametrize(("method", "path", "body", "unknown"), [
-    ("PUT", "/admin/teams/ml", {"limits": {"rpm": 5}, "model_limit": {"local/smol": {"rpm": 1}}}, "model_limit"),
+    ("PUT", "/admin/teams/ml", {"limits": {"rpm": 5}, "model_limit": {"local/smol": {"rpm": 1}}},
+     "model_limit"),
     ("PATCH", "/admin/teams/ml", {"colour": "red"}, "colour"),
     ("POST", "/admin/keys", {"team": "ml", "id": "k-new", "limit": {"rpm": 1}}, "limit"),
     ("PATCH", "/admin/keys/alice", {"revoked": False, "expires": "2030-01-01T00:00:00Z"}, "expires"),

@@ -262,16 +262,18 @@ SECRETS = "sk-one-secret-value", "sk-another-secret"
 UNUSABLE = [
     # (replace this, with that, what the message names)
     ("keys:\n", f"keys:\n  - {{id: k1, team: t, key: {SECRETS[0]}}}\n", "key id 'k1' is given twice"),
-    ("keys:\n", f"keys:\n  - {{id: k0, team: t, key: {SECRETS[0]}}}\n  - {{id: k9, team: t, key: {SECRETS[0]}}}\n",
-     "keys 'k0' and 'k9' have the same secret"),
+    ("keys:\n", f"keys:\n  - {{id: k0, team: t, key: {SECRETS[0]}}}\n"
+                 f"  - {{id: k9, team: t, key: {SECRETS[0]}}}\n", "keys 'k0' and 'k9' have the same secret"),
     ("        dialect: llamacpp\n", "        provider: azure\n",
      "(vendor/m/d1): an azure deployment needs model"),
-    ("        dialect: llamacpp\n        base_url: http://127.0.0.1:9/v1\n        api_key: env:SY_TEST_UPSTREAM\n",
-     "        provider: openai\n", "(vendor/m/d1): an openai deployment to api.openai.com needs api_key"),
+    ("        dialect: llamacpp\n        base_url: http://127.0.0.1:9/v1\n"
+     "        api_key: env:SY_TEST_UPSTREAM\n", "        provider: openai\n",
+     "(vendor/m/d1): an openai deployment to api.openai.com needs api_key"),
 ]
 
 
-@pytest.mark.parametrize(("old", "new", "says"), UNUSABLE, ids=["id-twice", "secret-twice", "azure", "openai"])
+@pytest.mark.parametrize(("old", "new", "says"), UNUSABLE,
+                         ids=["id-twice", "secret-twice", "azure", "openai"])
 def test_check_config_refuses_keys_and_deployments_that_cannot_work(
         tmp_path: Path, env: None, capsys: pytest.CaptureFixture[str], old: str, new: str, says: str) -> None:
     assert old in GOOD
@@ -283,9 +285,11 @@ def test_check_config_refuses_keys_and_deployments_that_cannot_work(
 
 
 def test_those_deployments_pass_once_given_what_they_lack(tmp_path: Path, env: None) -> None:
-    azure = GOOD.replace("        dialect: llamacpp\n", "        provider: azure\n        model: gpt-4o-prod\n")
+    azure = GOOD.replace("        dialect: llamacpp\n",
+                         "        provider: azure\n        model: gpt-4o-prod\n")
     openai = GOOD.replace("        dialect: llamacpp\n        base_url: http://127.0.0.1:9/v1\n",
                           "        provider: openai\n")
-    wild = GOOD.replace("        dialect: llamacpp\n", "        provider: azure\n").replace("vendor/m", "azure/*")
+    wild = GOOD.replace("        dialect: llamacpp\n", "        provider: azure\n")
+    wild = wild.replace("vendor/m", "azure/*")
     for text in (azure, openai, wild):
         assert main(["check-config", str(write(tmp_path, text))]) == 0, text
