@@ -1,4 +1,5 @@
-"""Policy fixtures: every store kind (memory, Redis, a 3-node Redis Cluster), configs, a limiter."""
+"""Policy fixtures: every store kind (memory, SQLite, Redis, a 3-node Redis Cluster), configs, a
+limiter."""
 
 from __future__ import annotations
 
