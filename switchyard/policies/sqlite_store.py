@@ -176,7 +176,9 @@ class SqliteStore(MemoryStore):
 
     async def audit_read(self, before: str | None, limit: int) -> list[dict[str, Any]]:
         """Up to ``limit`` entries older than id ``before`` (all when None), newest first; each
-        with its ``id``."""
+        with its ``id``. A ``before`` this store did not give is a ValueError."""
+        if before and not before.isdigit():
+            raise ValueError(f"{before[:40]!r} is not an audit entry id")
         rows = await self._run(self._audit_read, int(before) if before else None, limit)
         return [json.loads(body) | {"id": f"{i:0{AUDIT_ID_WIDTH}d}"} for i, body in rows]
 

@@ -56,6 +56,8 @@ async def test_the_audit_trail_appends_and_pages_newest_first(tmp_path):
     rest = await s.audit_read(first[-1]["id"], 10)
     assert [e["n"] for e in rest] == [2, 1, 0]
     assert await s.audit_read(ids[0], 10) == []
+    with pytest.raises(ValueError, match="not an audit entry id"):
+        await s.audit_read("1700000000000-0", 10)
     await s.aclose()
     again = SqliteStore(tmp_path / "a.db")
     assert [e["n"] for e in await again.audit_read(None, 10)] == [4, 3, 2, 1, 0]
