@@ -7,10 +7,12 @@ sections live in settings.py (service-wide) and deployments.py (models and their
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -20,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-from switchyard.core.deployments import ModelConfig
+from switchyard.core.deployments import DeploymentConfig, ModelConfig
 from switchyard.core.errors import install_hint
 from switchyard.core.settings import (
     AUTO_KEY,
@@ -86,6 +88,8 @@ class Config(ConfigModel):
     models: list[ModelConfig] = Field(default_factory=list)
     teams: list[TeamConfig] = Field(default_factory=list)
     keys: list[KeyConfig] = Field(default_factory=list)
+    allow_empty: bool = Field(False, description="start with no models, teams or keys (a file "
+                              "without them is refused: an empty or cut-off file looks the same)")
 
     @field_validator("master_key")
     @classmethod
@@ -119,8 +123,12 @@ class Config(ConfigModel):
                 why = self._not_a_model(name)
                 if why:
                     raise ValueError(f"{where}: {name!r} {why}")
+        _keys_apart(self.keys)
         for i, m in enumerate(self.models):
             for j, d in enumerate(m.deployments):
+                why = _unusable(m, d)
+                if why:
+                    raise ValueError(f"models.{i}.deployments.{j} ({m.name}/{d.name}): {why}")
                 if d.backend == "engine" and importlib.util.find_spec("torch") is None:
                     raise ValueError(f"models.{i}.deployments.{j}: the built-in engine needs the engine "
                                      f"extra: {install_hint('engine')}")
@@ -144,6 +152,39 @@ class Config(ConfigModel):
                 "under a configured vendor/* route)")
 
 
+def _keys_apart(keys: list[KeyConfig]) -> None:
+    """One id, one secret: two secrets under one id would merge their usage and limits, one secret
+    under two ids would be charged to the first. Named by id only, never by the secret."""
+    ids: dict[str, int] = {}
+    for i, k in enumerate(keys):
+        if k.id in ids:
+            raise ValueError(f"keys.{i}: key id {k.id!r} is given twice (keys.{ids[k.id]} too): "
+                             "each key needs an id of its own, or its usage and limits merge")
+        ids[k.id] = i
+    seen: dict[str, str] = {}
+    for k in keys:
+        d = k.sha256 or hashlib.sha256((k.key or "").encode()).hexdigest()
+        if d in seen:
+            raise ValueError(f"keys {seen[d]!r} and {k.id!r} have the same secret: a caller's usage "
+                             "would be charged to the first; give each id its own key")
+        seen[d] = k.id
+
+
+def _unusable(m: ModelConfig, d: DeploymentConfig) -> str | None:
+    """Why a deployment that parses cannot answer a single request, if it cannot."""
+    if d.backend != "upstream":
+        return None
+    if d.provider == "azure" and not d.model and not m.name.endswith("/*"):
+        # Azure routes by its own deployment name (in the URL), which nothing else here gives.
+        return "an azure deployment needs model: the name of the deployment in your Azure resource"
+    public = urlsplit(d.base_url or "").hostname == "api.openai.com"
+    if (d.provider == "openai" and public and d.api_key is None
+            and not any(h.lower() == "authorization" for h in d.headers)):
+        return ("an openai deployment to api.openai.com needs api_key (e.g. api_key: env:OPENAI_API_KEY); "
+                "without one every call is a 401")
+    return None
+
+
 def load_config(path: str | Path) -> Config:
     path = Path(path)
     try:
@@ -158,7 +199,14 @@ def load_config(path: str | Path) -> Config:
         # PyYAML keeps the last of a repeated key silently: half a deployment's settings would
         # vanish without a word.
         raise ConfigError(f"{path}: {repeat}")
-    return parse_config(raw or {}, source=str(path))
+    config = parse_config(raw or {}, source=str(path))
+    if not (config.models or config.teams or config.keys or config.allow_empty):
+        # An empty file, or one cut off before models:, would serve a gateway that refuses every
+        # caller (and with no master_key, no admin either).
+        raise ConfigError(f"{path}: no models, teams or keys: an empty or cut-off file? (a gateway "
+                          "meant to start empty, configured later through the admin API, says "
+                          "allow_empty: true)")
+    return config
 
 
 def _repeated_key(node: yaml.Node | None, at: list[str], seen: set[int]) -> str | None:

@@ -111,7 +111,8 @@ class ServerConfig(ConfigModel):
 
 
 class StoreConfig(ConfigModel):
-    url: str = Field("memory://", description="memory:// or redis://host:port/db")
+    url: str = Field("memory://", description="sqlite:// (a file; bare: under the switchyard home), "
+                     "memory:// (nothing kept across restarts) or redis://host:port/db")
     timeout: float = Field(0.25, gt=0, description="seconds before a store call counts as down")
     lease_ttl: float = Field(60.0, ge=1, le=3600, description="seconds a concurrency slot or quota "
                              "reservation outlives its replica (renewed every third of it while alive)")
@@ -122,8 +123,8 @@ class StoreConfig(ConfigModel):
     @classmethod
     def _scheme(cls, v: str) -> str:
         v = resolve_secret(v) or v
-        if not v.startswith(("memory://", "redis://", "rediss://", "redis+cluster://")):
-            raise ValueError("must start with memory://, redis://, rediss:// or redis+cluster://")
+        if not v.startswith(("sqlite://", "memory://", "redis://", "rediss://", "redis+cluster://")):
+            raise ValueError("must start with sqlite://, memory://, redis://, rediss:// or redis+cluster://")
         return v
 
 
@@ -207,10 +208,18 @@ def _url_of_extra(v: str | None, schemes: tuple[str, ...], bad_scheme: str, what
 AUTO_KEY = "auto"  # master_key: a random key made on first start, kept in master_key_file()
 
 
+def switchyard_home() -> Path:
+    """Where the gateway keeps its own files (the generated master key, ``sqlite://``'s state):
+    $SWITCHYARD_HOME, else $XDG_CACHE_HOME/switchyard, else ~/.cache/switchyard."""
+    home = os.environ.get("SWITCHYARD_HOME")
+    if home:
+        return Path(home)
+    return Path(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")) / "switchyard"
+
+
 def master_key_file() -> Path:
-    """Where ``master_key: auto`` keeps its key: $SWITCHYARD_HOME, else ~/.cache/switchyard."""
-    home = os.environ.get("SWITCHYARD_HOME") or os.path.expanduser("~/.cache/switchyard")
-    return Path(home) / "master_key"
+    """Where ``master_key: auto`` keeps its key."""
+    return switchyard_home() / "master_key"
 
 
 def generated_master_key() -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping
@@ -53,12 +54,19 @@ INTERNAL = GatewayError("internal error; it has been logged with this request's 
 
 
 def bearer_key(headers: Mapping[str, str]) -> str | None:
+    """The caller's key, from ``Authorization: Bearer`` or ``x-api-key``. Two different keys are
+    refused (``InvalidRequest``): which one was charged would be the gateway's guess."""
+    api_key = headers.get("x-api-key") or None
     auth = headers.get("authorization")
     if auth:
         scheme, _, token = auth.partition(" ")
-        if scheme.lower() == "bearer" and token.strip():
-            return token.strip()
-    return headers.get("x-api-key") or None
+        token = token.strip()
+        if scheme.lower() == "bearer" and token:
+            if api_key is not None and not hmac.compare_digest(api_key.encode(), token.encode()):
+                raise InvalidRequest("the x-api-key and Authorization: Bearer headers carry different "
+                                     "keys: send one of them (or the same key in both)", param="x-api-key")
+            return token
+    return api_key
 
 
 class Gateway:

@@ -65,7 +65,9 @@ def _on_bad_json(_: Request[Any, Any, Any], e: SerializationException) -> Respon
     return error_response(400, "invalid_request_error", "the body is not valid JSON")
 
 
-async def json_body(request: Request[Any, Any, Any]) -> dict[str, Any]:
+async def json_body(request: Request[Any, Any, Any], fields: tuple[str, ...]) -> dict[str, Any]:
+    """The body as a JSON object with no field outside ``fields`` (a misspelt or newer field is a
+    400 naming it, never ignored)."""
     raw = await request.body()
     if not raw:
         return {}
@@ -79,6 +81,12 @@ async def json_body(request: Request[Any, Any, Any]) -> dict[str, Any]:
         raise InvalidRequest("the body must be a JSON object", param="body")
     if _depth(body) > MAX_DEPTH:
         raise InvalidRequest(f"the body nests deeper than {MAX_DEPTH} levels", param="body")
+    unknown = [k for k in body if k not in fields]
+    if unknown:
+        names = ", ".join(repr(k[:64]) for k in unknown[:10])
+        takes = f"it takes {', '.join(fields)}" if fields else "it takes no body"
+        raise InvalidRequest(f"unknown field{'s' if len(unknown) > 1 else ''} {names}: {takes}",
+                             param=unknown[0][:64])
     return body
 
 
@@ -105,7 +113,7 @@ def admin_router(registry: Registry, usage: UsageSource, auth: AdminAuth) -> Rou
 
     @post("/keys", status_code=201)
     async def create_key(request: Request[Any, Any, Any]) -> dict[str, Any]:
-        b = await json_body(request)
+        b = await json_body(request, ("team", "id", "models", "limits", "expires_at"))
         if not isinstance(b.get("team"), str):
             raise InvalidRequest("team is required (a string)", param="team")
         raw, info = await registry.create_key(b["team"], key_id=b.get("id"), models=b.get("models"),
@@ -114,7 +122,7 @@ def admin_router(registry: Registry, usage: UsageSource, auth: AdminAuth) -> Rou
 
     @post("/keys/{key_id:str}/rotate", status_code=201)
     async def rotate_key(key_id: FromPath[str], request: Request[Any, Any, Any]) -> dict[str, Any]:
-        b = await json_body(request)
+        b = await json_body(request, ("grace_seconds",))
         raw, info = await registry.rotate(key_id, grace_seconds=b.get("grace_seconds", 0))
         return {**info, "key": raw}
 
@@ -128,7 +136,7 @@ def admin_router(registry: Registry, usage: UsageSource, auth: AdminAuth) -> Rou
 
     @patch("/keys/{key_id:str}")
     async def update_key(key_id: FromPath[str], request: Request[Any, Any, Any]) -> dict[str, Any]:
-        b = await json_body(request)
+        b = await json_body(request, ("limits", "models", "revoked", "expires_at"))
         revoked = b.get("revoked")
         if revoked is not None and not isinstance(revoked, bool):
             raise InvalidRequest("revoked must be true or false", param="revoked")
@@ -136,11 +144,13 @@ def admin_router(registry: Registry, usage: UsageSource, auth: AdminAuth) -> Rou
                                          revoked=revoked, expires_at=b.get("expires_at", UNSET))
 
     @delete("/keys/{key_id:str}", status_code=200)
-    async def revoke_key(key_id: FromPath[str]) -> dict[str, Any]:
+    async def revoke_key(key_id: FromPath[str], request: Request[Any, Any, Any]) -> dict[str, Any]:
+        await json_body(request, ())
         return await registry.revoke(key_id)
 
     @post("/keys/{key_id:str}/revoke", status_code=200)
-    async def revoke_key_post(key_id: FromPath[str]) -> dict[str, Any]:
+    async def revoke_key_post(key_id: FromPath[str], request: Request[Any, Any, Any]) -> dict[str, Any]:
+        await json_body(request, ())
         return await registry.revoke(key_id)
 
     @get("/teams")
@@ -153,7 +163,7 @@ def admin_router(registry: Registry, usage: UsageSource, auth: AdminAuth) -> Rou
 
     @put("/teams/{name:str}")
     async def put_team(name: FromPath[str], request: Request[Any, Any, Any]) -> dict[str, Any]:
-        b = await json_body(request)
+        b = await json_body(request, ("limits", "models", "model_limits"))
         return await registry.update_team(name, limits=b.get("limits"), models=b.get("models", UNSET),
                                           model_limits=b.get("model_limits"))
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from switchyard.core.config import load_config
 from switchyard.core.settings import ConfigError
 from switchyard.dialects.passthrough import check_config
+from switchyard.http import verdict
 from switchyard.http.logs import FORMAT_ENV, FORMATS, LEVEL_ENV, LEVELS
 from switchyard.http.logs import settings as log_settings
 from switchyard.http.version import package_version
@@ -38,10 +39,14 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("path")
     reload = sub.add_parser("reload", help="make a running gateway re-read its config (SIGHUP)")
     which = reload.add_mutually_exclusive_group(required=True)
-    which.add_argument("--pid-file", help="the file serve --pid-file wrote")
+    which.add_argument("--pid-file", help="the file serve --pid-file wrote (then the command waits "
+                       "for the server's verdict)")
     which.add_argument("--pid", type=int, help="the server's process id")
     reload.add_argument("--config", help="check this file first; refuse (exit 2) without signalling "
                         "when it is bad")
+    reload.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
+                        help="with --pid-file: how long to wait for the server's verdict (exit 1 "
+                        "with its reason when it refused the file; default 60)")
     return parser
 
 
@@ -78,7 +83,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _reload(args: argparse.Namespace) -> int:
-    """SIGHUP to the server; it validates the file again itself and logs what it did."""
+    """SIGHUP to the server; it validates the file again itself and logs what it did. With
+    ``--pid-file`` the command waits for its verdict (verdict.py): exit 1 with the reason when
+    the server (or any worker) kept its running config."""
     if args.config is not None:
         try:
             check_config(load_config(args.config))
@@ -92,12 +99,26 @@ def _reload(args: argparse.Namespace) -> int:
         except (OSError, ValueError) as e:
             print(f"switchyard: cannot read a process id from {args.pid_file}: {e}", file=sys.stderr)
             return 1
+    token = None
+    if args.pid_file is not None:
+        try:
+            token = verdict.ask(args.pid_file)
+        except OSError as e:
+            print(f"switchyard: cannot write beside {args.pid_file}: {e.strerror}", file=sys.stderr)
+            return 1
     try:
         os.kill(pid, signal.SIGHUP)
     except OSError as e:
         print(f"switchyard: cannot signal process {pid}: {e.strerror}", file=sys.stderr)
         return 1
-    print(f"switchyard: asked process {pid} to reload its config (its log says how it went)")
+    if token is None:  # --pid: no file to answer through
+        print(f"switchyard: asked process {pid} to reload its config (its log says how it went)")
+        return 0
+    ok, reasons = verdict.wait(args.pid_file, token, args.wait)
+    if not ok:
+        print(f"switchyard: process {pid} did not reload its config\n" + "\n".join(reasons), file=sys.stderr)
+        return 1
+    print(f"switchyard: process {pid} reloaded its config")
     return 0
 
 

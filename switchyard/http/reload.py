@@ -26,6 +26,7 @@ from switchyard.core.settings import ConfigError
 from switchyard.dialects.passthrough import check_config
 from switchyard.http.app import create_app
 from switchyard.http.asgi import Switchyard
+from switchyard.http.verdict import write_verdict
 from switchyard.policies.factory import build_policies
 from switchyard.routing import Router
 
@@ -78,8 +79,13 @@ class Reloadable:
     replaces. Handles the server's lifespan itself (it starts and stops whichever app is current)."""
 
     def __init__(self, path: str | Path, config: Config,
-                 build: Callable[..., Switchyard] = create_app) -> None:
+                 build: Callable[..., Switchyard] = create_app, *, pid_file: str | None = None,
+                 worker: bool = False) -> None:
         self.path = Path(path)
+        # Where a SIGHUP's verdict goes for ``switchyard reload --pid-file`` (verdict.py); a
+        # worker under --workers writes its own file beside the supervisor's.
+        self.pid_file, self.worker = pid_file, worker
+        self.refusal = ""  # why the last reload changed nothing
         self.config = config
         self.build = build
         self.current = build(config)
@@ -119,9 +125,13 @@ class Reloadable:
                 return
 
     def on_hup(self) -> None:
-        task = asyncio.ensure_future(self.reload())
+        task = asyncio.ensure_future(self._reload_and_answer())
         self._retiring.add(task)  # keeps a reference until it is done
         task.add_done_callback(self._retiring.discard)
+
+    async def _reload_and_answer(self) -> None:
+        ok = await self.reload()
+        write_verdict(self.pid_file, ok, "" if ok else self.refusal, worker=self.worker)
 
     async def reload(self) -> bool:
         """Load, validate and swap in the config file; False (and a log line why) when the file
@@ -132,6 +142,7 @@ class Reloadable:
                 hosted_engines_unchanged(self.config, config)
             except ConfigError as e:
                 log.error("reload refused, the running config is unchanged: %s", e)
+                self.refusal = f"reload refused, the running config is unchanged: {e}"
                 return False
             old, old_life = self.current, self._life
             gw = old.gateway
@@ -150,6 +161,7 @@ class Reloadable:
             except Exception as e:  # a resource the new config names cannot be set up
                 gw.router.take_back(backends)
                 log.error("reload failed, the running config is unchanged: %s: %s", type(e).__name__, e)
+                self.refusal = f"reload failed, the running config is unchanged: {type(e).__name__}: {e}"
                 return False
             if same_store:
                 gw.policies.owns_store = False

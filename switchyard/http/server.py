@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import fcntl
 import gc
+import glob
 import json
 import logging
 import os
@@ -37,7 +38,9 @@ from switchyard.http.disconnect import DISCONNECT, Disconnect
 from switchyard.http.logs import configure_logging, settings
 from switchyard.http.reload import Reloadable, engine_change, load_checked
 from switchyard.http.scrape import METRICS_DIR, metrics_dir, prepare_dir
+from switchyard.http.verdict import PID_FILE_ENV, remove, write_verdict
 from switchyard.http.version import package_version
+from switchyard.policies.factory import NOT_KEPT, state_kept
 
 log = logging.getLogger("switchyard")
 CONFIG_ENV = "SWITCHYARD_CONFIG"  # the config file a worker process loads
@@ -190,7 +193,7 @@ def worker_app() -> Any:
     path = os.environ[CONFIG_ENV]
     config = load_checked(path)
     configure_logging(*settings(None, None, config.logging.level, config.logging.format))
-    app = Reloadable(path, config)
+    app = Reloadable(path, config, pid_file=os.environ.get(PID_FILE_ENV), worker=True)
     _tune_gc()
     return app
 
@@ -199,10 +202,12 @@ class Supervisor(Multiprocess):
     """uvicorn's worker supervisor, except that SIGHUP reloads the config in every worker
     (checked here first: a bad file reaches none of them) instead of restarting them all."""
 
-    def __init__(self, config_path: str, started: Config, *args: Any, **kw: Any) -> None:
+    def __init__(self, config_path: str, started: Config, *args: Any, pid_file: str | None = None,
+                 **kw: Any) -> None:
         super().__init__(*args, **kw)
         self.config_path = config_path
         self.started = started  # the engines hosted here were loaded from it
+        self.pid_file = pid_file
 
     def handle_hup(self) -> None:
         try:
@@ -211,9 +216,12 @@ class Supervisor(Multiprocess):
             why = str(e)
         if why is not None:
             log.error("reload refused, the running config is unchanged: %s", why)
+            write_verdict(self.pid_file, False, f"reload refused, the running config is unchanged: {why}")
             return
         pids = [p.pid for p in self.processes if p.pid is not None]
         log.info("reloading the config in %d workers", len(pids))
+        # Each worker writes its own verdict (its reload may still fail); the command waits for them.
+        write_verdict(self.pid_file, True, workers=pids)
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGHUP)
@@ -223,9 +231,12 @@ def serve(config: Config, config_path: str, host: str, port: int, workers: int =
           pid_file: str | None = None) -> int:
     """Run until SIGTERM/SIGINT; the exit status (2: this config cannot be served so)."""
     configure_logging(*settings(None, None, config.logging.level, config.logging.format))
-    if workers > 1 and config.store.url.startswith("memory://"):
-        print(f"switchyard: --workers {workers} needs a shared store: with memory:// every worker "
-              "would keep its own limits and usage (set store.url to redis://...)", file=sys.stderr)
+    if workers > 1 and config.store.url.startswith(("memory://", "sqlite://")):
+        # sqlite:// shares its file, but its counters are the process's own, as memory://'s.
+        scheme = config.store.url.partition("://")[0]
+        print(f"switchyard: --workers {workers} needs a shared store: with {scheme}:// every worker "
+              "would keep its own rate limits, concurrency slots and quotas (set store.url to "
+              "redis://...)", file=sys.stderr)
         return 2
     # uvicorn re-raises the stop signal once it has shut down gracefully: under the default
     # handler that would end the process as "killed by SIGTERM" instead of a clean exit 0.
@@ -239,18 +250,18 @@ def serve(config: Config, config_path: str, host: str, port: int, workers: int =
         return 1
     port = sock.getsockname()[1]  # the one the system chose for port 0
     with _pid_file(pid_file):
-        return _serve(config, config_path, host, port, workers, sock)
+        return _serve(config, config_path, host, port, workers, sock, pid_file)
 
 
 def _serve(config: Config, config_path: str, host: str, port: int, workers: int,
-           sock: socket.socket) -> int:
+           sock: socket.socket, pid_file: str | None = None) -> int:
     if workers == 1:
         given = metrics_dir()
         if given is not None:  # a folder set for several processes: no earlier run's figures in it
             prepare_dir(given)
 
         try:
-            app = Reloadable(config_path, config)
+            app = Reloadable(config_path, config, pid_file=pid_file)
         except ConfigError as e:
             log.error("cannot serve this config: %s", e)
             return 2
@@ -268,7 +279,9 @@ def _serve(config: Config, config_path: str, host: str, port: int, workers: int,
         prepare_dir(metrics)
         os.environ[METRICS_DIR] = str(metrics)
         _started(config, host, port, workers)
-        Supervisor(os.environ[CONFIG_ENV], config, cfg, sockets=[sock]).run()
+        if pid_file is not None:
+            pid_file = os.environ[PID_FILE_ENV] = os.path.abspath(pid_file)
+        Supervisor(os.environ[CONFIG_ENV], config, cfg, sockets=[sock], pid_file=pid_file).run()
     log.info("switchyard stopped")
     return 0
 
@@ -284,6 +297,9 @@ def _pid_file(path: str | None) -> Iterator[None]:
         yield
     finally:
         Path(path).unlink(missing_ok=True)
+        remove(path)
+        for worker in Path(path).parent.glob(glob.escape(Path(path).name) + ".reload.*"):
+            worker.unlink(missing_ok=True)
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -307,7 +323,10 @@ def _started(config: Config, host: str, port: int, workers: int) -> None:
     log.info("switchyard started", extra={"fields": {
         "version": package_version(), "address": f"http://{host}:{port}", "workers": workers, **console,
         "models": [m.name for m in config.models], "store": redacted(config.store.url),
+        "admin_state": state_kept(config.store.url) or "not kept",
         "metrics": config.metrics.enabled, "tracing": config.tracing.otlp_endpoint is not None}})
+    if state_kept(config.store.url) is None:
+        log.warning(NOT_KEPT)
 
 
 def redacted(url: str) -> str:

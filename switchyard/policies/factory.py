@@ -20,6 +20,7 @@ from switchyard.policies.memory import MemoryStore
 from switchyard.policies.pricing import Pricing
 from switchyard.policies.refusals import Refusals
 from switchyard.policies.registry import Registry
+from switchyard.policies.sqlite_store import SqliteStore, path_of
 from switchyard.policies.store import Store
 from switchyard.policies.usage import UsageQuery, UsageSource
 
@@ -28,12 +29,29 @@ if TYPE_CHECKING:
 
 
 def open_store(url: str, *, timeout: float = 0.25, ns: str = "sy", admin_timeout: float = 5.0) -> Store:
-    """memory:// -> in-process; redis://, rediss:// -> Redis; redis+cluster:// -> Redis Cluster."""
+    """sqlite:// -> in-process, the admin state in a file; memory:// -> in-process, nothing kept;
+    redis://, rediss:// -> Redis; redis+cluster:// -> Redis Cluster."""
     if url.startswith("memory://"):
         return MemoryStore(ns=ns)
+    if url.startswith("sqlite://"):
+        return SqliteStore(path_of(url), ns=ns, timeout=admin_timeout)
     from switchyard.policies.redis_store import RedisStore  # redis is only imported when used
 
     return RedisStore.from_url(url, timeout=timeout, ns=ns, admin_timeout=admin_timeout)
+
+
+def state_kept(url: str) -> str | None:
+    """Where what the admin API changes (keys, teams, limits, revocations) outlives a restart;
+    None where it does not (memory://)."""
+    if url.startswith("memory://"):
+        return None
+    if url.startswith("sqlite://"):
+        return str(path_of(url).absolute())
+    return "redis"
+
+
+NOT_KEPT = ("store.url is memory://: keys, teams, limits and revocations made through the admin "
+            "API or the console are lost when the gateway stops (use sqlite:// or redis://)")
 
 
 @dataclass(slots=True)

@@ -1,8 +1,9 @@
 """The store interface: the atomic admission/settlement primitives and small document storage.
 
-Two implementations: ``memory.MemoryStore`` (in-process, one replica) and ``redis_store.RedisStore``
-(every replica shares it; Redis or Redis Cluster). ``tests/policies/test_store_contract.py``
-runs the same suite against both.
+Three implementations: ``memory.MemoryStore`` (in-process, one replica, nothing kept),
+``sqlite_store.SqliteStore`` (its counters, with the documents, sets and audit trail in an SQLite
+file) and ``redis_store.RedisStore`` (every replica shares it; Redis or Redis Cluster).
+``tests/policies/test_store_contract.py`` runs the same suite against each.
 """
 
 from __future__ import annotations

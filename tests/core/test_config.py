@@ -45,7 +45,7 @@ def test_nothing_passes_through_by_default():
 
 def test_azure_api_version_given_once():
     twice = {"provider": "azure", "base_url": "https://r.openai.azure.com/?api-version=2024-10-21",
-             "api_version": "2024-10-21"}
+             "model": "gpt", "api_version": "2024-10-21"}
     with pytest.raises(ConfigError, match="api-version is given twice"):
         parse_config(deployment(**twice))
     for once in ({**twice, "api_version": None}, {**twice, "base_url": "https://r.openai.azure.com"}):

@@ -33,6 +33,34 @@ async def test_bearer_and_x_api_key_both_work(upstream, gateway_for) -> None:
     assert a.status_code == 200 and b.status_code == 200
 
 
+MESSAGES = {"model": "v/m", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
+
+
+@pytest.mark.parametrize(("path", "body", "shape"), [("/v1/chat/completions", CHAT, "openai"),
+                                                     ("/v1/messages", MESSAGES, "anthropic")])
+async def test_two_different_keys_in_x_api_key_and_bearer_are_a_400_naming_both(
+        upstream, gateway_for, caplog, path, body, shape) -> None:
+    """The Bearer key was used silently: whose key is charged must not be the gateway's guess."""
+    caplog.set_level(logging.DEBUG)
+    async with gateway_for(two_models(upstream.url)) as client:
+        both = await client.post(path, json=body, headers={"x-api-key": WRONG})  # Bearer KEY as well
+        flipped = await client.post(path, json=body, headers={"authorization": f"Bearer {WRONG}",
+                                                              "x-api-key": KEY})
+        same = await client.post(path, json=body, headers={"x-api-key": KEY})
+    for r in (both, flipped):
+        assert r.status_code == 400, r.text
+        j = r.json()
+        if shape == "anthropic":
+            assert j["type"] == "error" and j["error"]["type"] == "invalid_request_error"
+        else:
+            assert j["error"]["type"] == "invalid_request_error" and j["error"]["param"] == "x-api-key"
+        assert "x-api-key" in j["error"]["message"] and "Authorization: Bearer" in j["error"]["message"]
+        assert WRONG not in r.text and KEY not in r.text
+    assert same.status_code == 200, same.text
+    assert len(upstream.requests) == 1  # the refused ones reached no model
+    assert WRONG not in caplog.text and KEY not in caplog.text
+
+
 PATHS = [("/v1/completions", COMPLETION, "openai"), ("/v4/beta/completions", COMPLETION, "sgp"),
          ("/completion", COMPLETION, "llamacpp"), ("/v1/chat/completions", CHAT, "chat"),
          ("/inference/v1/completions", COMPLETION, "fireworks")]

@@ -182,3 +182,27 @@ async def test_key_ids_and_team_names_are_checked(client):
         assert r.json()["error"]["param"] in ("id", "team")
     r = await client.put("/admin/teams/bad%1Fname", headers=AUTH, json={})
     assert r.status_code == 400 and r.json()["error"]["param"] == "name"
+
+
+@pytest.mark.parametrize(("method", "path", "body", "unknown"), [
+    ("PUT", "/admin/teams/ml", {"limits": {"rpm": 5}, "model_limit": {"local/smol": {"rpm": 1}}},
+     "model_limit"),
+    ("PATCH", "/admin/teams/ml", {"colour": "red"}, "colour"),
+    ("POST", "/admin/keys", {"team": "ml", "id": "k-new", "limit": {"rpm": 1}}, "limit"),
+    ("PATCH", "/admin/keys/alice", {"revoked": False, "expires": "2030-01-01T00:00:00Z"}, "expires"),
+    ("POST", "/admin/keys/alice/rotate", {"grace": 60}, "grace"),
+    ("POST", "/admin/keys/alice/revoke", {"reason": "leaked"}, "reason"),
+    ("DELETE", "/admin/keys/alice", {"reason": "leaked"}, "reason"),
+])
+async def test_an_admin_body_with_a_field_it_does_not_know_is_a_400_naming_it(
+        client, replicas, method, path, body, unknown):
+    """A misspelt field (or one of a later version) was answered 200 and ignored."""
+    r = await client.request(method, path, json=body, headers=AUTH)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["type"] == "invalid_request_error" and err["param"] == unknown
+    assert repr(unknown) in err["message"]
+    # ... and nothing was changed: the team has no stored limits, alice is live, no key was made.
+    keys = (await client.get("/admin/keys", headers=AUTH)).json()["data"]
+    assert {k["id"] for k in keys} == {"alice", "bob", "carol"} and not any(k["revoked"] for k in keys)
+    assert (await client.get("/admin/teams/ml", headers=AUTH)).json()["limits"].get("rpm") is None

@@ -237,3 +237,59 @@ def test_an_owned_field_on_an_allow_list_fails_the_check(tmp_path: Path, env: No
     err = capsys.readouterr().err
     assert "models.vendor/m.deployments.d1.allow_extra_params" in err and "'max_new_tokens'" in err
     assert main(["check-config", str(write(tmp_path, text.replace(", max_new_tokens", "")))]) == 0
+
+
+# --- configs that parse but cannot work (issue 28, items 4 and 5) ------------------------------
+
+CUT_OFF = GOOD[:GOOD.index("models:")]  # a file cut short before models:, the master key still in it
+
+
+@pytest.mark.parametrize("text", ["", "\n# nothing yet\n", CUT_OFF, CUT_OFF + "models: []\n"],
+                         ids=["empty", "comment", "cut-off", "empty-lists"])
+def test_a_config_with_no_models_teams_or_keys_is_refused(tmp_path: Path, env: None, text: str,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    p = write(tmp_path, text)
+    assert main(["check-config", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert str(p) in err and "no models, teams or keys" in err and "allow_empty: true" in err, err
+    assert main(["reload", "--pid", "1", "--config", str(p)]) == 2  # checked before any signal
+    assert "nothing signalled" in capsys.readouterr().err
+    p.write_text(text + "allow_empty: true\n")  # a gateway meant to start empty says so
+    assert main(["check-config", str(p)]) == 0
+
+
+SECRETS = "sk-one-secret-value", "sk-another-secret"
+UNUSABLE = [
+    # (replace this, with that, what the message names)
+    ("keys:\n", f"keys:\n  - {{id: k1, team: t, key: {SECRETS[0]}}}\n", "key id 'k1' is given twice"),
+    ("keys:\n", f"keys:\n  - {{id: k0, team: t, key: {SECRETS[0]}}}\n"
+                 f"  - {{id: k9, team: t, key: {SECRETS[0]}}}\n", "keys 'k0' and 'k9' have the same secret"),
+    ("        dialect: llamacpp\n", "        provider: azure\n",
+     "(vendor/m/d1): an azure deployment needs model"),
+    ("        dialect: llamacpp\n        base_url: http://127.0.0.1:9/v1\n"
+     "        api_key: env:SY_TEST_UPSTREAM\n", "        provider: openai\n",
+     "(vendor/m/d1): an openai deployment to api.openai.com needs api_key"),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "says"), UNUSABLE,
+                         ids=["id-twice", "secret-twice", "azure", "openai"])
+def test_check_config_refuses_keys_and_deployments_that_cannot_work(
+        tmp_path: Path, env: None, capsys: pytest.CaptureFixture[str], old: str, new: str, says: str) -> None:
+    assert old in GOOD
+    p = write(tmp_path, GOOD.replace(old, new))
+    assert main(["check-config", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert says in err, err
+    assert not any(s in err for s in (*SECRETS, "from-env")), err  # named by id, never by the secret
+
+
+def test_those_deployments_pass_once_given_what_they_lack(tmp_path: Path, env: None) -> None:
+    azure = GOOD.replace("        dialect: llamacpp\n",
+                         "        provider: azure\n        model: gpt-4o-prod\n")
+    openai = GOOD.replace("        dialect: llamacpp\n        base_url: http://127.0.0.1:9/v1\n",
+                          "        provider: openai\n")
+    wild = GOOD.replace("        dialect: llamacpp\n", "        provider: azure\n")
+    wild = wild.replace("vendor/m", "azure/*")
+    for text in (azure, openai, wild):
+        assert main(["check-config", str(write(tmp_path, text))]) == 0, text

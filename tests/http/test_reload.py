@@ -110,11 +110,55 @@ async def test_sighup_swaps_the_config_between_requests(upstream, tmp_path: Path
     assert not pid_file.exists()
 
 
+async def test_reload_with_a_pid_file_waits_for_the_verdict_and_fails_when_refused(
+        upstream, tmp_path: Path) -> None:
+    """It exited 0 whatever the server made of the file; the server's answer now comes back
+    through a file beside the pid file. An empty config file (issue 28, item 4) is refused."""
+    port = free_port()
+    path, pid_file = tmp_path / "c.yaml", tmp_path / "sy.pid"
+    good = yaml.safe_dump(config(upstream.url, "v/m", port=port))
+    path.write_text(good)
+    async with (running(path, "--pid-file", str(pid_file)) as (proc, _),
+                httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30,
+                                  headers={"authorization": f"Bearer {KEY}"}) as client):
+        for bad, says in (("", "no models, teams or keys"),
+                          (good + "store: {url: memory://}\n", "store: key repeats")):
+            path.write_text(bad)
+            done = reload_cmd("--pid-file", str(pid_file))  # no --config: the server itself decides
+            assert done.returncode == 1, (done.stdout, done.stderr)
+            assert f"process {proc.pid} did not reload its config" in done.stderr
+            assert "reload refused, the running config is unchanged" in done.stderr and says in done.stderr
+            assert str(path) in done.stderr
+            assert await models(client) == {"v/m"}
+        path.write_text(yaml.safe_dump(config(upstream.url, "v/m", "v/new", port=port)))
+        done = reload_cmd("--pid-file", str(pid_file))
+        assert done.returncode == 0, done.stderr
+        assert f"process {proc.pid} reloaded its config" in done.stdout
+        assert await models(client) == {"v/m", "v/new"}
+        proc.terminate()
+        assert await proc.wait() == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml"]  # pid and verdict files gone
+
+
+def test_reload_says_when_no_verdict_comes(tmp_path: Path) -> None:
+    """A process that does not answer (here: one that ignores SIGHUP) is not taken as a success."""
+    sleeper = subprocess.Popen([sys.executable, "-c", "import signal, time; "
+                                "signal.signal(signal.SIGHUP, signal.SIG_IGN); time.sleep(60)"])
+    try:
+        pid_file = tmp_path / "sy.pid"
+        pid_file.write_text(f"{sleeper.pid}\n")
+        done = reload_cmd("--pid-file", str(pid_file), "--wait", "0.5")
+        assert done.returncode == 1 and "no verdict from the server within 0.5 s" in done.stderr
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
 async def test_every_worker_reloads_and_a_bad_file_reaches_none(upstream, redis_url, tmp_path: Path) -> None:
     port = free_port()
-    path = tmp_path / "c.yaml"
+    path, pid_file = tmp_path / "c.yaml", tmp_path / "sy.pid"
     path.write_text(yaml.safe_dump(config(upstream.url, "v/m", port=port, store=redis_url)))
-    async with (running(path, "--workers", "2") as (proc, _),
+    async with (running(path, "--workers", "2", "--pid-file", str(pid_file)) as (proc, _),
                 httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30,
                                   limits=httpx.Limits(max_keepalive_connections=0),
                                   headers={"authorization": f"Bearer {KEY}"}) as client):
@@ -125,8 +169,13 @@ async def test_every_worker_reloads_and_a_bad_file_reaches_none(upstream, redis_
         refused = (await log_until(proc, "reload refused"))[-1]
         assert refused["event"].startswith(f"reload refused, the running config is unchanged: {path}: "
                                            "not valid YAML"), refused
+        # The supervisor's own check refuses it: the reload command says so.
+        done = reload_cmd("--pid-file", str(pid_file))
+        assert done.returncode == 1 and "not valid YAML" in done.stderr, done.stderr
         path.write_text(yaml.safe_dump(config(upstream.url, "v/m", "v/new", port=port, store=redis_url)))
-        proc.send_signal(signal.SIGHUP)
+        done = reload_cmd("--pid-file", str(pid_file))  # waits for both workers' verdicts
+        assert done.returncode == 0, done.stderr
+        assert len(list(tmp_path.glob("sy.pid.reload.*"))) == 2
         await log_until(proc, "config reloaded", 2)  # one line from each worker
         # Every worker (a new connection each time, so both answer) serves the new model.
         codes = [(await client.post("/v1/completions", json={"model": "v/new", "prompt": "x",

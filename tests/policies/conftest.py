@@ -1,4 +1,5 @@
-"""Policy fixtures: every store kind (memory, Redis, a 3-node Redis Cluster), configs, a limiter."""
+"""Policy fixtures: every store kind (memory, SQLite, Redis, a 3-node Redis Cluster), configs, a
+limiter."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +19,7 @@ from switchyard.policies.limits import Limiter
 from switchyard.policies.memory import MemoryStore
 from switchyard.policies.pricing import Pricing
 from switchyard.policies.redis_store import RedisStore
+from switchyard.policies.sqlite_store import SqliteStore
 from switchyard.policies.store import Store
 from tests.conftest import free_port, start_redis, stop
 
@@ -54,12 +57,14 @@ def redis_cluster_url() -> Iterator[str]:
                 stop(proc)
 
 
-@pytest.fixture(params=["memory", "redis", "cluster"])
-async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
+@pytest.fixture(params=["memory", "sqlite", "redis", "cluster"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
     """The same contract, every store. A fresh namespace per test keeps tests apart."""
     ns = f"t{uuid.uuid4().hex[:10]}"
     if request.param == "memory":
         s: Any = MemoryStore(ns=ns)
+    elif request.param == "sqlite":
+        s = SqliteStore(tmp_path / "state.db", ns=ns)
     else:
         url = request.getfixturevalue("redis_url" if request.param == "redis" else "redis_cluster_url")
         s = RedisStore.from_url(url, timeout=2.0, ns=ns)  # generous: CI machines stall

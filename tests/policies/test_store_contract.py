@@ -1,4 +1,5 @@
-"""The store contract, through the Limiter, against memory://, Redis and a 3-node Redis Cluster."""
+"""The store contract, through the Limiter, against memory://, sqlite://, Redis and a 3-node Redis
+Cluster."""
 
 from __future__ import annotations
 

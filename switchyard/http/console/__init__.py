@@ -9,6 +9,7 @@ from litestar import Router
 
 from switchyard.http.console.api import console_api
 from switchyard.http.console.pages import console_pages
+from switchyard.policies.factory import state_kept
 
 if TYPE_CHECKING:
     from switchyard.gateway.pipeline import Gateway
@@ -21,4 +22,5 @@ __all__ = ["console_routes"]
 
 def console_routes(gw: Gateway, router: GatewayRouter, policies: Policies, auth: AdminAuth) -> list[Router]:
     """The route handlers to add to the app: the pages, and /admin/{deployments,overview,usage/latency}."""
-    return [console_pages(auth), console_api(gw, router, policies, auth)]
+    return [console_pages(auth, state_kept(policies.config.store.url) is not None),
+            console_api(gw, router, policies, auth)]

@@ -52,7 +52,7 @@ def console_api(gw: Gateway, router: GatewayRouter, policies: Policies, auth: Ad
     async def reset_deployment(request: Request[Any, Any, Any]) -> dict[str, Any]:
         """Close a deployment's circuit breaker (cooldown and Retry-After hold included) at once;
         body ``{"deployment": "group/deployment"}``. This replica only (breakers are per replica)."""
-        name = (await json_body(request)).get("deployment")
+        name = (await json_body(request, ("deployment",))).get("deployment")
         if not isinstance(name, str) or not name:
             raise InvalidRequest("deployment: give the deployment's name (group/deployment)",
                                  param="deployment")

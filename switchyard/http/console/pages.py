@@ -20,6 +20,7 @@ from litestar.params import FromPath
 from switchyard.http.admin import error_response
 from switchyard.http.admin_auth import AdminAuth
 from switchyard.http.sessions import COOKIE, CSRF_HEADER, csrf_ok
+from switchyard.policies.factory import NOT_KEPT
 from switchyard.policies.store import StoreDown
 
 STATIC = Path(__file__).parent / "static"
@@ -49,8 +50,11 @@ def signin_page(message: str = "", status: int = 200) -> Response[Any]:
     return _page(SIGNIN_HTML.replace("<!--message-->", note), status)
 
 
-def console_pages(auth: AdminAuth) -> Router:
+def console_pages(auth: AdminAuth, state_kept: bool = True) -> Router:
+    """``state_kept``: False where the store keeps nothing across a restart (every page says so)."""
     sessions = auth.sessions
+    app_html = APP_HTML.replace("<!--state-->", "" if state_kept else
+                                f'<p id="state-note" class="volatile">{html.escape(NOT_KEPT)}.</p>')
 
     @get("/", include_in_schema=False)
     async def ui(request: Request[Any, Any, Any]) -> Response[Any]:
@@ -59,7 +63,7 @@ def console_pages(auth: AdminAuth) -> Router:
         session = await sessions.get(request.cookies.get(COOKIE))
         if session is None:
             return signin_page()
-        return _page(APP_HTML.replace("{{csrf}}", html.escape(session.csrf)))
+        return _page(app_html.replace("{{csrf}}", html.escape(session.csrf)))
 
     @post("/login", status_code=303, include_in_schema=False)
     async def login(request: Request[Any, Any, Any]) -> Response[Any]:
