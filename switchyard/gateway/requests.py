@@ -13,8 +13,10 @@ import msgspec
 from switchyard.core.backend import CarriesOptional
 from switchyard.core.canonical import CanonicalRequest
 from switchyard.core.errors import GatewayError, InvalidRequest, UnsupportedMediaType
+from switchyard.dialects.anthropic.wire import THINKING_BUDGET
 from switchyard.dialects.passthrough import vendor_fields
-from switchyard.routing import Route
+from switchyard.dialects.reasoning import controls_said
+from switchyard.routing import Route, Target
 
 _decode = msgspec.json.decode
 
@@ -93,11 +95,15 @@ def unsent_warning(req: CanonicalRequest, route: Route) -> str | None:
     what the caller's API makes optional and a translating deployment leaves out, and for
     what the caller's dialect read but no backend here runs (``left_out``, each with why)."""
     native = req.native
-    if not req.extra and not req.left_out and (native is None or not native.optional):
+    controls = controls_said(req)
+    if not req.extra and not req.left_out and not controls and (native is None or not native.optional):
         return None  # nothing the caller sent can be left out (most requests)
     dropped: set[str] = set()
     unsent: set[str] = set()
+    uncarried: set[str] = set()
     for t in route.targets:
+        if controls:
+            uncarried.update(_controls_left_out(t, controls))
         d = t.deployment
         same = d.backend == "upstream" and d.dialect == req.dialect
         if req.extra:
@@ -111,6 +117,19 @@ def unsent_warning(req: CanonicalRequest, route: Route) -> str | None:
     said = [warning_header(sorted(dropped))] if dropped else []
     if unsent and native is not None:
         said.append(optional_warning([n for n in native.optional if n in unsent]))
+    if uncarried:
+        said.append(warning_header([n for n in controls if n in uncarried],
+                                   "reasoning control(s) this model does not take, left out"))
     if req.left_out:
         said.append(left_out_warning(req.left_out))
     return "; ".join(said) or None
+
+
+def _controls_left_out(t: Target, controls: list[str]) -> list[str]:
+    """The reasoning controls a target does not send: all but where its row takes them as such
+    (OpenAI, Azure), and but the effort where it sends a thinking budget (Claude, Gemini)."""
+    if t.caps.reasoning_controls:
+        return []
+    carried = t.backend.carries if isinstance(t.backend, CarriesOptional) else frozenset()
+    budget = t.native == "anthropic" or THINKING_BUDGET in carried
+    return [n for n in controls if not (budget and n.endswith("effort"))]

@@ -34,7 +34,8 @@ def _row(name: str, dialect: Dialect, caps: Caps,
 
 _D = DIALECTS
 for _name, _caps_kw in {
-    "openai": {"stream_usage": True, "overflow_is_error": True},
+    "openai": {"stream_usage": True, "overflow_is_error": True, "reasoning_controls": True,
+               "completion_tokens_bound": True},
     "vllm": {"stream_usage": True, "overflow_is_error": True},
     "llamacpp": {"stream_usage": True},
     "mistralrs": {"stream_usage": True},
@@ -63,17 +64,24 @@ register("cohere", cohere_row(_row("cohere", _D["openai"],
 # Azure OpenAI: the classic API with api_version (the deployment name in the path, its key in
 # api-key), else the v1 API at /openai/v1/ where the body's model is the deployment name.
 _AZURE_AUTH = header_auth("api-key")
-_AZURE_CAPS = _caps(_D["openai"], stream_usage=True, overflow_is_error=True)
+_AZURE_CAPS = _caps(_D["openai"], stream_usage=True, overflow_is_error=True, reasoning_controls=True,
+                    completion_tokens_bound=True)
 _AZURE_V1 = _row("azure", _D["openai"], _AZURE_CAPS,
                  paths("/openai/v1/chat/completions", "/openai/v1/completions", "/openai/v1/embeddings"),
                  _AZURE_AUTH)
 
 
+_AZURE_BOUND_SINCE = "2024-09-01-preview"  # api-versions before it know max_tokens only
+_AZURE_OLD = _row("azure", _D["openai"], dataclasses.replace(_AZURE_CAPS, completion_tokens_bound=False),
+                  _AZURE_V1.paths, _AZURE_AUTH)
+
+
 def _azure(dep: DeploymentConfig) -> Wire:
     if dep.api_version is None:
         return _AZURE_V1
+    old = dep.api_version < _AZURE_BOUND_SINCE
     return dataclasses.replace(
-        _AZURE_V1, paths=paths("/openai/deployments/{model}/chat/completions",
+        _AZURE_OLD if old else _AZURE_V1, paths=paths("/openai/deployments/{model}/chat/completions",
                                "/openai/deployments/{model}/completions",
                                "/openai/deployments/{model}/embeddings"),
         query={"api-version": dep.api_version})

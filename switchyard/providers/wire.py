@@ -67,6 +67,10 @@ class Caps:
     stream_usage: bool = False  # takes stream_options.include_usage
     overflow_is_error: bool = False  # its own answer to an overflowing request is the error
     embed_inputs: int | None = None  # embeddings: the most inputs one call takes (None: any)
+    # chat's bound goes as max_completion_tokens (OpenAI's and Azure's: their reasoning models
+    # refuse max_tokens), not max_tokens (what the other servers read)
+    completion_tokens_bound: bool = False
+    reasoning_controls: bool = False  # takes reasoning_effort and verbosity (dialects/reasoning.py)
 
 
 class WireError(Exception):

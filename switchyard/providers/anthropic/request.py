@@ -16,6 +16,7 @@ from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.errors import InvalidRequest
 from switchyard.dialects.defaults import sampling_defaults
 from switchyard.dialects.outgoing import Emulation, caller_param
+from switchyard.dialects.reasoning import claude_thinking
 from switchyard.providers.anthropic.maps import (
     API_VERSION,
     DEFAULT_MAX_TOKENS,
@@ -55,6 +56,8 @@ def render(req: CanonicalRequest, model: str, dep: DeploymentConfig) -> tuple[di
     body["messages"] = messages
     mt = req.max_tokens
     body["max_tokens"] = DEFAULT_MAX_TOKENS if mt is None or mt == UNLIMITED else mt
+    if thinking := claude_thinking(req, model, body["max_tokens"]):  # a reasoning effort's budget
+        body["thinking"] = thinking
     version = dep.api_version or API_VERSION
     for field in SAMPLING:
         v = getattr(req, field)
