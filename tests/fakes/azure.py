@@ -3,7 +3,8 @@
 ``/openai/v1/chat/completions``, the key in ``api-key``; Azure's quirks: a stream's first event
 has ``choices: []`` with ``prompt_filter_results``, and a filtered answer ends with
 ``content_filter``; a deployment of a reasoning model (by its name) refuses ``max_tokens`` and
-changed sampling values as the service does (openai_rules.py). Every answer and chunk is validated with the ``openai`` SDK's own models before
+changed sampling values as the service does (openai_rules.py). Every answer and chunk is validated
+with the ``openai`` SDK's own models before
 it is sent; tests/providers/test_azure.py drives it with ``openai.AsyncAzureOpenAI`` (calibration).
 """
 

@@ -28,7 +28,7 @@ def reasoning_refusal(model: str, body: dict[str, Any]) -> dict[str, Any] | None
     for field, default in _DEFAULTS.items():
         v = body.get(field)
         if v is not None and v != default:
-            return {"message": f"Unsupported value: '{field}' does not support {v} with this model. Only "
-                               f"the default ({default}) value is supported.", "type": "invalid_request_error",
-                    "param": field, "code": "unsupported_value"}
+            return {"message": f"Unsupported value: '{field}' does not support {v} with this model. "
+                               f"Only the default ({default}) value is supported.",
+                    "type": "invalid_request_error", "param": field, "code": "unsupported_value"}
     return None

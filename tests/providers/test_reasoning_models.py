@@ -159,8 +159,9 @@ def test_which_models_are_reasoning_models(name: str, reasons: bool) -> None:
 async def test_effort_and_verbosity_reach_openai_and_azure(gateway_for, provider) -> None:
     """Fails on the code before: both were "unknown parameter(s) dropped"."""
     async with FakeUpstream() as up, FakeAzure() as az:
-        dep = ({"name": "d1", "provider": "openai", "base_url": up.url, "model": "gpt-5"} if provider == "openai"
-               else {"name": "d1", "provider": "azure", "base_url": az.url, "api_key": az.key, "model": "gpt-5"})
+        dep = ({"name": "d1", "provider": "openai", "base_url": up.url, "model": "gpt-5"}
+               if provider == "openai" else
+               {"name": "d1", "provider": "azure", "base_url": az.url, "api_key": az.key, "model": "gpt-5"})
         seen = up.requests if provider == "openai" else az.requests
         async with gateway_for(base_config([{"name": "v/gpt-5", "deployments": [dep]}])) as gw:
             r = await gw.post("/v1/chat/completions", json={"model": "v/gpt-5", "messages": HI,
@@ -222,15 +223,18 @@ def test_claude_thinking_rules() -> None:
     assert claude_thinking(req, "claude-opus-4-1", 10000) == {"type": "enabled", "budget_tokens": 8192}
     assert claude_thinking(req, "claude-3-5-sonnet-20241022", 10000) is None  # does not think
     assert claude_thinking(req, "claude-opus-4-1", 1000) is None  # no room for Claude's least budget
-    assert claude_thinking(dataclasses.replace(req, reasoning_effort="none"), "claude-opus-4-1", 10000) is None
-    assert claude_thinking(dataclasses.replace(req, tool_choice="required"), "claude-opus-4-1", 10000) is None
+    off = dataclasses.replace(req, reasoning_effort="none")
+    forced = dataclasses.replace(req, tool_choice="required")
+    assert claude_thinking(off, "claude-opus-4-1", 10000) is None
+    assert claude_thinking(forced, "claude-opus-4-1", 10000) is None
     assert set(EFFORT_BUDGETS) == {"minimal", "low", "medium", "high", "xhigh", "max"}
 
 
 async def test_effort_becomes_geminis_thinking_budget(gateway_for) -> None:
     async with FakeGemini() as fake:
         fake.default = GReply(text="because", thought="weighing")
-        cfg = base_config([{"name": "cloud/m", "deployments": [gemini_dep(fake.url, model="gemini-2.5-pro")]}])
+        dep = gemini_dep(fake.url, model="gemini-2.5-pro")
+        cfg = base_config([{"name": "cloud/m", "deployments": [dep]}])
         async with gateway_for(cfg) as gw:
             r = await gw.post("/v1/chat/completions", json={"model": "cloud/m", "messages": HI,
                                                             "reasoning_effort": "high"})
