@@ -226,7 +226,8 @@ class ModelConfig(ConfigModel):
     context_window: int | None = Field(None, ge=1)
     max_output_tokens: int | None = Field(
         None, ge=1, description="the most completion tokens one request gets: a larger max_tokens is "
-        "lowered to it where the caller's API lets the gateway truncate (Anthropic Messages, Fireworks)")
+        "lowered to it where the caller's API lets the gateway truncate (Anthropic Messages, Fireworks); "
+        "also the bound sent and reserved when the caller gives none (default_output_tokens)")
     context_fallback: str | None = None
     price: Price = Field(default_factory=Price)
     tokenizer: str | None = Field(None, description="tiktoken encoding for prompt counting")
@@ -288,6 +289,24 @@ class ModelConfig(ConfigModel):
     def alias_patterns(self) -> list[str]:
         """The prefixes of this route's pattern aliases (``accounts/fireworks/models/``)."""
         return [a[:-1] for a in self.aliases if a.endswith("*")]
+
+
+# The bound sent and reserved when the caller gives none and neither the model's max_output_tokens
+# nor a catalog says more: long enough that an answer a caller expected whole is rarely cut, and
+# within every current model's output cap (docs/policies.md).
+DEFAULT_OUTPUT_TOKENS = 4096
+
+
+def catalog_output_tokens(model: ModelConfig) -> int | None:
+    """A model's own most output tokens, from a model catalog where one knows it; None: unknown.
+    No catalog is read in this build: this is where one (such as genai-prices') plugs in."""
+    return None
+
+
+def default_output_tokens(model: ModelConfig) -> int:
+    """The completion bound, per choice, sent and reserved for a request that gives none: the
+    model's ``max_output_tokens``, else its catalog maximum, else ``DEFAULT_OUTPUT_TOKENS``."""
+    return model.max_output_tokens or catalog_output_tokens(model) or DEFAULT_OUTPUT_TOKENS
 
 
 def check_base_url(url: str) -> str:

@@ -132,3 +132,25 @@ async def test_a_stream_answered_with_a_json_body_is_a_502_billed_what_it_report
     assert r.status_code == 502, r.text
     assert json.loads(r.text)["error"]["type"]
     assert [(s.usage.prompt_tokens, s.usage.completion_tokens) for s in settled] == [(15, 8)]
+
+
+async def test_a_request_without_a_bound_gets_the_models_max_output_tokens(upstream, gateway_for):
+    """Issue 28 item 10: max_output_tokens is also the bound sent and reserved when the caller
+    gives none (Codex names none); before, it could only lower the default 4096."""
+    upstream.default = Behaviour(text="short answer")
+    limit = 1_000_000
+    cfg = base_config([{**upstream_model(MODEL, upstream.url), "max_output_tokens": 16000}],
+                      keys=[{"id": "k1", "team": "t", "key": KEY, "limits": {"tpm": limit}}])
+    async with gateway_for(cfg) as client:
+        r = await client.post("/v1/chat/completions", json=chat())
+        assert r.status_code == 200, r.text
+        assert upstream.requests[-1].bound == 16000
+        # reserved as that: prompt (a few tokens) + 16000 taken from the minute's tokens at admission
+        remaining = int(r.headers["x-ratelimit-remaining-tokens"])
+        assert limit - 16000 - 50 < remaining < limit - 16000
+        r = await client.post("/v1/responses", json={"model": MODEL, "input": "hi"})
+        assert r.status_code == 200, r.text
+        assert upstream.requests[-1].bound == 16000
+        # The caller's own bound still goes as asked.
+        await client.post("/v1/chat/completions", json=chat(max_tokens=9))
+        assert upstream.requests[-1].bound == 9
