@@ -62,6 +62,22 @@ def model_name(name: str) -> str:
     return name
 
 
+# A model name that no route knows, as a 404's access line shows it: cut short, safe characters
+# only; never one that looks like a credential pasted into the wrong field.
+SHOWN_MODEL = 64
+_UNSAFE = re.compile(r"[^A-Za-z0-9._:/@+-]")
+_KEYLIKE = re.compile(r"(?i)(?:sk|pk|rk)[-_]|key[-_]|api[-_]?key|bearer|akia|asia|gh[pousr]_|github_pat_|"
+                      r"xox[abprs]-|glpat-|eyj|aiza|.*[a-z0-9]{24}")
+
+
+def unknown_model_shown(name: str) -> str | None:
+    """``name`` (a model no route knows) as logs may show it; None when it looks like a key."""
+    if not name or _KEYLIKE.match(name):
+        return None
+    shown = _UNSAFE.sub("?", name[:SHOWN_MODEL])
+    return shown + "..." if len(name) > SHOWN_MODEL else shown
+
+
 def _shown(names: Sequence[str], width: int) -> tuple[list[str], str]:
     """Names that are the caller's, escaped (printable ASCII only), a few at most; and how many more."""
     shown = [n.encode("ascii", "backslashreplace").decode()[:width].translate(_CONTROL)
