@@ -101,9 +101,9 @@ def fit_openai_chat(body: dict[str, Any], req: CanonicalRequest, names: tuple[st
 
 
 def thinking_budget(req: CanonicalRequest) -> int | None:
-    """Thinking tokens the caller asks for: its own budget (Anthropic ``thinking.budget_tokens``),
-    else its effort's (``EFFORT_BUDGETS``); None: none asked for."""
-    if req.reasoning_budget is not None:
+    """Thinking tokens the caller asks for: its own budget (Anthropic ``thinking.budget_tokens``,
+    which comes with thinking asked for), else its effort's (``EFFORT_BUDGETS``); None: none."""
+    if req.reasoning_budget is not None and req.show_reasoning:
         return req.reasoning_budget
     return EFFORT_BUDGETS.get(req.reasoning_effort) if req.reasoning_effort else None
 
@@ -116,7 +116,7 @@ def claude_thinking(req: CanonicalRequest, model: str, max_tokens: int | None) -
     forced tool choice."""
     if not CLAUDE_THINKS.search(model.lower()):
         return None
-    if req.reasoning_budget is not None:
+    if req.reasoning_budget is not None and req.show_reasoning:
         return {"type": "enabled", "budget_tokens": req.reasoning_budget}
     budget = thinking_budget(req)
     if budget is None:
