@@ -182,3 +182,14 @@ async def test_console_format_and_level_from_the_environment(upstream, tmp_path)
     access = [line for line in lines if "/v1/completions" in line]
     assert len(access) == 1 and " 200 /v1/completions v/m " in access[0] and "key_id=k1" in access[0]
     assert not access[0].startswith("{")
+
+
+def test_an_unknown_models_name_as_a_log_shows_it() -> None:
+    from switchyard.gateway.requests import unknown_model_shown
+
+    assert unknown_model_shown("claude-opus-5-5") == "claude-opus-5-5"
+    assert unknown_model_shown('a"b\\c<d>') == "a?b?c?d?"  # safe characters only
+    assert unknown_model_shown("x" * 10 + "-" + "y" * 100) is None  # a long random-looking run
+    assert unknown_model_shown("m-" * 40) == ("m-" * 32) + "..."
+    for keyish in ("sk-proj-abc", "AKIAIOSFODNN7EXAMPLE", "ghp_abc", "eyJhbGciOi", "AIzaSyD"):
+        assert unknown_model_shown(keyish) is None
