@@ -2,11 +2,12 @@
 
 OpenAI's reasoning models (the o-series, GPT-5 and later) refuse what other chat models take:
 ``max_tokens`` (the bound is ``max_completion_tokens``) and any sampling value but the default.
-The bound's name is the provider row's (``Caps.completion_tokens_bound``); a model's own rules are the rows of
-``OPENAI_REASONING``, matched by the upstream model's name or the route's. A value such a model
-refuses is a 400 naming the caller's own field before any call: the service itself refuses it,
-so a caller gets what it would get from OpenAI, without a round trip, and no value the caller
-chose is silently changed (a dropped temperature would answer a different question).
+The bound's name is the provider row's (``Caps.completion_tokens_bound``); a model's own rules
+are the rows of ``OPENAI_REASONING``, matched by the upstream model's name or the route's. A
+value such a model refuses is a 400 naming the caller's own field before any call: the service
+itself refuses it, so a caller gets what it would get from OpenAI, without a round trip, and no
+value the caller chose is silently changed (a dropped temperature would answer a different
+question).
 
 OpenAI's reasoning controls (``reasoning_effort``, ``verbosity``) go as sent where the row takes
 them (``Caps.reasoning_controls``); where a provider takes a thinking budget instead (Claude's
