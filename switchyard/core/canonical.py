@@ -134,6 +134,11 @@ class CanonicalRequest:
     # How many tokens the caller lets the model reason with (Anthropic ``thinking.budget_tokens``):
     # sent where the backend takes a budget (Gemini's thinkingBudget, Claude on Bedrock Converse).
     reasoning_budget: int | None = None
+    # OpenAI's reasoning controls (chat ``reasoning_effort`` and ``verbosity``, Responses'
+    # ``reasoning.effort`` and ``text.verbosity``): sent as such where the upstream takes them, the
+    # effort as a thinking budget where it takes a budget (switchyard.dialects.reasoning).
+    reasoning_effort: str | None = None
+    verbosity: str | None = None
 
     def said(self) -> dict[str, Any]:
         """The sampling/output fields the caller set (not None), for renderers and logs."""
@@ -145,7 +150,8 @@ class CanonicalRequest:
 
 
 _ENVELOPE = frozenset({"kind", "model", "dialect", "prompt", "messages", "stream", "extra", "named",
-                       "native", "as_sent", "left_out", "show_reasoning", "reasoning_budget"})
+                       "native", "as_sent", "left_out", "show_reasoning", "reasoning_budget",
+                       "reasoning_effort", "verbosity"})
 _SAMPLING_FIELDS = tuple(f.name for f in fields(CanonicalRequest) if f.name not in _ENVELOPE)
 
 

@@ -217,16 +217,19 @@ class DeploymentConfig(ConfigModel):
 
 class ModelConfig(ConfigModel):
     name: str = Field(..., description="vendor/model_name, or vendor/* for a wildcard route")
-    aliases: list[str] = Field(default_factory=list, description="other names; on a vendor/* route of "
-                               "fireworks-dialect upstreams also a pattern such as "
-                               "accounts/fireworks/models/* (Fireworks' own names)")
+    aliases: list[str] = Field(default_factory=list, description="other names, or patterns (fnmatch: "
+                               "claude-* routes every name it matches here; exact names win, then the "
+                               "first pattern in config order); on a vendor/* route of fireworks-dialect "
+                               "upstreams a pattern such as accounts/fireworks/models/* (Fireworks' own "
+                               "names)")
     deployments: list[DeploymentConfig] = Field(..., min_length=1)
     strategy: Literal["weighted", "least_busy", "latency", "usage"] = "weighted"
     fallbacks: list[str] = Field(default_factory=list)
     context_window: int | None = Field(None, ge=1)
     max_output_tokens: int | None = Field(
         None, ge=1, description="the most completion tokens one request gets: a larger max_tokens is "
-        "lowered to it where the caller's API lets the gateway truncate (Anthropic Messages, Fireworks)")
+        "lowered to it where the caller's API lets the gateway truncate (Anthropic Messages, Fireworks); "
+        "also the bound sent and reserved when the caller gives none (default_output_tokens)")
     context_fallback: str | None = None
     price: Price = Field(default_factory=Price)
     tokenizer: str | None = Field(None, description="tiktoken encoding for prompt counting")
@@ -271,10 +274,16 @@ class ModelConfig(ConfigModel):
 
     @model_validator(mode="after")
     def _alias_patterns(self) -> ModelConfig:
-        """A pattern alias maps Fireworks' ``accounts/<account>/models/<name>`` onto a ``vendor/*``
-        route whose upstreams speak the fireworks dialect (they know the name in that form)."""
+        """A pattern alias of a named route routes every name it matches there (``claude-*``); on
+        a ``vendor/*`` route it maps Fireworks' ``accounts/<account>/models/<name>`` onto it, whose
+        upstreams speak the fireworks dialect (they know the name in that form)."""
         for a in self.aliases:
-            if "*" not in a:
+            if not is_pattern(a):
+                continue
+            if not self.name.endswith("/*"):
+                if not a.strip("*?"):
+                    raise ValueError(f"alias pattern {a!r} matches every name: name one model's names "
+                                     "(claude-*)")
                 continue
             if a.count("*") > 1 or not a.endswith("/*") or len(a) < 3:
                 raise ValueError(f"alias pattern {a!r} must end in /* and have no other *")
@@ -288,6 +297,29 @@ class ModelConfig(ConfigModel):
     def alias_patterns(self) -> list[str]:
         """The prefixes of this route's pattern aliases (``accounts/fireworks/models/``)."""
         return [a[:-1] for a in self.aliases if a.endswith("*")]
+
+
+def is_pattern(alias: str) -> bool:
+    """An alias with fnmatch's wildcards (``*``, ``?``, ``[...]``) names every name it matches."""
+    return any(c in alias for c in "*?[")
+
+
+# The bound sent and reserved when the caller gives none and neither the model's max_output_tokens
+# nor a catalog says more: long enough that an answer a caller expected whole is rarely cut, and
+# within every current model's output cap (docs/policies.md).
+DEFAULT_OUTPUT_TOKENS = 4096
+
+
+def catalog_output_tokens(model: ModelConfig) -> int | None:
+    """A model's own most output tokens, from a model catalog where one knows it; None: unknown.
+    No catalog is read in this build: this is where one (such as genai-prices') plugs in."""
+    return None
+
+
+def default_output_tokens(model: ModelConfig) -> int:
+    """The completion bound, per choice, sent and reserved for a request that gives none: the
+    model's ``max_output_tokens``, else its catalog maximum, else ``DEFAULT_OUTPUT_TOKENS``."""
+    return model.max_output_tokens or catalog_output_tokens(model) or DEFAULT_OUTPUT_TOKENS
 
 
 def check_base_url(url: str) -> str:

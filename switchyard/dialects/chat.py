@@ -8,6 +8,7 @@ from typing import Any
 from switchyard.core.errors import InvalidRequest
 from switchyard.dialects import common as c
 from switchyard.dialects import constraints as k
+from switchyard.dialects.reasoning import EFFORTS, VERBOSITIES
 from switchyard.dialects.spec import BOOL, INT, LIST, OBJECT, STR, Dialect, Emit, ErrorShape, Param
 
 
@@ -50,7 +51,10 @@ CHAT = Dialect(
             Param("guided_json", "constraint.json", (dict, str), parse=k.json_schema("guided_json")),
             Param("guided_regex", "constraint.regex", STR, parse=k.regex("guided_regex")),
             Param("guided_choice", "constraint.choice", LIST, parse=k.choice("guided_choice")),
-            Param("guided_grammar", "constraint.grammar", STR, parse=k.gbnf("guided_grammar"))),
+            Param("guided_grammar", "constraint.grammar", STR, parse=k.gbnf("guided_grammar")),
+            # OpenAI's reasoning controls: carried where the upstream takes them (dialects/reasoning.py)
+            Param("reasoning_effort", "reasoning_effort", STR, choices=EFFORTS),
+            Param("verbosity", "verbosity", STR, choices=VERBOSITIES)),
     errors=ErrorShape(validation_status=400),
 )
 

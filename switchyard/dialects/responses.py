@@ -3,7 +3,7 @@ backend (OpenAI-family upstreams get chat completions, the engine gets chat).
 
 Rows read the fields that map one to one; ``prepare`` does what rows cannot: ``instructions`` and
 ``input`` items become chat messages, function tools become chat tools, and what no backend runs
-(hosted tools, reasoning settings, encrypted reasoning items) is left out and named, with why, in
+(hosted tools, encrypted reasoning items) is left out and named, with why, in
 the ``x-switchyard-warning`` header rather than refused, since a 400 there stops clients such as
 Codex. What OpenAI's answer repeats of the request (``_ECHOED``) rides along as sent.
 Nothing is stored: the features that need a store are refused with a 400 naming the field.
@@ -16,6 +16,7 @@ from typing import Any
 from switchyard.core.errors import InvalidRequest
 from switchyard.dialects import common as c
 from switchyard.dialects import constraints as k
+from switchyard.dialects.reasoning import EFFORTS, VERBOSITIES
 from switchyard.dialects.spec import INT, LIST, OBJECT, Dialect, ErrorShape, Param
 
 # Need a store of earlier responses: refused, naming the field.
@@ -26,8 +27,7 @@ _STATEFUL = {"previous_response_id": "previous_response_id needs a stored respon
 _QUIET = frozenset({"store", "metadata", "prompt_cache_key", "prompt_cache_retention", "safety_identifier",
                     "service_tier", "client_metadata", "stream_options", "truncation"})
 # Accepted but not run by a chat backend: left out, each named in the warning with why.
-_LEFT_OUT = {"reasoning": "effort not sent to the backend",
-             "max_tool_calls": "not enforced by this gateway",
+_LEFT_OUT = {"max_tool_calls": "not enforced by this gateway",
              "top_logprobs": "not sent to the backend"}
 # What OpenAI's answer repeats of the request, as the caller sent it.
 _ECHOED = ("instructions", "metadata", "temperature", "top_p", "max_output_tokens", "tool_choice", "tools",
@@ -63,7 +63,7 @@ def prepare(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     out: dict[str, Any] = {}
     left_out: list[str] = []
     for name, value in body.items():
-        if name in _QUIET or name == "background" or name in _STATEFUL:
+        if name in _QUIET or name == "background" or name in _STATEFUL or name == "reasoning":
             continue
         if name in _LEFT_OUT or name == "include":
             if value not in (None, [], {}):
@@ -82,7 +82,24 @@ def prepare(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     # A summary asked for: the backend's own reasoning text, where it writes one.
     summary = body.get("reasoning") and (body["reasoning"].get("summary") or body["reasoning"].get(
         "generate_summary"))
-    return out, {"as_sent": as_sent, "left_out": tuple(left_out), "show_reasoning": bool(summary)}
+    return out, {"as_sent": as_sent, "left_out": tuple(left_out), "show_reasoning": bool(summary),
+                 **_controls(body)}
+
+
+def _controls(body: dict[str, Any]) -> dict[str, Any]:
+    """``reasoning.effort`` and ``text.verbosity``, as the canonical reasoning controls (carried
+    where a backend takes them: switchyard/dialects/reasoning.py)."""
+    out = {}
+    for where, field, name, allowed in (("reasoning", "effort", "reasoning_effort", EFFORTS),
+                                        ("text", "verbosity", "verbosity", VERBOSITIES)):
+        value = (body.get(where) or {}).get(field) if isinstance(body.get(where), dict) else None
+        if value is None:
+            continue
+        if value not in allowed:
+            raise InvalidRequest(f"{where}.{field} must be one of {list(allowed)} (got {str(value)[:40]!r})",
+                                 param=f"{where}.{field}")
+        out[name] = value
+    return out
 
 
 def _check_echoed(body: dict[str, Any]) -> None:
@@ -290,6 +307,6 @@ RESPONSES = Dialect(
     errors=ErrorShape(validation_status=400),
     prepare=prepare,
     prepared=("instructions", "parallel_tool_calls", *_STATEFUL, "background", *sorted(_QUIET),
-              *sorted(_LEFT_OUT), "include"),
+              *sorted(_LEFT_OUT), "include", "reasoning"),
     required={"messages": "input"},
 )

@@ -25,6 +25,7 @@ import msgspec
 
 from switchyard.core.canonical import CanonicalRequest, Chunk, Usage
 from switchyard.core.config import Config
+from switchyard.core.deployments import default_output_tokens
 from switchyard.core.errors import Forbidden, GatewayError, InvalidRequest, Unauthorized, Unavailable
 from switchyard.dialects.defaults import sampling_defaults
 from switchyard.dialects.errors import error_bytes, error_json
@@ -41,7 +42,6 @@ from switchyard.gateway.streaming import Tally, gather
 from switchyard.gateway.types import SSE, Endpoint, Responder, Tracer
 from switchyard.policies.base import Outcome, Principal
 from switchyard.policies.factory import Policies
-from switchyard.policies.limits import DEFAULT_COMPLETION_RESERVE
 from switchyard.policies.refusals import reason_of
 from switchyard.policies.tokens import count_prompt_tokens
 from switchyard.routing import Route, Router
@@ -248,8 +248,11 @@ class Gateway:
         window = max(route.model.context_window - prompt_tokens, 1) if route.model.context_window else None
         max_tokens = req.max_tokens
         if max_tokens is None or max_tokens < 0:
+            # a completions dialect's own default (OpenAI's 16), else the model's (max_output_tokens ...)
             default = sampling_defaults(req.dialect).get("max_tokens") if req.kind == "completion" else None
-            max_tokens = default if isinstance(default, int) and default > 0 else DEFAULT_COMPLETION_RESERVE
+            if not (isinstance(default, int) and default > 0):
+                default = default_output_tokens(route.model)
+            max_tokens = default
         cap = route.model.max_output_tokens
         if cap is not None and truncates(req):  # what the router will lower it to
             max_tokens = min(max_tokens, cap)

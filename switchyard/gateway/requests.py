@@ -13,8 +13,10 @@ import msgspec
 from switchyard.core.backend import CarriesOptional
 from switchyard.core.canonical import CanonicalRequest
 from switchyard.core.errors import GatewayError, InvalidRequest, UnsupportedMediaType
+from switchyard.dialects.anthropic.wire import THINKING_BUDGET
 from switchyard.dialects.passthrough import vendor_fields
-from switchyard.routing import Route
+from switchyard.dialects.reasoning import controls_said
+from switchyard.routing import Route, Target
 
 _decode = msgspec.json.decode
 
@@ -60,6 +62,22 @@ def model_name(name: str) -> str:
     return name
 
 
+# A model name that no route knows, as a 404's access line shows it: cut short, safe characters
+# only; never one that looks like a credential pasted into the wrong field.
+SHOWN_MODEL = 64
+_UNSAFE = re.compile(r"[^A-Za-z0-9._:/@+-]")
+_KEYLIKE = re.compile(r"(?i)(?:sk|pk|rk)[-_]|key[-_]|api[-_]?key|bearer|akia|asia|gh[pousr]_|github_pat_|"
+                      r"xox[abprs]-|glpat-|eyj|aiza|.*[a-z0-9]{24}")
+
+
+def unknown_model_shown(name: str) -> str | None:
+    """``name`` (a model no route knows) as logs may show it; None when it looks like a key."""
+    if not name or _KEYLIKE.match(name):
+        return None
+    shown = _UNSAFE.sub("?", name[:SHOWN_MODEL])
+    return shown + "..." if len(name) > SHOWN_MODEL else shown
+
+
 def _shown(names: Sequence[str], width: int) -> tuple[list[str], str]:
     """Names that are the caller's, escaped (printable ASCII only), a few at most; and how many more."""
     shown = [n.encode("ascii", "backslashreplace").decode()[:width].translate(_CONTROL)
@@ -93,11 +111,15 @@ def unsent_warning(req: CanonicalRequest, route: Route) -> str | None:
     what the caller's API makes optional and a translating deployment leaves out, and for
     what the caller's dialect read but no backend here runs (``left_out``, each with why)."""
     native = req.native
-    if not req.extra and not req.left_out and (native is None or not native.optional):
+    controls = controls_said(req)
+    if not req.extra and not req.left_out and not controls and (native is None or not native.optional):
         return None  # nothing the caller sent can be left out (most requests)
     dropped: set[str] = set()
     unsent: set[str] = set()
+    uncarried: set[str] = set()
     for t in route.targets:
+        if controls:
+            uncarried.update(_controls_left_out(t, controls))
         d = t.deployment
         same = d.backend == "upstream" and d.dialect == req.dialect
         if req.extra:
@@ -111,6 +133,19 @@ def unsent_warning(req: CanonicalRequest, route: Route) -> str | None:
     said = [warning_header(sorted(dropped))] if dropped else []
     if unsent and native is not None:
         said.append(optional_warning([n for n in native.optional if n in unsent]))
+    if uncarried:
+        said.append(warning_header([n for n in controls if n in uncarried],
+                                   "reasoning control(s) this model does not take, left out"))
     if req.left_out:
         said.append(left_out_warning(req.left_out))
     return "; ".join(said) or None
+
+
+def _controls_left_out(t: Target, controls: list[str]) -> list[str]:
+    """The reasoning controls a target does not send: all but where its row takes them as such
+    (OpenAI, Azure), and but the effort where it sends a thinking budget (Claude, Gemini)."""
+    if t.caps.reasoning_controls:
+        return []
+    carried = t.backend.carries if isinstance(t.backend, CarriesOptional) else frozenset()
+    budget = t.native == "anthropic" or THINKING_BUDGET in carried
+    return [n for n in controls if not (budget and n.endswith("effort"))]

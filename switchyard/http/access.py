@@ -6,7 +6,9 @@ one write per batch instead of one per request.
 
 What a line holds is the request context's record, never a secret and never what a caller typed
 that the gateway did not recognise: the key's id (not the key), and the model the caller named
-only when it is a configured name (a typo may be a pasted key).
+only when it is a configured name (a typo may be a pasted key). The one exception is a 404's
+``requested_model``, the name no route knows (so an operator sees which name a client such as
+Claude Code asks for): cut to 64 characters of a safe set, and left out when it looks like a key.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import msgspec
 
 from switchyard.core.logs import iso
 from switchyard.gateway.context import RequestContext
+from switchyard.gateway.requests import unknown_model_shown
 
 FLUSH_AFTER = 0.05  # seconds a line may wait for others
 BATCH = 256  # lines written together at most
@@ -50,6 +53,10 @@ def record(ctx: RequestContext) -> dict[str, Any]:
         if model is not None:
             out["model"] = model
         out["group"] = route.model.name
+    elif ctx.status == 404 and ctx.requested_model:
+        shown = unknown_model_shown(ctx.requested_model)
+        if shown is not None:
+            out["requested_model"] = shown
     if run.deployment is not None:
         out["deployment"] = run.deployment
         out["attempts"] = run.attempts

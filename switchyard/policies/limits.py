@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from switchyard.core.deployments import DEFAULT_OUTPUT_TOKENS
 from switchyard.core.errors import Forbidden, RateLimited, Unavailable
 from switchyard.policies.base import Outcome, Principal, Ticket
 from switchyard.policies.memory import MemoryStore
@@ -26,9 +27,9 @@ from switchyard.policies.store import Admission, Store, StoreDown, UsageRecord
 log = logging.getLogger("switchyard.policies")
 
 # Completion tokens per choice reserved, and sent upstream as max_tokens, when the caller set no
-# bound (max_tokens None or -1) and the model's window does not bound it lower. 4096: long enough
-# that an answer a caller expected whole is rarely cut, and within every current model's output cap.
-DEFAULT_COMPLETION_RESERVE = 4096
+# bound (max_tokens None or -1) and neither the model (core.deployments.default_output_tokens)
+# nor its window says otherwise.
+DEFAULT_COMPLETION_RESERVE = DEFAULT_OUTPUT_TOKENS
 # The smallest max_tokens a request is shrunk to (per choice) before it is refused instead.
 MIN_SHRUNK_TOKENS = 16
 QUOTAS = frozenset({"tokens_per_day", "tokens_per_month", "spend_per_day", "spend_per_month"})

@@ -44,7 +44,10 @@ def _row(name: str, dialect: Dialect, caps: Caps,
 
 
 _D = DIALECTS
-_OPENAI_CAPS = _caps(_D["openai"], stream_usage=True, overflow_is_error=True)
+# OpenAI and Azure (v1, and classic api-versions since the bound was renamed) take
+# max_completion_tokens and the reasoning controls.
+_OPENAI_CAPS = _caps(_D["openai"], stream_usage=True, overflow_is_error=True, reasoning_controls=True,
+                     completion_tokens_bound=True)
 
 # Scale GenAI Platform: /beta paths, its key in x-api-key, one string prompt per call.
 _SGP = _row("sgp", _D["sgp"], _caps(_D["sgp"], prompts=False),
@@ -71,11 +74,17 @@ _AZURE_V1 = _row("azure", _D["openai"], _OPENAI_CAPS,
                  _AZURE_AUTH)
 
 
+_AZURE_BOUND_SINCE = "2024-09-01-preview"  # api-versions before it know max_tokens only
+_AZURE_OLD = _row("azure", _D["openai"], dataclasses.replace(_OPENAI_CAPS, completion_tokens_bound=False),
+                  _AZURE_V1.paths, _AZURE_AUTH)
+
+
 def _azure(dep: DeploymentConfig) -> Wire:
     if dep.api_version is None:
         return _AZURE_V1
+    old = dep.api_version < _AZURE_BOUND_SINCE
     return dataclasses.replace(
-        _AZURE_V1, paths=paths("/openai/deployments/{model}/chat/completions",
+        _AZURE_OLD if old else _AZURE_V1, paths=paths("/openai/deployments/{model}/chat/completions",
                                "/openai/deployments/{model}/completions",
                                "/openai/deployments/{model}/embeddings"),
         query={"api-version": dep.api_version})

@@ -77,6 +77,10 @@ class Caps:
     echo: bool = False  # legacy completions' echo sent on (else the driver emulates it)
     reports_window: bool = False  # its server may report the model's window (GET /models)
     applies_overflow: bool = False  # takes the overflow policy itself (Fireworks, mistral.rs)
+    # chat's bound goes as max_completion_tokens (OpenAI's and Azure's: their reasoning models
+    # refuse max_tokens), not max_tokens (what the other servers read)
+    completion_tokens_bound: bool = False
+    reasoning_controls: bool = False  # takes reasoning_effort and verbosity (dialects/reasoning.py)
 
 
 class WireError(Exception):

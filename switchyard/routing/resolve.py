@@ -4,19 +4,22 @@
 deployments, aliases name groups too, ``vendor/*`` routes every model of a vendor to one group
 (passing the model name through to the upstream), a pattern alias of a ``vendor/*`` route of
 Fireworks upstreams (``accounts/fireworks/models/*``) takes Fireworks' own names to it as
-``vendor/<name>`` (for limits, usage and allow-lists), and ``default`` is the only model when
-exactly one is configured (mistral.rs).
+``vendor/<name>`` (for limits, usage and allow-lists), a pattern alias of a named route
+(``claude-*``, fnmatch) routes every name it matches to that route (exact names first, then the
+first matching pattern in config order), and ``default`` is the only model when exactly one is
+configured (mistral.rs).
 """
 
 from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from typing import Protocol
 
 from switchyard.core.backend import Backend
 from switchyard.core.config import Config
-from switchyard.core.deployments import BUILT_IN_BACKENDS, DeploymentConfig, ModelConfig
+from switchyard.core.deployments import BUILT_IN_BACKENDS, DeploymentConfig, ModelConfig, is_pattern
 from switchyard.core.errors import InvalidRequest, NotFound, install_hint
 from switchyard.core.settings import ConfigError, RouterConfig
 from switchyard.providers.rows import wire_for
@@ -60,6 +63,7 @@ class Route:
     targets: list[Target]
     upstream_model: str | None = None  # wildcard routes: the name the upstream is asked for
     pinned: bool = False  # the caller named one deployment: no other deployment, no fallback
+    pattern: str | None = None  # the pattern alias the caller's name matched (claude-*)
 
     @property
     def fail_open(self) -> bool:
@@ -129,6 +133,8 @@ class Resolver:
         self.groups: dict[str, ModelConfig] = {}
         self.wildcards: dict[str, ModelConfig] = {}
         self.patterns: list[tuple[str, ModelConfig]] = []  # (alias prefix, its vendor/* route)
+        self.globs: list[tuple[str, ModelConfig]] = []  # (pattern alias, its route), config order
+        self._glob_routes: dict[str, Route] = {}  # one route per pattern, never one per name
         self.targets: dict[str, list[Target]] = {}
         self._routes: dict[str, Route] = {}
         given = backends or {}
@@ -143,7 +149,10 @@ class Resolver:
                 self.patterns += [(prefix, m) for prefix in m.alias_patterns()]
             else:
                 for alias in (m.name, *m.aliases):
-                    self.groups[alias] = m
+                    if is_pattern(alias):
+                        self.globs.append((alias, m))
+                    else:
+                        self.groups[alias] = m
         # Fallback names are checked with the config (Config._references), before any of this.
 
     def resolve(self, name: str) -> Route:
@@ -151,7 +160,7 @@ class Resolver:
         if route is not None:  # routes of configured names are built once: the hot path allocates nothing
             return route
         route = self._resolve(name)
-        if route.upstream_model is None:
+        if route.upstream_model is None and route.pattern is None:  # a caller's names: not kept
             self._routes[name] = route
         return route
 
@@ -176,6 +185,13 @@ class Resolver:
                 # Named as the configured form; the upstream (Fireworks) is asked for its own.
                 vendor = pm.name.split("/", 1)[0]
                 return Route(f"{vendor}/{name[len(prefix):]}", pm, self.targets[pm.name], upstream_model=name)
+        for pattern, gm in self.globs:
+            if fnmatchcase(name, pattern):
+                route = self._glob_routes.get(pattern)
+                if route is None:
+                    route = self._glob_routes[pattern] = Route(gm.name, gm, self.targets[gm.name],
+                                                               pattern=pattern)
+                return route
         vendor, _, rest = name.partition("/")
         w = self.wildcards.get(vendor)
         if w is not None and rest:

@@ -57,7 +57,7 @@ async def test_claude_code_headless(tmp_path: Path, auth: str) -> None:
     assert chats, [r.path for r in up.requests]
     body = chats[0].body
     assert body["model"] == "coder" and body["stream"] is True
-    assert body["max_tokens"] == 4096  # Claude Code asks 32000 or more: lowered to max_output_tokens
+    assert chats[0].bound == 4096  # Claude Code asks 32000 or more: lowered to max_output_tokens
     assert {"Bash", "Edit", "Read"} <= {t["function"]["name"] for t in body["tools"]}
     system = body["messages"][0]
     assert system["role"] == "system" and "x-anthropic-billing-header" not in system["content"]

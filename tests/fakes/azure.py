@@ -2,7 +2,9 @@
 ``/openai/deployments/{deployment}/chat/completions?api-version=`` and the v1 API at
 ``/openai/v1/chat/completions``, the key in ``api-key``; Azure's quirks: a stream's first event
 has ``choices: []`` with ``prompt_filter_results``, and a filtered answer ends with
-``content_filter``. Every answer and chunk is validated with the ``openai`` SDK's own models before
+``content_filter``; a deployment of a reasoning model (by its name) refuses ``max_tokens`` and
+changed sampling values as the service does (openai_rules.py). Every answer and chunk is validated
+with the ``openai`` SDK's own models before
 it is sent; tests/providers/test_azure.py drives it with ``openai.AsyncAzureOpenAI`` (calibration).
 """
 
@@ -15,6 +17,7 @@ from typing import Any
 from aiohttp import web
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
+from tests.fakes.openai_rules import reasoning_refusal
 from tests.fakes.serve import serve_app
 
 _FILTERS = {"hate": {"filtered": False, "severity": "safe"}}
@@ -71,6 +74,9 @@ class FakeAzure:
         if request.headers.get("api-key") != self.key:
             return self._error(401, "401", "Access denied due to invalid subscription key.")
         model = deployment or body.get("model")
+        refusal = reasoning_refusal(str(model), body)  # a deployment of a reasoning model
+        if refusal is not None:
+            return web.json_response({"error": refusal}, status=400)
         finish = "content_filter" if self.filtered else "stop"
         words = self.text.split(" ")
         pieces = [w if i == 0 else " " + w for i, w in enumerate(words)]

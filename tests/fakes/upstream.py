@@ -20,6 +20,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.fakes.openai_rules import reasoning_refusal
+
 
 @dataclass
 class Behaviour:
@@ -45,6 +47,11 @@ class Seen:
     body: dict[str, Any]
     query: dict[str, str] = field(default_factory=dict)
     peer_port: int | None = None  # the caller's side of the connection: one pool, one port
+
+    @property
+    def bound(self) -> Any:
+        """The completion bound sent, under either name (OpenAI's chat: max_completion_tokens)."""
+        return self.body.get("max_completion_tokens", self.body.get("max_tokens"))
 
 
 @dataclass
@@ -121,7 +128,11 @@ class FakeUpstream:
         if request.path.endswith("/embeddings"):
             return web.json_response(_embeddings(body))
         chat = request.path.endswith("chat/completions")
-        n_tokens = body.get("max_tokens") or body.get("max_new_tokens") or 16
+        refusal = reasoning_refusal(str(body.get("model")), body) if chat else None
+        if refusal is not None:  # OpenAI's reasoning models refuse max_tokens and changed sampling
+            return web.json_response({"error": refusal}, status=400)
+        n_tokens = (body.get("max_tokens") or body.get("max_completion_tokens") or body.get("max_new_tokens")
+                    or 16)
         if n_tokens < 0:
             n_tokens = 16
         prompt_tokens = len(json.dumps(body.get("prompt") or body.get("messages")).split())

@@ -46,7 +46,7 @@ async def test_message(cfg, gateway_for, upstream) -> None:
     assert msg.usage.cache_read_input_tokens == 0 and msg.usage.cache_creation_input_tokens == 0
     sent = upstream.requests[0]
     assert sent.path.endswith("/chat/completions")
-    assert sent.body["model"] == "up" and sent.body["user"] == "u-1" and sent.body["max_tokens"] == 3
+    assert sent.body["model"] == "up" and sent.body["user"] == "u-1" and sent.bound == 3
     assert sent.body["messages"] == [{"role": "system", "content": "Be brief."},
                                      {"role": "user", "content": "hi"}]
     assert "stop" not in sent.body  # the gateway applies stop sequences: it must name the one that matched
@@ -315,10 +315,10 @@ async def test_claude_code_request_gets_what_fits(upstream, gateway_for) -> None
     events = [json.loads(line[6:]) for line in a.text.splitlines() if line.startswith("data: ")]
     text = "".join(e["delta"].get("text", "") for e in events if e["type"] == "content_block_delta")
     assert text == "hi there"
-    to_small, to_capped = upstream.requests[0].body, upstream.requests[1].body
+    to_small = upstream.requests[0].body
     # the window less the prompt, as the gateway counts it (count_tokens says the same)
-    assert to_small["max_tokens"] == 40000 - counted.json()["input_tokens"] > 10000
-    assert to_capped["max_tokens"] == 1000
+    assert upstream.requests[0].bound == 40000 - counted.json()["input_tokens"] > 10000
+    assert upstream.requests[1].bound == 1000
     assert to_small["messages"][0]["role"] == "system"
     assert "x-anthropic-billing-header" not in to_small["messages"][0]["content"]
     assert to_small["messages"][0]["content"].startswith("You are Claude Code")

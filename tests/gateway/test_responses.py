@@ -56,7 +56,7 @@ async def test_create_translates_to_chat(cfg, gateway_for, upstream) -> None:
     assert sent.body["messages"] == [{"role": "system", "content": "be brief"},
                                      {"role": "system", "content": "rules"},
                                      {"role": "user", "content": "hi there"}]
-    assert sent.body["max_tokens"] == 3 and sent.body["temperature"] == 0.5 and sent.body["user"] == "u1"
+    assert sent.bound == 3 and sent.body["temperature"] == 0.5 and sent.body["user"] == "u1"
     assert "metadata" not in sent.body and "store" not in sent.body
 
 
@@ -155,8 +155,8 @@ async def test_codex_request_is_accepted_and_warns(cfg, gateway_for, upstream) -
     assert r.status_code == 200, r.text
     assert events[-1].type == "response.completed"
     # Each left-out part named with why; none of it called unknown.
+    # (reasoning carries no effort here: its summary is honoured, nothing is left out of it)
     assert r.headers["x-switchyard-warning"].split("; ") == [
-        "reasoning: effort not sent to the backend",
         "include[0] (reasoning.encrypted_content): encrypted reasoning not produced by this gateway",
         "input[2] (reasoning): reasoning not sent back to the backend",
         "tools[1] (namespace): tool type not translated by this gateway",

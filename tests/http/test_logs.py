@@ -23,6 +23,7 @@ UPSTREAM_KEY = "sk-upstream-7f3a9c"
 WRONG = "sk-wrong-but-real-elsewhere-5521"
 PASTED = "sk-pasted-into-the-model-field-0042"
 METRICS_TOKEN = "scrape-token-8812"
+LONG = "vendor/" + "aaaa-" * 30  # a made-up name, longer than a log shows
 SECRETS = (KEY, UPSTREAM_KEY, MASTER, WRONG, PASTED, METRICS_TOKEN)
 
 
@@ -90,11 +91,18 @@ async def test_no_secret_in_any_line_header_or_body_and_one_access_line_per_requ
             r = await call("/v1/chat/completions", {"model": "v/m", "stream": True, "max_tokens": 5,
                                                     "messages": [{"role": "user", "content": "hi"}]})
             assert r.status_code == 200 and "error" in r.text  # cut: the error event ends it
+            # Names no route knows (Claude Code's moving default; a long one): the 404's access
+            # line names them, cut short; the metrics never do (issue 28 item 11).
+            assert (await call("/v1/completions", {**plain, "model": "claude-opus-5-5"})).status_code == 404
+            assert (await call("/v1/completions", {**plain, "model": LONG})).status_code == 404
             # The admin API and /metrics with their credentials.
             assert (await call("/admin/keys", {}, key=MASTER, method="GET")).status_code == 200
             # A path that holds what an operator pasted: logged as its route's template.
             assert (await call(f"/admin/keys/{PASTED}", {}, key=MASTER, method="DELETE")).status_code == 404
-            assert (await call("/metrics", {}, key=METRICS_TOKEN, method="GET")).status_code == 200
+            scraped = await call("/metrics", {}, key=METRICS_TOKEN, method="GET")
+            assert scraped.status_code == 200
+            assert "claude-opus" not in scraped.text and "vendor/aaaa" not in scraped.text
+            assert 'status_class="4xx"' in scraped.text and 'model="unknown"' in scraped.text
         lines = await stop_and_read(proc)
 
     text = "\n".join(lines)
@@ -120,6 +128,9 @@ async def test_no_secret_in_any_line_header_or_body_and_one_access_line_per_requ
     assert by_id["req-2"]["status"] == 401 and "key_id" not in by_id["req-2"]
     assert by_id["req-5"]["status"] == 429 and by_id["req-5"]["error"] == "rate_limit_error"
     assert by_id["req-6"]["status"] == 404 and "model" not in by_id["req-6"]
+    assert "requested_model" not in by_id["req-6"]  # PASTED looks like a key: never shown
+    assert by_id["req-11"]["status"] == 404 and by_id["req-11"]["requested_model"] == "claude-opus-5-5"
+    assert by_id["req-12"]["requested_model"] == LONG[:64] + "..."
     assert by_id["req-8"]["attempts"] == 3
     cut = by_id["req-10"]
     assert cut["cut"] is True and cut["status"] == 502 and cut["endpoint"] == "/v1/chat/completions"
@@ -171,3 +182,14 @@ async def test_console_format_and_level_from_the_environment(upstream, tmp_path)
     access = [line for line in lines if "/v1/completions" in line]
     assert len(access) == 1 and " 200 /v1/completions v/m " in access[0] and "key_id=k1" in access[0]
     assert not access[0].startswith("{")
+
+
+def test_an_unknown_models_name_as_a_log_shows_it() -> None:
+    from switchyard.gateway.requests import unknown_model_shown
+
+    assert unknown_model_shown("claude-opus-5-5") == "claude-opus-5-5"
+    assert unknown_model_shown('a"b\\c<d>') == "a?b?c?d?"  # safe characters only
+    assert unknown_model_shown("x" * 10 + "-" + "y" * 100) is None  # a long random-looking run
+    assert unknown_model_shown("m-" * 40) == ("m-" * 32) + "..."
+    for keyish in ("sk-proj-abc", "AKIAIOSFODNN7EXAMPLE", "ghp_abc", "eyJhbGciOi", "AIzaSyD"):
+        assert unknown_model_shown(keyish) is None

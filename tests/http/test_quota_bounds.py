@@ -33,16 +33,16 @@ async def test_a_chat_without_max_tokens_is_sent_upstream_with_its_reservation(u
     async with gateway_for(cfg, policies=policies) as client:
         r = await client.post("/v1/chat/completions", json=chat())
         assert r.status_code == 200, r.text
-        assert upstream.requests[-1].body["max_tokens"] == DEFAULT_COMPLETION_RESERVE
+        assert upstream.requests[-1].bound == DEFAULT_COMPLETION_RESERVE
         assert LOWERED_HEADER not in r.headers  # the caller named no bound: nothing was lowered
         # A known window bounds it lower: what is left of the window after the prompt.
         r = await client.post("/v1/chat/completions", json={**chat(), "model": "v/small"})
         assert r.status_code == 200, r.text
-        sent = upstream.requests[-1].body["max_tokens"]
+        sent = upstream.requests[-1].bound
         assert 250 < sent < 300
         # The caller's own bound goes as it was.
         r = await client.post("/v1/chat/completions", json=chat(max_tokens=7))
-        assert upstream.requests[-1].body["max_tokens"] == 7
+        assert upstream.requests[-1].bound == 7
         await client.app.state.gateway.drain()  # type: ignore[attr-defined]
     # What the upstream produced never exceeds what was reserved for it.
     assert [s.usage.completion_tokens for s in settled] == [DEFAULT_COMPLETION_RESERVE, sent, 7]
@@ -72,7 +72,7 @@ async def test_a_quota_that_cannot_hold_max_tokens_lowers_it_and_says_so(upstrea
         assert r.status_code == 200, r.text
         lowered = int(r.headers[LOWERED_HEADER])
         assert 900 < lowered < 1000
-        assert upstream.requests[-1].body["max_tokens"] == lowered
+        assert upstream.requests[-1].bound == lowered
         assert r.json()["choices"][0]["finish_reason"] == "length"
         # Now nothing is left, not even for a small answer: a 429 naming the quota.
         r = await client.post("/v1/chat/completions", json=chat(max_tokens=2000))
@@ -84,7 +84,7 @@ async def test_a_quota_that_cannot_hold_max_tokens_lowers_it_and_says_so(upstrea
         r = await client.post("/v1/chat/completions", json=chat(max_tokens=900),
                               headers={"authorization": "Bearer sk-whole-or-nothing"})
         assert r.status_code == 200 and LOWERED_HEADER not in r.headers
-        assert upstream.requests[-1].body["max_tokens"] == 900
+        assert upstream.requests[-1].bound == 900
 
 
 async def test_a_spend_quota_lowers_max_tokens_to_what_the_remainder_buys(upstream, gateway_for):
@@ -95,7 +95,7 @@ async def test_a_spend_quota_lowers_max_tokens_to_what_the_remainder_buys(upstre
         r = await client.post("/v1/chat/completions", json=chat(max_tokens=2000))
         assert r.status_code == 200, r.text
         lowered = int(r.headers[LOWERED_HEADER])
-        assert 450 < lowered < 500 and upstream.requests[-1].body["max_tokens"] == lowered
+        assert 450 < lowered < 500 and upstream.requests[-1].bound == lowered
 
 
 @asynccontextmanager
@@ -132,3 +132,25 @@ async def test_a_stream_answered_with_a_json_body_is_a_502_billed_what_it_report
     assert r.status_code == 502, r.text
     assert json.loads(r.text)["error"]["type"]
     assert [(s.usage.prompt_tokens, s.usage.completion_tokens) for s in settled] == [(15, 8)]
+
+
+async def test_a_request_without_a_bound_gets_the_models_max_output_tokens(upstream, gateway_for):
+    """Issue 28 item 10: max_output_tokens is also the bound sent and reserved when the caller
+    gives none (Codex names none); before, it could only lower the default 4096."""
+    upstream.default = Behaviour(text="short answer")
+    limit = 1_000_000
+    cfg = base_config([{**upstream_model(MODEL, upstream.url), "max_output_tokens": 16000}],
+                      keys=[{"id": "k1", "team": "t", "key": KEY, "limits": {"tpm": limit}}])
+    async with gateway_for(cfg) as client:
+        r = await client.post("/v1/chat/completions", json=chat())
+        assert r.status_code == 200, r.text
+        assert upstream.requests[-1].bound == 16000
+        # reserved as that: prompt (a few tokens) + 16000 taken from the minute's tokens at admission
+        remaining = int(r.headers["x-ratelimit-remaining-tokens"])
+        assert limit - 16000 - 50 < remaining < limit - 16000
+        r = await client.post("/v1/responses", json={"model": MODEL, "input": "hi"})
+        assert r.status_code == 200, r.text
+        assert upstream.requests[-1].bound == 16000
+        # The caller's own bound still goes as asked.
+        await client.post("/v1/chat/completions", json=chat(max_tokens=9))
+        assert upstream.requests[-1].bound == 9

@@ -56,8 +56,10 @@ def _check_upstream_saw(up: FakeUpstream, caller: str, dialect: str, stream: boo
         assert "/beta/" in seen.path
         if not chat:
             assert seen.body["max_new_tokens"] == 3 and "max_tokens" not in seen.body
-    else:
-        assert seen.body["max_tokens"] == 3
+    else:  # OpenAI's own API bounds chat as max_completion_tokens (its reasoning models refuse max_tokens)
+        bound = "max_completion_tokens" if chat and dialect == "openai" else "max_tokens"
+        other = {"max_tokens", "max_completion_tokens"} - {bound}
+        assert seen.body[bound] == 3 and other.isdisjoint(seen.body)
         assert "max_new_tokens" not in seen.body and "n_predict" not in seen.body
     assert seen.body["model"] == "upstream-name"
     assert bool(seen.body.get("stream")) is stream

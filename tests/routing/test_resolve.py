@@ -89,7 +89,7 @@ def test_fireworks_alias_pattern_resolves_as_the_vendor_route():
 
 @pytest.mark.parametrize(("model", "why"), [
     (group("fireworks/*", dep("a", URL, dialect="openai"), aliases=[FW]), "fireworks-dialect"),
-    (group("fireworks/x", dep("a", URL, dialect="fireworks"), aliases=[FW]), "vendor/\\* route"),
+    (group("fireworks/x", dep("a", URL, dialect="fireworks"), aliases=["*"]), "matches every name"),
     (group("fireworks/*", dep("a", URL, dialect="fireworks"), aliases=["accounts/*/models/*"]), "no other"),
     (group("fireworks/*", dep("a", URL, dialect="fireworks"), aliases=["accounts/fireworks*"]), "end in /"),
 ])
@@ -147,3 +147,39 @@ async def test_a_wildcard_remainder_never_escapes_an_allow_list(upstreams):
         assert r.json()["error"]["param"] == "model"
     assert longer.status_code == 403, longer.text
     assert [r.body["model"] for r in up.requests] == ["allowed"]
+
+
+# --- pattern aliases (claude-*) -------------------------------------------------------------------
+
+
+def test_a_pattern_alias_routes_every_name_it_matches_exact_names_first_then_config_order():
+    """Issue 28 item 11: Claude Code 2.1.332 asks for claude-opus-5-5 when given no --model."""
+    r = Router(config(group("a/haiku", dep("h", URL), aliases=["claude-haiku-4-5", "claude-*-haiku*"]),
+                      group("a/opus", dep("o", URL), aliases=["claude-*"]),
+                      group("a/later", dep("l", URL), aliases=["claude-opus-*"])))
+    assert r.resolve("claude-opus-5-5").group == "a/opus"  # the first pattern that matches
+    assert r.resolve("claude-3-5-haiku-latest").group == "a/haiku"  # config order, not specificity
+    assert r.resolve("claude-haiku-4-5").group == "a/haiku"  # an exact alias wins
+    assert r.resolve("a/later").group == "a/later"
+    route = r.resolve("claude-opus-5-5")
+    assert route.pattern == "claude-*" and route.upstream_model is None
+    # One route per pattern, none kept per name: callers' names cannot grow the resolver.
+    assert r.resolve("claude-sonnet-9") is route and "claude-opus-5-5" not in r.resolver._routes
+    with pytest.raises(NotFound):
+        r.resolve("gpt-4o")
+    # Patterns are fnmatch's and match whole names, case-sensitively.
+    with pytest.raises(NotFound):
+        r.resolve("Claude-opus")
+    with pytest.raises(ConfigError, match="matches every name"):
+        config(group("a/any", dep("x", URL), aliases=["*"]))
+
+
+async def test_claude_codes_default_model_reaches_the_pattern_route(upstreams):
+    up = upstreams[0]
+    async with serve(config(group("a/sonnet", dep("s", up.url, model="upstream-sonnet"),
+                                  aliases=["claude-*"]))) as client:
+        r = await client.post("/v1/messages", json={"model": "claude-opus-5-5", "max_tokens": 5,
+                                                     "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 200, r.text
+    assert r.json()["model"] == "claude-opus-5-5"  # answered by the name asked for
+    assert up.requests[0].body["model"] == "upstream-sonnet"

@@ -22,6 +22,7 @@ from switchyard.dialects.anthropic.wire import (
     TOOL_CHOICE_OF,
 )
 from switchyard.dialects.defaults import sampling_defaults
+from switchyard.dialects.reasoning import claude_thinking
 from switchyard.dialects.registry import caller_param
 from switchyard.providers.emulation import Emulation
 
@@ -56,6 +57,8 @@ def render(req: CanonicalRequest, model: str, dep: DeploymentConfig) -> tuple[di
     body["messages"] = messages
     mt = req.max_tokens
     body["max_tokens"] = DEFAULT_MAX_TOKENS if mt is None or mt == UNLIMITED else mt
+    if thinking := claude_thinking(req, model, body["max_tokens"]):  # a reasoning effort's budget
+        body["thinking"] = thinking
     version = dep.api_version or DEFAULT_VERSION
     for field in SAMPLING:
         v = getattr(req, field)

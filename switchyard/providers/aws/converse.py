@@ -28,6 +28,7 @@ from switchyard.core.canonical import CanonicalRequest, Chunk, RequestKind
 from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.errors import RETRY_STATUSES, InvalidRequest, UpstreamError
 from switchyard.dialects.anthropic.wire import THINKING_BUDGET
+from switchyard.dialects.reasoning import claude_thinking
 from switchyard.providers.aws import converse_answers as answers
 from switchyard.providers.aws.auth import bedrock_auth
 from switchyard.providers.aws.eventstream import CONTENT_TYPE, FrameError, named_frames
@@ -93,9 +94,9 @@ class ConverseCodec:
         extra: dict[str, Any] = {}
         if req.top_k is not None:
             extra["top_k"] = req.top_k
-        if req.show_reasoning and req.reasoning_budget is not None and _CLAUDE_THINKS.search(model):
+        if _CLAUDE_THINKS.search(model) and (thinking := claude_thinking(req, model, req.max_tokens)):
             # Claude requires max_tokens above the budget: the Anthropic dialect checks it.
-            extra["thinking"] = {"type": "enabled", "budget_tokens": req.reasoning_budget}
+            extra["thinking"] = thinking
         if extra:
             body["additionalModelRequestFields"] = extra
         tools = _tool_config(req, any(t.calls for t in turns))

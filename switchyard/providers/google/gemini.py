@@ -25,6 +25,7 @@ from switchyard.core.canonical import CanonicalRequest, Chunk, RequestKind
 from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.errors import InvalidRequest
 from switchyard.dialects.anthropic.wire import THINKING_BUDGET
+from switchyard.dialects.reasoning import thinking_budget
 from switchyard.providers.emulation import Emulation
 from switchyard.providers.google import answers
 from switchyard.providers.google.embed import with_embeddings
@@ -86,11 +87,12 @@ def thinks(model: str) -> bool:
 def thinking_config(req: CanonicalRequest, model: str) -> dict[str, Any] | None:
     """The thinkingConfig asking for thought parts, when the caller asked to see the reasoning
     and the model thinks (None otherwise: nothing is sent)."""
-    if not req.show_reasoning or not thinks(model):
+    budget = thinking_budget(req)  # the caller's, else its reasoning effort's
+    if not (req.show_reasoning or budget is not None) or not thinks(model):
         return None
-    config: dict[str, Any] = {"includeThoughts": True}
-    if req.reasoning_budget is not None:
-        config["thinkingBudget"] = min(req.reasoning_budget, MAX_BUDGET)
+    config: dict[str, Any] = {"includeThoughts": True} if req.show_reasoning else {}
+    if budget is not None:
+        config["thinkingBudget"] = min(budget, MAX_BUDGET)
     elif _THINKS_IF_TOLD in model.rsplit("/", 1)[-1].lower():
         config["thinkingBudget"] = -1
     return config

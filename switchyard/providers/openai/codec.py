@@ -12,6 +12,8 @@ import msgspec
 
 from switchyard.core.canonical import CanonicalRequest, Chunk
 from switchyard.core.deployments import DeploymentConfig
+from switchyard.dialects.reasoning import fit_openai_chat
+from switchyard.dialects.registry import caller_param
 from switchyard.dialects.spec import Dialect
 from switchyard.providers.emulation import Emulation
 from switchyard.providers.failures import message_of
@@ -44,9 +46,14 @@ class OpenAICodec:
                dep: DeploymentConfig) -> tuple[dict[str, Any], Emulation]:
         if req.kind == "embedding":
             return embeddings_body(req, model), Emulation()
-        return render_request(self.dialect, req, model, dep.allow_extra_params,
-                              stream_usage=self.caps.stream_usage,
-                              overflow_is_error=self.caps.overflow_is_error)
+        body, emulation = render_request(self.dialect, req, model, dep.allow_extra_params,
+                                         stream_usage=self.caps.stream_usage,
+                                         overflow_is_error=self.caps.overflow_is_error)
+        if req.kind == "chat":  # the bound's name, reasoning controls, a reasoning model's rules
+            caps = self.caps
+            fit_openai_chat(body, req, (model, req.model), completion_tokens=caps.completion_tokens_bound,
+                            controls=caps.reasoning_controls, caller_param=caller_param)
+        return body, emulation
 
     def whole(self, raw: bytes, req: CanonicalRequest) -> list[Chunk]:
         if req.kind == "embedding":

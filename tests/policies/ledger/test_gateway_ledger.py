@@ -108,7 +108,7 @@ def upstream_reported(upstream: FakeUpstream, i: int) -> tuple[int, int]:
     """What the fake upstream reported for request ``i`` (requests go one at a time): it counts
     the words of the messages' JSON, and answers max_tokens words."""
     body = upstream.requests[i].body
-    return len(json.dumps(body["messages"]).split()), body["max_tokens"]
+    return len(json.dumps(body["messages"]).split()), upstream.requests[i].bound
 
 
 async def test_without_postgres_requests_are_served_and_usage_reads_are_503(upstream):
