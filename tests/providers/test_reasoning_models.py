@@ -16,7 +16,7 @@ import pytest
 from switchyard.core.canonical import CanonicalRequest
 from switchyard.core.deployments import DeploymentConfig
 from switchyard.dialects.reasoning import EFFORT_BUDGETS, claude_thinking, reasoning_model
-from switchyard.providers.wire import wire_for
+from switchyard.providers.rows import wire_for
 from tests.fakes.anthropic import Claude, FakeAnthropic
 from tests.fakes.azure import FakeAzure
 from tests.fakes.bedrock import FakeBedrock
