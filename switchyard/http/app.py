@@ -34,7 +34,7 @@ from switchyard.gateway.types import Endpoint
 from switchyard.http.access import AccessLog
 from switchyard.http.admin import admin_router, error_response, on_bug
 from switchyard.http.admin_auth import AdminAuth, Failures, Proxies
-from switchyard.http.asgi import Switchyard, endpoint_app
+from switchyard.http.asgi import Switchyard, endpoint_app, error_shape
 from switchyard.http.console import console_routes
 from switchyard.http.logs import settings as log_settings
 from switchyard.http.openapi import add_completion_paths, document_models
@@ -152,12 +152,16 @@ def create_app(config: Config, *, router: Router | None = None,
                             headers={"retry-after": "1"})
         return Response({"status": "ready"})
 
-    def http_error(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
+    def http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
+        shape = error_shape(request.url.path)
         if exc.status_code != 413:
-            return error_response(exc.status_code, "invalid_request_error", exc.detail)
-        limit = config.server.max_body_bytes
-        status, body = error_bytes("openai", PayloadTooLarge(
-            f"request body exceeds the limit of {limit} bytes", param="body"))
+            if shape == "chat":
+                return error_response(exc.status_code, "invalid_request_error", exc.detail)
+            err: GatewayError = GatewayError(exc.detail, status=exc.status_code)
+        else:
+            err = PayloadTooLarge(f"request body exceeds the limit of {config.server.max_body_bytes} bytes",
+                                  param="body")
+        status, body = error_bytes(shape, err)
         return Response(body, status_code=status, media_type="application/json")
 
     exporter = Exporter(gw, auth) if config.metrics.enabled else None
