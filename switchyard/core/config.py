@@ -37,6 +37,7 @@ from switchyard.core.settings import (
     TracingConfig,
     UsageConfig,
     generated_master_key,
+    refuse_placeholder,
 )
 
 
@@ -90,7 +91,9 @@ class Config(ConfigModel):
     @field_validator("master_key")
     @classmethod
     def _auto_key(cls, v: str | None) -> str | None:
-        key = generated_master_key() if v == AUTO_KEY else v  # env:NAME was read by Secret
+        if v == AUTO_KEY:
+            return generated_master_key()
+        key = refuse_placeholder(v, "the master key")  # env:NAME was read by Secret
         if key is not None and len(key) < MIN_MASTER_KEY:
             # Never echoed: the message says how long, not what.
             raise ValueError(f"is {len(key)} characters; a master key must be at least {MIN_MASTER_KEY} "

@@ -166,6 +166,9 @@ class DeploymentConfig(ConfigModel):
     @field_validator("base_url")
     @classmethod
     def _base_url(cls, v: str | None) -> str | None:
+        # env:NAME too: one file serves several places (deploy/config.compose.yaml's
+        # OPENAI_BASE_URL), like a key.
+        v = resolve_secret(v)
         return None if v is None else check_base_url(v)
 
     @field_validator("headers")
