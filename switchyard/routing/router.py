@@ -70,6 +70,10 @@ class Router:
     def resolve(self, name: str) -> Route:
         return self.resolver.resolve(name)
 
+    def default(self, kind: str) -> Route:
+        """The route of a request of ``kind`` that names no model (``Resolver.default``)."""
+        return self.resolver.default(kind)
+
     # -- running a request -------------------------------------------------------------------
 
     async def stream(self, req: CanonicalRequest, route: Route, info: RunInfo) -> AsyncGenerator[Chunk, None]:
