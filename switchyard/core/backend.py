@@ -56,6 +56,15 @@ class CarriesOptional(Protocol):
 
 
 @runtime_checkable
+class ReportsLoad(Protocol):
+    """A backend that loads a model in the background (the engine, the embedder): ``load_error``
+    says why the load failed, for good (None while loading or once ready). ``/ready`` and the
+    log name it rather than "loading" forever."""
+
+    load_error: str | None
+
+
+@runtime_checkable
 class ReportsWindow(Protocol):
     """A backend whose upstream may report its context window (vLLM's ``/v1/models``)."""
 

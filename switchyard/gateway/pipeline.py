@@ -218,13 +218,14 @@ class Gateway:
         return req
 
     def _default_model(self, body: dict[str, Any], principal: Principal, ep: Endpoint) -> None:
-        """An unnamed model is the key's default, or the only one (answered by its real name)."""
+        """An unnamed model is the key's default, or the only one of the endpoint's kind (answered
+        by its real name)."""
         if body.get("model") not in (None, "", "default"):
             return
         if principal.default_model:
             body["model"] = principal.default_model
         elif body.get("model") == "default" or (ep.model_optional and body.get("model") is None):
-            body["model"] = self.router.resolve("default").group
+            body["model"] = self.router.default(ep.kind).group
 
     def _route(self, req: CanonicalRequest, principal: Principal) -> Route:
         route = self.router.resolve(req.model)

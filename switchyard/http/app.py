@@ -34,7 +34,7 @@ from switchyard.gateway.types import Endpoint
 from switchyard.http.access import AccessLog
 from switchyard.http.admin import admin_router, error_response, on_bug
 from switchyard.http.admin_auth import AdminAuth, Failures, Proxies
-from switchyard.http.asgi import Switchyard, endpoint_app
+from switchyard.http.asgi import Switchyard, endpoint_app, error_shape
 from switchyard.http.console import console_routes
 from switchyard.http.logs import settings as log_settings
 from switchyard.http.openapi import add_completion_paths, document_models
@@ -136,10 +136,15 @@ def create_app(config: Config, *, router: Router | None = None,
 
     @get("/ready")
     async def ready() -> Response[Any]:
-        """503 naming what is not ready: a model still loading, or the policy store out of reach
-        while some deployment fails closed (its requests would all get 503)."""
+        """503 naming what is not ready: a model that failed to load (with its cause) or is still
+        loading, or the policy store out of reach while some deployment fails closed (its
+        requests would all get 503)."""
         problems = []
-        loading = [t.name for t in router.targets if not t.backend.ready]
+        waiting = [t for t in router.targets if not t.backend.ready]
+        failed = [f"{t.name} ({why})" for t in waiting if (why := router.load_error(t))]
+        loading = [t.name for t in waiting if not router.load_error(t)]
+        if failed:
+            problems.append("model failed to load: " + ", ".join(failed))
         if loading:
             problems.append("model is loading: " + ", ".join(loading))
         if fail_closed:
@@ -152,12 +157,16 @@ def create_app(config: Config, *, router: Router | None = None,
                             headers={"retry-after": "1"})
         return Response({"status": "ready"})
 
-    def http_error(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
+    def http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
+        shape = error_shape(request.url.path)
         if exc.status_code != 413:
-            return error_response(exc.status_code, "invalid_request_error", exc.detail)
-        limit = config.server.max_body_bytes
-        status, body = error_bytes("openai", PayloadTooLarge(
-            f"request body exceeds the limit of {limit} bytes", param="body"))
+            if shape == "chat":
+                return error_response(exc.status_code, "invalid_request_error", exc.detail)
+            err: GatewayError = GatewayError(exc.detail, status=exc.status_code)
+        else:
+            err = PayloadTooLarge(f"request body exceeds the limit of {config.server.max_body_bytes} bytes",
+                                  param="body")
+        status, body = error_bytes(shape, err)
         return Response(body, status_code=status, media_type="application/json")
 
     exporter = Exporter(gw, auth) if config.metrics.enabled else None

@@ -36,6 +36,13 @@ _SINGLE = (b"authorization", b"x-api-key")
 _UNSAFE = str.maketrans({"\r": " ", "\n": " ", "\0": " "})
 
 
+def error_shape(path: str) -> str:
+    """The error shape of what is refused before a body is read (a wrong method, a bad header, a
+    malformed request): Anthropic's under /v1/messages (its SDKs and Claude Code read no other),
+    OpenAI's plain one elsewhere."""
+    return "anthropic" if path == "/v1/messages" or path.startswith("/v1/messages/") else "chat"
+
+
 class ClientGone(Exception):
     """The client disconnected while its request body was being read."""
 
@@ -180,7 +187,7 @@ def endpoint_app(gw: Gateway, ep: Endpoint, path: str) -> ASGIApp:
         gw.begin()
         try:
             if scope["method"] != "POST":
-                ctx.shape = "chat"
+                ctx.shape = error_shape(path)
                 e: GatewayError = MethodNotAllowed(f"{path} takes POST")
                 await gw.send_error(ctx, out, e)
                 return gw.refused(ctx, e)  # counted as a request with no valid key: none was read
@@ -254,13 +261,15 @@ class Switchyard:
         try:  # the admin API and /v1/models follow the completion endpoints' rule
             headers_of(scope)
         except InvalidRequest as e:
-            return await _answer(send_with_id, e)
-        timed = TimedBody(receive, send_with_id, self.gateway.config.server.body_timeout)
+            return await _answer(send_with_id, e, error_shape(scope["path"]))
+        timed = TimedBody(receive, send_with_id, self.gateway.config.server.body_timeout,
+                          error_shape(scope["path"]))
         await self.litestar(scope, timed.receive, timed.send)
 
 
-async def _answer(send: Send, e: GatewayError, headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
-    status, body = error_bytes("chat", e)
+async def _answer(send: Send, e: GatewayError, shape: str,
+                  headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+    status, body = error_bytes(shape, e)
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"),
                             (b"content-length", str(len(body)).encode()), *headers]})
@@ -272,9 +281,10 @@ class TimedBody:
     408 in the OpenAI error shape once ``timeout`` seconds pass before its end, the connection
     closed. Litestar then hears a disconnect; whatever it answers to that is dropped."""
 
-    __slots__ = ("_deadline", "_receive", "_send", "answered", "timeout")
+    __slots__ = ("_deadline", "_receive", "_send", "answered", "shape", "timeout")
 
-    def __init__(self, receive: Receive, send: Send, timeout: float) -> None:
+    def __init__(self, receive: Receive, send: Send, timeout: float, shape: str = "chat") -> None:
+        self.shape = shape
         self._receive = receive
         self._send = send
         self.timeout = timeout
@@ -293,7 +303,7 @@ class TimedBody:
             self.answered = True
             await _answer(self._send, RequestTimeout(
                 f"the request body did not arrive within {self.timeout:g} s", param="body"),
-                ((b"connection", b"close"),))
+                self.shape, ((b"connection", b"close"),))
             return {"type": "http.disconnect"}
         if msg["type"] != "http.request" or not msg.get("more_body"):
             self._deadline = None

@@ -14,7 +14,6 @@ import contextlib
 import fcntl
 import gc
 import glob
-import json
 import logging
 import os
 import signal
@@ -33,7 +32,10 @@ from uvicorn.supervisors import Multiprocess
 
 from switchyard.core.config import Config
 from switchyard.core.deployments import BUILT_IN_BACKENDS
+from switchyard.core.errors import InvalidRequest
 from switchyard.core.settings import ConfigError, ServerConfig, master_key_file
+from switchyard.dialects.errors import error_bytes
+from switchyard.http.asgi import error_shape
 from switchyard.http.disconnect import DISCONNECT, Disconnect
 from switchyard.http.logs import configure_logging, settings
 from switchyard.http.reload import Reloadable, engine_change, load_checked
@@ -76,6 +78,7 @@ class GuardedHttp(HttpToolsProtocol):
         self._stall: asyncio.TimerHandle | None = None  # armed while writing is paused
         self._unsent = 0  # bytes buffered when it was armed
         self._hooks: list[Disconnect] = []
+        self.url = b""  # (uvicorn sets it at each request's start; a parse error may come before)
 
     def _arm(self, seconds: float) -> None:
         if self._deadline is not None:
@@ -98,8 +101,9 @@ class GuardedHttp(HttpToolsProtocol):
     def send_400_response(self, msg: str) -> None:
         """A request the HTTP parser refused (a bad header byte, a broken request line): answered
         in the gateway's error shape rather than uvicorn's plain text."""
-        body = json.dumps({"error": {"message": f"malformed HTTP request: {msg}", "param": "headers",
-                                     "type": "invalid_request_error", "code": None}}).encode()
+        path = self.url.split(b"?", 1)[0].decode("latin-1")
+        body = error_bytes(error_shape(path), InvalidRequest(f"malformed HTTP request: {msg}",
+                                                             param="headers"))[1]
         self.transport.write(b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
                              b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
         self.transport.close()

@@ -176,9 +176,8 @@ class Resolver:
             if pinned:
                 return Route(m.name, m, pinned, pinned=True)
             raise NotFound(f"model {group} has no deployment {dep!r}", param="model")
-        if name == "default" and len(self.config.models) == 1:  # mistral.rs: the only model
-            only = self.config.models[0]
-            return Route(only.name, only, self.targets[only.name])
+        if name == "default":  # mistral.rs's name for the one model it serves
+            return self.default()
         for prefix, pm in self.patterns:
             if name.startswith(prefix) and len(name) > len(prefix):
                 _plain(name, name[len(prefix):])
@@ -198,6 +197,23 @@ class Resolver:
             _plain(name, rest)
             return Route(name, w, self.targets[w.name], upstream_model=rest)
         raise NotFound(f"The model `{name}` does not exist", param="model")
+
+
+    def default(self, kind: str = "completion") -> Route:
+        """The model of a request that names none (llama.cpp's ``/completion``, mistral.rs's
+        ``default``): the only configured model of its kind, as llama-server or mistral.rs, one
+        model each, would answer. An embedding model is no candidate for a completion, nor a
+        text model for an embedding: config.example.yaml serves SmolLM2 and the embedder, and
+        ``/completion`` means SmolLM2."""
+        mode = "embedding" if kind == "embedding" else "chat"
+        fixed = [m for m in self.config.models if not m.name.endswith("/*")]
+        models = [m for m in fixed if m.listed_mode == mode] or (fixed if len(fixed) == 1 else [])
+        if len(models) != 1:
+            names = ", ".join(m.name for m in models[:4]) + (", ..." if len(models) > 4 else "")
+            why = f"{len(models)} {mode} models are configured ({names})" if models else \
+                f"no {mode} model is configured by a fixed name"
+            raise NotFound(f"The model `default` does not exist: name one in `model` ({why})", param="model")
+        return Route(models[0].name, models[0], self.targets[models[0].name])
 
 
 def _plain(name: str, rest: str) -> None:

@@ -20,7 +20,7 @@ import time
 from collections.abc import AsyncGenerator, Callable, Iterator
 from typing import TYPE_CHECKING
 
-from switchyard.core.backend import Backend, ReportsWindow
+from switchyard.core.backend import Backend, ReportsLoad, ReportsWindow
 from switchyard.core.canonical import CanonicalRequest, Chunk
 from switchyard.core.config import Config
 from switchyard.core.errors import GatewayError, RateLimited, Unavailable, UpstreamError
@@ -68,6 +68,10 @@ class Router:
 
     def resolve(self, name: str) -> Route:
         return self.resolver.resolve(name)
+
+    def default(self, kind: str) -> Route:
+        """The route of a request of ``kind`` that names no model (``Resolver.default``)."""
+        return self.resolver.default(kind)
 
     # -- running a request -------------------------------------------------------------------
 
@@ -346,6 +350,9 @@ class Router:
             secs = max(1, math.ceil(60 - time.time() % 60))
             return RateLimited(f"every deployment of model {route.group} is at its own rate limit",
                                headers={"retry-after": str(secs)})
+        failed = [why for t in self.resolver.targets.get(route.group, ()) if (why := self.load_error(t))]
+        if failed:  # for good: not "loading", which would have a caller wait forever
+            return Unavailable(f"model {route.group} failed to load ({failed[0]})")
         return Unavailable(f"model {route.group} is loading", headers={"retry-after": "5"})
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -372,7 +379,7 @@ class Router:
                     log.info("model ready", extra={"fields": {
                         "model": name, "seconds": round(time.monotonic() - started, 3),
                         "deployments": [t.deployment.name for t in targets]}})
-                elif any(getattr(t.backend, "load_error", None) for t in targets):
+                elif any(self.load_error(t) for t in targets):
                     del waiting[name]  # the backend logged why; it stays not ready
             if waiting:
                 await asyncio.sleep(0.05)
@@ -403,6 +410,11 @@ class Router:
     @property
     def ready(self) -> bool:
         return all(t.backend.ready for t in self.targets)
+
+    @staticmethod
+    def load_error(t: Target) -> str | None:
+        """Why ``t``'s model failed to load for good (None: loading, ready, or nothing to load)."""
+        return t.backend.load_error if isinstance(t.backend, ReportsLoad) else None
 
 
 __all__ = ["Health", "Route", "Router", "RunInfo", "Target"]

@@ -125,7 +125,7 @@ def write_doc(results: dict[tuple[str, str, str], tuple[str, str]]) -> None:
               "and `stream` (the `chat` column's text), and a `bind_tools` round trip whole and streamed "
               "(the forced call, then its `ToolMessage` answered)",
               "- also (`test_claude_code.py`): Claude Code's CLI itself (`claude -p`, npm "
-              "`@anthropic-ai/claude-code` 2.1.197, installed by `make claude-code`), offline, with "
+              "`@anthropic-ai/claude-code` 2.1.332, installed by `make claude-code`), offline, with "
               "`ANTHROPIC_AUTH_TOKEN` and with `ANTHROPIC_API_KEY`: it prints the upstream's answer"]
     lines += ["- also (`tests/gateway/test_responses.py`, `tests/engine/test_gateway_engine.py`): the openai "
               "SDK's `responses.create` and `responses.stream`, whole and streamed, a function-tool round "

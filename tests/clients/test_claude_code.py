@@ -1,5 +1,6 @@
-"""Claude Code's CLI itself (npm ``@anthropic-ai/claude-code``, installed by ``make claude-code``
-into ``.cache/claude-code``), unmodified and headless (``claude -p``), pointed at a gateway on
+"""Claude Code's CLI itself (npm ``@anthropic-ai/claude-code`` at the Makefile's pin, installed by
+``make claude-code`` into the user's shared npm cache: ``tests/clients/cli.py``), unmodified and
+headless (``claude -p``), pointed at a gateway on
 loopback with ``ANTHROPIC_BASE_URL`` and a Switchyard key, its model name resolved by an alias to
 an OpenAI-dialect loopback upstream. Offline: every proxy variable points at a closed port, so
 anything it tried beyond loopback would fail (and the answer with it)."""
@@ -12,19 +13,19 @@ from pathlib import Path
 
 import pytest
 
+from tests.clients.cli import CLAUDE_CODE, CLAUDE_CODE_VERSION
 from tests.fakes.upstream import Behaviour, FakeUpstream, refused_url
 from tests.gateway.conftest import KEY, base_config, serve, upstream_model
 
-ROOT = Path(__file__).resolve().parents[2]
-INSTALLED = ROOT / ".cache/claude-code/node_modules/.bin/claude"
-CLAUDE = Path(os.environ.get("SWITCHYARD_CLAUDE_CODE") or INSTALLED)
+CLAUDE = Path(os.environ.get("SWITCHYARD_CLAUDE_CODE") or CLAUDE_CODE)
 ANSWER = "hello from the gateway"
 
 
 def claude() -> str:
     if not CLAUDE.exists():
         pytest.fail(f"Claude Code's CLI is not installed at {CLAUDE}: run `make claude-code` (npm install "
-                    "@anthropic-ai/claude-code into .cache/claude-code) or set SWITCHYARD_CLAUDE_CODE",
+                    f"@anthropic-ai/claude-code@{CLAUDE_CODE_VERSION} into {CLAUDE_CODE.parents[2]}) or set "
+                    "SWITCHYARD_CLAUDE_CODE",
                     pytrace=False)
     return str(CLAUDE)
 

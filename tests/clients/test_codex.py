@@ -10,23 +10,24 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-from pathlib import Path
 
 import pytest
 
+from tests.clients.cli import CODEX, CODEX_VERSION
 from tests.fakes.upstream import Behaviour, FakeUpstream
 from tests.gateway.conftest import KEY, base_config, serve, upstream_model
 
-ROOT = Path(__file__).resolve().parents[2]
-# Where `make test` installs it (npm --prefix .cache/codex), else $SWITCHYARD_CODEX or PATH.
-LOCAL = ROOT / ".cache" / "codex" / "node_modules" / ".bin" / "codex"
+# Where `make test` installs it (the user's shared npm cache: tests/clients/cli.py), else
+# $SWITCHYARD_CODEX or PATH.
 
 
 def codex_binary() -> str:
-    found = os.environ.get("SWITCHYARD_CODEX") or (str(LOCAL) if LOCAL.exists() else shutil.which("codex"))
+    found = os.environ.get("SWITCHYARD_CODEX") or (str(CODEX) if CODEX.exists() else shutil.which("codex"))
     if not found:
-        pytest.fail("this test needs the Codex CLI: `make codex` installs it (npm install --prefix "
-                    ".cache/codex @openai/codex@0.169.0), or set SWITCHYARD_CODEX to its path", pytrace=False)
+        pytest.fail("this test needs the Codex CLI: `make codex` installs it (npm install "
+                    f"@openai/codex@{CODEX_VERSION} into {CODEX.parents[2]}), or set SWITCHYARD_CODEX "
+                    "to its path",
+                    pytrace=False)
     return found
 
 

@@ -4,6 +4,7 @@ Anthropic's shape, the version's sampling rule, what translating leaves out."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import anthropic
@@ -218,6 +219,42 @@ async def test_bad_fields_are_400_naming_them(cfg, gateway_for, body, field) -> 
     err = r.json()
     assert err["type"] == "error" and err["error"]["type"] == "invalid_request_error"
     assert err["error"]["message"].startswith(field), err
+
+
+@pytest.mark.parametrize("path", ["/v1/messages", "/v1/messages/count_tokens"])
+@pytest.mark.parametrize("kind", [["auto"], {"type": "auto"}, 3])
+async def test_tool_choice_type_of_the_wrong_type_is_a_400(cfg, gateway_for, upstream, path, kind) -> None:
+    """A list or an object as tool_choice.type was looked up as a dict key: a 500 (fuzzing)."""
+    body = {"model": MODEL, "max_tokens": 5, "messages": HI, "tools": [WEATHER],
+            "tool_choice": {"type": kind}}
+    async with gateway_for(cfg) as gw:
+        r = await gw.post(path, json=body, headers={"anthropic-version": "2023-06-01"})
+    assert r.status_code == 400, r.text
+    assert r.json()["type"] == "error"
+    assert r.json()["error"]["message"].startswith("tool_choice.type: must be one of auto, any, tool, none")
+    assert upstream.requests == []
+
+
+async def test_refusals_before_the_body_are_in_anthropics_shape(cfg, gateway_for) -> None:
+    """What is refused before a body is read under /v1/messages* (a wrong method, an unknown
+    path, a request the HTTP parser refuses) is in Anthropic's error shape, as the SDKs read it."""
+    async with gateway_for(cfg) as gw:
+        answers = [await gw.get("/v1/messages"), await gw.put("/v1/messages/count_tokens", json={}),
+                   await gw.delete("/v1/messages?beta=true"), await gw.get("/v1/messages/batches")]
+        reader, writer = await asyncio.open_connection(gw.base_url.host, gw.base_url.port)
+        writer.write(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nBad\x01Header: y\r\n\r\n")
+        raw = await reader.read()
+        writer.close()
+        other = await gw.get("/v1/chat/completions")  # elsewhere: OpenAI's shape, as before
+    assert [r.status_code for r in answers] == [405, 405, 405, 404]
+    for r in answers:
+        assert r.json()["type"] == "error" and "param" not in r.json()["error"], r.text
+        assert r.json()["error"]["type"] in ("invalid_request_error", "not_found_error")
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ")
+    assert json.loads(body)["error"] == {"type": "invalid_request_error", "message": (
+        "headers: malformed HTTP request: Invalid HTTP request received.")}
+    assert other.status_code == 405 and other.json()["error"]["param"] is None
 
 
 async def test_too_large_and_unknown_fields(upstream, gateway_for) -> None:

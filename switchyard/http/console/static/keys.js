@@ -46,6 +46,13 @@ function quotaBar(spent, quota, label) {
     ` ${usd(spent)} / ${usd(quota)}`);
 }
 
+// A key's spend today against the quota in effect: its own, else its team's (a key the team's
+// quota blocks has a quota: the team's), else none.
+function keySpend(spent, own, teamSpent, teamQuota) {
+  if (own || !teamQuota) return quotaBar(spent, own, "daily");
+  return el("span", {}, `${usd(spent)} `, el("small", {}, "team"), " ", quotaBar(teamSpent, teamQuota, "daily"));
+}
+
 function monthStart() {
   const d = new Date();
   return `${d.getUTCFullYear()}-${String(d.getUTCMonth() + 1).padStart(2, "0")}-01`;
@@ -129,7 +136,8 @@ async function load() {
                                     recentOf(k));
       return el("span", {class: `state ${state}`, "data-key-state": k.id, title: why}, ["blocked", "limited"].includes(state) ? why : state);
     }],
-    ["Spend today", k => quotaBar(cost(dayKey[k.id]), k.limits.spend_per_day, "daily")],
+    ["Spend today", k => el("span", {"data-key-spend": k.id}, keySpend(cost(dayKey[k.id]), k.limits.spend_per_day,
+                                                                         cost(dayTeam[k.team]), (teamOf[k.team] || {limits: {}}).limits.spend_per_day))],
     ["", k => el("span", {class: "actions"},
       el("button", {onclick: () => edit(k), "data-edit": k.id}, "Edit"),
       k.source === "admin" && !k.revoked ? el("button", {onclick: () => rotate(k), "data-rotate": k.id}, "Rotate") : "",
