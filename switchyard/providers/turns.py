@@ -1,11 +1,13 @@
-"""What the non-OpenAI codecs (Bedrock Converse, Gemini) share: the canonical request read as
-turns (system text apart, content parts, tool calls with parsed arguments), and the refusal of
-what a vendor cannot carry, in the caller's own field names."""
+"""What the native codecs (Anthropic Messages, Bedrock Converse, Gemini) share, written once: the
+canonical request read as turns (system text apart, content parts, tool calls with parsed
+arguments) and merged into the alternating roles these APIs want, the tool declarations and
+tool_choice checked, stop sequences sent or emulated, and the refusal of what a vendor cannot
+carry, in the caller's own field names."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,8 +83,9 @@ class Call:
 
 @dataclass(slots=True)
 class Turn:
-    """One message: ``role`` user, assistant or tool; ``parts`` ("text", str) or ("image", (mime,
-    base64)); an assistant's ``calls``; a tool result's ``call_id`` and ``name``."""
+    """One message: ``role`` user, assistant or tool; ``parts`` ("text", str), ("image", (mime,
+    base64)) or, where the vendor fetches images itself, ("image_url", url); an assistant's
+    ``calls``; a tool result's ``call_id`` and ``name``."""
 
     role: str
     parts: list[tuple[str, Any]] = field(default_factory=list)
@@ -91,9 +94,11 @@ class Turn:
     name: str | None = None
 
 
-def read_turns(req: CanonicalRequest, provider: str) -> tuple[list[str], list[Turn]]:
+def read_turns(req: CanonicalRequest, provider: str, *,
+               image_urls: bool = False) -> tuple[list[str], list[Turn]]:
     """The system texts and the other turns of a chat request; a completion's prompt is one user
-    turn (chat-only vendors)."""
+    turn (chat-only vendors). ``image_urls``: the vendor fetches http(s) images itself (Anthropic);
+    else only ``data:`` URLs are taken."""
     if req.kind == "completion":
         prompts = req.prompt or []
         if len(prompts) != 1 or not isinstance(prompts[0], str):
@@ -109,11 +114,12 @@ def read_turns(req: CanonicalRequest, provider: str) -> tuple[list[str], list[Tu
         role = m.get("role")
         where = f"messages[{i}]"
         if role in ("system", "developer"):
-            text = "".join(t for kind, t in _parts(m.get("content"), where, provider) if kind == "text")
+            parts = _parts(m.get("content"), where, provider, image_urls)
+            text = "".join(t for kind, t in parts if kind == "text")
             if text:
                 system.append(text)
         elif role in ("user", "assistant"):
-            t = Turn(role, _parts(m.get("content"), where, provider))
+            t = Turn(role, _parts(m.get("content"), where, provider, image_urls))
             for j, tc in enumerate(m.get("tool_calls") or []):
                 fn = tc.get("function") or {}
                 t.calls.append(
@@ -130,7 +136,7 @@ def read_turns(req: CanonicalRequest, provider: str) -> tuple[list[str], list[Tu
             turns.append(
                 Turn(
                     "tool",
-                    _parts(m.get("content"), where, provider),
+                    _parts(m.get("content"), where, provider, image_urls),
                     call_id=cid,
                     name=m.get("name") or names.get(cid) or "",
                 )
@@ -142,7 +148,7 @@ def read_turns(req: CanonicalRequest, provider: str) -> tuple[list[str], list[Tu
     return system, turns
 
 
-def _parts(content: Any, where: str, provider: str) -> list[tuple[str, Any]]:
+def _parts(content: Any, where: str, provider: str, image_urls: bool) -> list[tuple[str, Any]]:
     if content is None:
         return []
     if isinstance(content, str):
@@ -159,7 +165,11 @@ def _parts(content: Any, where: str, provider: str) -> list[tuple[str, Any]]:
                 if isinstance(p.get("image_url"), dict)
                 else p.get("image_url")
             )
-            out.append(("image", data_url(str(url or ""), f"{where}.content[{j}].image_url.url", provider)))
+            url = str(url or "")
+            if image_urls and not url.startswith("data:"):
+                out.append(("image_url", url))
+            else:
+                out.append(("image", data_url(url, f"{where}.content[{j}].image_url.url", provider)))
         else:
             raise InvalidRequest(
                 f"{where}.content[{j}]: a {kind!r} part is not supported by a {provider} "
@@ -219,6 +229,37 @@ def choice_of(req: CanonicalRequest) -> tuple[str, str | None]:
     raise InvalidRequest(
         f"tool_choice {tc!r} is not one of auto, none, required or a named function", param="tool_choice"
     )
+
+
+def tool_plan(req: CanonicalRequest) -> tuple[list[dict[str, Any]], str, str | None]:
+    """The function declarations and tool_choice as (mode, name), checked against each other: a
+    choice that asks for a call needs tools, and a named function must be one of them."""
+    fns = tool_functions(req)
+    mode, name = choice_of(req)
+    if not fns and mode in ("required", "tool"):
+        raise InvalidRequest("tool_choice asks for a tool call but tools lists none", param="tool_choice")
+    if mode == "tool" and name not in {f["name"] for f in fns}:
+        raise InvalidRequest(f"tool_choice names {name!r}, which is not in tools", param="tool_choice")
+    return fns, mode, name
+
+
+def alternate(turns: list[Turn], role_of: Callable[[Turn], str],
+              blocks_of: Callable[[Turn], list[dict[str, Any]]],
+              key: str = "content") -> list[dict[str, Any]]:
+    """The vendor's messages, ``{"role": role_of(turn), key: blocks}``: these APIs alternate roles,
+    so consecutive turns of one role merge (a turn's tool results go in the next user message)
+    and a turn with no blocks is left out."""
+    out: list[dict[str, Any]] = []
+    for t in turns:
+        blocks = blocks_of(t)
+        if not blocks:
+            continue
+        role = role_of(t)
+        if out and out[-1]["role"] == role:
+            out[-1][key] += blocks
+        else:
+            out.append({"role": role, key: blocks})
+    return out
 
 
 def dumps(obj: Any) -> str:

@@ -1,7 +1,8 @@
 """The router: pick a deployment, run the request on it, and keep the model name's promise when
 deployments are slow, failing or rate-limited.
 
-Per request: fit the context window (maybe switching to ``context_fallback``), then for the group
+Per request: fit the context window (maybe switching to ``context_fallback``; all of it in
+``window.Fitter``), then for the group
 and each of its ``fallbacks`` in turn, up to ``1 + retries`` attempts (healthy deployments first,
 fresh ones first; re-trying one already tried waits a jittered backoff), all inside the request's
 deadline. Only failures the error declares ``retryable`` are retried, and only before the first
@@ -20,7 +21,7 @@ import time
 from collections.abc import AsyncGenerator, Callable, Iterator
 from typing import TYPE_CHECKING
 
-from switchyard.core.backend import Backend, ReportsLoad, ReportsWindow
+from switchyard.core.backend import Backend, ReportsLoad
 from switchyard.core.canonical import CanonicalRequest, Chunk
 from switchyard.core.config import Config
 from switchyard.core.errors import GatewayError, RateLimited, Unavailable, UpstreamError
@@ -33,7 +34,7 @@ from switchyard.routing.resolve import Resolver, Route, RunInfo, Target
 from switchyard.routing.retry import PATIENCE, backoff, deadline_exceeded, retry_after_header
 from switchyard.routing.strategies import PICKERS, by_usage
 from switchyard.routing.usage import Counters, LocalCounters, counters_for
-from switchyard.routing.window import cap_output, fit_window, stated_overflow, truncating
+from switchyard.routing.window import Fitter
 
 if TYPE_CHECKING:
     from switchyard.policies.store import Store
@@ -52,6 +53,7 @@ class Router:
         self.config = config
         self.rc = config.router
         self.resolver = Resolver(config, self.rc, backends)
+        self.fitter = Fitter(self.resolve)
         self.rng = rng or random.Random()
         self.clock = clock
         self.counters: Counters = LocalCounters()
@@ -80,7 +82,7 @@ class Router:
         deadline = self.clock() + req.timeout if req.timeout else None
         asked = route.group
         try:
-            route, req = self._fit(req, route, info)
+            route, req = self.fitter.fit(req, route, info)
             target, served, (gen, first) = await self._first_fitted(req, route, asked, info, deadline)
         except BaseException:
             if info.upstream_start is not None:
@@ -113,39 +115,16 @@ class Router:
 
     async def _first_fitted(self, req: CanonicalRequest, route: Route, asked: str, info: RunInfo,
                             deadline: float | None) -> tuple[Target, Route, Attempt]:
-        """``_first``, with a truncating overflow policy honoured where no window is configured:
-        the upstream's own overflow error states its window, and the request, fitted to it as
-        the policy asks, is sent once more. A window the upstream reports is used first."""
-        policy = truncating(req) if route.model.context_window is None else None
-        if policy is None or any(t.deployment.backend == "engine" for t in route.targets) or all(
-                t.caps.applies_overflow for t in route.targets):
-            # The engine knows its own window and fits exactly, with the model's tokenizer; an
-            # upstream with the field (Fireworks, mistral.rs) applies the policy itself.
-            return await self._first(req, route, asked, info, deadline)
-        window = await self._reported_window(route)
-        if window is not None:  # fitted to what the upstream reports (vLLM's max_model_len)
-            self._need(req, route, info)
-            req = fit_window(req, route.group, route.model, window, info.prompt_tokens or 0)
-        elif req.overflow is not None:  # the gateway honours it: no upstream is asked to
-            req = dataclasses.replace(req, overflow=None)
+        """``_first``, and once more fitted to the window the upstream's own overflow error
+        states, where the caller's policy truncates and no window is configured (window.py)."""
+        req, policy = await self.fitter.fit_reported(req, route, info)
         try:
             return await self._first(req, route, asked, info, deadline)
         except UpstreamError as e:
-            stated = stated_overflow(e.message, req.max_tokens) if e.status == 400 else None
-            if stated is None:
+            fitted = self.fitter.refit(req, route, policy, e)
+            if fitted is None:
                 raise
-            window, prompt = stated
-            fitted = fit_window(dataclasses.replace(req, overflow=policy), route.group, route.model,
-                                window, prompt)
             return await self._first(fitted, route, asked, info, deadline)
-
-    @staticmethod
-    async def _reported_window(route: Route) -> int | None:
-        """The smallest window the route's deployments report (each asked once, bounded)."""
-        asks = [t.backend.reported_window(route.upstream_model) for t in route.targets
-                if isinstance(t.backend, ReportsWindow)]
-        known = [w for w in await asyncio.gather(*asks) if w is not None]
-        return min(known) if known else None
 
     async def _first(self, req: CanonicalRequest, route: Route, asked: str, info: RunInfo,
                      deadline: float | None) -> tuple[Target, Route, Attempt]:
@@ -306,33 +285,6 @@ class Router:
 
     # -- fallbacks ---------------------------------------------------------------------------
 
-    def _need(self, req: CanonicalRequest, route: Route, info: RunInfo) -> int:
-        if info.prompt_tokens is None:
-            from switchyard.policies.tokens import count_prompt_tokens
-
-            info.prompt_tokens = count_prompt_tokens(req, route.model)
-        return info.prompt_tokens + max(req.max_tokens or 0, 0)
-
-    def _fit(self, req: CanonicalRequest, route: Route, info: RunInfo) -> tuple[Route, CanonicalRequest]:
-        """The prompt does not fit the group's window: go straight to its ``context_fallback``;
-        with none left, fit it as the caller's overflow policy asks (or refuse). Where the window
-        is known the gateway honours the policy itself (``window.fit_window``)."""
-        if req.kind == "embedding":
-            return route, req  # a window bounds each input, not their sum: the backend truncates
-        seen = {route.group}
-        req = cap_output(req, route.model)
-        while route.model.context_window is not None:
-            window = route.model.context_window
-            nxt = route.model.context_fallback
-            if self._need(req, route, info) <= window or nxt is None or nxt in seen:
-                if all(t.deployment.backend != "upstream" for t in route.targets):
-                    return route, req  # the engine fits exactly itself, with the model's tokenizer
-                return route, fit_window(req, route.group, route.model, window, info.prompt_tokens or 0)
-            route = self.resolve(nxt)
-            seen.add(route.group)
-            req = cap_output(req, route.model)
-        return route, req
-
     def _chain(self, req: CanonicalRequest, route: Route, info: RunInfo) -> Iterator[Route]:
         """The route itself, then its group's fallbacks that fit the prompt (not for pinned routes)."""
         yield route
@@ -341,7 +293,7 @@ class Router:
         for name in route.model.fallbacks:
             r = self.resolve(name)
             window = r.model.context_window
-            if window is None or self._need(req, r, info) <= window:
+            if window is None or self.fitter.need(req, r, info) <= window:
                 yield r
 
     def _none_available(self, route: Route, saturated: bool) -> GatewayError:

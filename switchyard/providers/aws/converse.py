@@ -36,13 +36,13 @@ from switchyard.providers.aws.invoke_embed import embed_row, family
 from switchyard.providers.emulation import Emulation
 from switchyard.providers.turns import (
     Turn,
+    alternate,
     check_fields,
-    choice_of,
     dumps,
     read_turns,
     refuse,
     stops,
-    tool_functions,
+    tool_plan,
 )
 from switchyard.providers.wire import Caps, Wire
 
@@ -123,45 +123,33 @@ class ConverseCodec:
 
 
 def _messages(turns: list[Turn]) -> list[dict[str, Any]]:
-    """Converse turns alternate user/assistant: tool results join a user turn, and consecutive
-    turns of one role merge."""
-    out: list[dict[str, Any]] = []
-    for t in turns:
-        role = "assistant" if t.role == "assistant" else "user"
-        content: list[dict[str, Any]] = []
-        if t.role == "tool":
-            result = [{"text": v} for k, v in t.parts if k == "text"] or [{"text": ""}]
-            content.append({"toolResult": {"toolUseId": t.call_id, "content": result}})
+    """Converse turns alternate user/assistant: tool results join a user turn."""
+    return alternate(turns, lambda t: "assistant" if t.role == "assistant" else "user", _content)
+
+
+def _content(t: Turn) -> list[dict[str, Any]]:
+    if t.role == "tool":
+        result = [{"text": v} for k, v in t.parts if k == "text"] or [{"text": ""}]
+        return [{"toolResult": {"toolUseId": t.call_id, "content": result}}]
+    content: list[dict[str, Any]] = []
+    for kind, value in t.parts:
+        if kind == "text":
+            content.append({"text": value})
         else:
-            for kind, value in t.parts:
-                if kind == "text":
-                    content.append({"text": value})
-                else:
-                    mime, data = value
-                    fmt = _IMAGE_FORMATS.get(mime)
-                    if fmt is None:
-                        raise InvalidRequest(
-                            f"image type {mime!r} is not one Bedrock takes "
-                            f"({', '.join(sorted(_IMAGE_FORMATS))})",
-                            param="messages",
-                        )
-                    content.append({"image": {"format": fmt, "source": {"bytes": data}}})
-            content += [{"toolUse": {"toolUseId": c.id, "name": c.name, "input": c.args}} for c in t.calls]
-        if not content:
-            continue
-        if out and out[-1]["role"] == role:
-            out[-1]["content"] += content
-        else:
-            out.append({"role": role, "content": content})
-    return out
+            mime, data = value
+            fmt = _IMAGE_FORMATS.get(mime)
+            if fmt is None:
+                raise InvalidRequest(
+                    f"image type {mime!r} is not one Bedrock takes ({', '.join(sorted(_IMAGE_FORMATS))})",
+                    param="messages",
+                )
+            content.append({"image": {"format": fmt, "source": {"bytes": data}}})
+    return content + [{"toolUse": {"toolUseId": c.id, "name": c.name, "input": c.args}} for c in t.calls]
 
 
 def _tool_config(req: CanonicalRequest, history_calls: bool) -> dict[str, Any] | None:
-    fns = tool_functions(req)
-    mode, name = choice_of(req)
+    fns, mode, name = tool_plan(req)
     if not fns:
-        if mode in ("required", "tool"):
-            raise InvalidRequest("tool_choice asks for a tool call but tools lists none", param="tool_choice")
         if history_calls:
             raise InvalidRequest(
                 "the messages hold tool calls, so Bedrock needs the tools they call: send them in tools",
@@ -180,8 +168,6 @@ def _tool_config(req: CanonicalRequest, history_calls: bool) -> dict[str, Any] |
     ]
     if mode == "none":  # Converse has no "none": send no tools, unless the history needs them
         return {"tools": specs} if history_calls else None
-    if mode == "tool" and name not in {f["name"] for f in fns}:
-        raise InvalidRequest(f"tool_choice names {name!r}, which is not in tools", param="tool_choice")
     choices: dict[str, dict[str, Any]] = {"auto": {"auto": {}}, "required": {"any": {}}}
     choice = choices.get(mode) or {"tool": {"name": name}}
     return {"tools": specs, "toolChoice": choice}

@@ -23,7 +23,6 @@ import msgspec
 
 from switchyard.core.canonical import CanonicalRequest, Chunk, RequestKind
 from switchyard.core.deployments import DeploymentConfig
-from switchyard.core.errors import InvalidRequest
 from switchyard.dialects.anthropic.wire import THINKING_BUDGET
 from switchyard.dialects.reasoning import thinking_budget
 from switchyard.providers.emulation import Emulation
@@ -31,12 +30,12 @@ from switchyard.providers.google import answers
 from switchyard.providers.google.embed import with_embeddings
 from switchyard.providers.turns import (
     Turn,
+    alternate,
     check_fields,
-    choice_of,
     read_turns,
     refuse,
     stops,
-    tool_functions,
+    tool_plan,
 )
 from switchyard.providers.wire import Caps, Wire, header_auth
 
@@ -143,8 +142,7 @@ class GeminiCodec:
             config["thinkingConfig"] = thinking
         if config:
             body["generationConfig"] = config
-        fns = tool_functions(req)
-        mode, name = choice_of(req)
+        fns, mode, name = tool_plan(req)
         if fns:
             body["tools"] = [
                 {
@@ -158,16 +156,10 @@ class GeminiCodec:
                     ]
                 }
             ]
-            if mode == "tool" and name not in {f["name"] for f in fns}:
-                raise InvalidRequest(
-                    f"tool_choice names {name!r}, which is not in tools", param="tool_choice"
-                )
             calling: dict[str, Any] = {"mode": {"auto": "AUTO", "none": "NONE"}.get(mode, "ANY")}
             if mode == "tool":
                 calling["allowedFunctionNames"] = [name]
             body["toolConfig"] = {"functionCallingConfig": calling}
-        elif mode in ("required", "tool"):
-            raise InvalidRequest("tool_choice asks for a tool call but tools lists none", param="tool_choice")
         return body, emulation
 
     def whole(self, raw: bytes, req: CanonicalRequest) -> list[Chunk]:
@@ -178,30 +170,19 @@ class GeminiCodec:
 
 
 def _contents(turns: list[Turn]) -> list[dict[str, Any]]:
-    """Gemini turns: user (tool results too, as functionResponse parts) and model; consecutive
-    turns of one role merge."""
-    out: list[dict[str, Any]] = []
-    for t in turns:
-        role = "model" if t.role == "assistant" else "user"
-        parts: list[dict[str, Any]] = []
-        if t.role == "tool":
-            text = "".join(v for k, v in t.parts if k == "text")
-            parts.append({"functionResponse": {"name": t.name or "", "response": _response(text)}})
-        else:
-            for kind, value in t.parts:
-                parts.append(
-                    {"text": value}
-                    if kind == "text"
-                    else {"inlineData": {"mimeType": value[0], "data": value[1]}}
-                )
-            parts += [{"functionCall": {"name": c.name, "args": c.args}} for c in t.calls]
-        if not parts:
-            continue
-        if out and out[-1]["role"] == role:
-            out[-1]["parts"] += parts
-        else:
-            out.append({"role": role, "parts": parts})
-    return out
+    """Gemini turns: user (tool results too, as functionResponse parts) and model."""
+    return alternate(turns, lambda t: "model" if t.role == "assistant" else "user", _parts, "parts")
+
+
+def _parts(t: Turn) -> list[dict[str, Any]]:
+    if t.role == "tool":
+        text = "".join(v for k, v in t.parts if k == "text")
+        return [{"functionResponse": {"name": t.name or "", "response": _response(text)}}]
+    parts: list[dict[str, Any]] = [
+        {"text": value} if kind == "text" else {"inlineData": {"mimeType": value[0], "data": value[1]}}
+        for kind, value in t.parts
+    ]
+    return parts + [{"functionCall": {"name": c.name, "args": c.args}} for c in t.calls]
 
 
 def _response(text: str) -> dict[str, Any]:
