@@ -22,6 +22,7 @@ from pydantic import (
 
 from switchyard.core.deployments import ModelConfig
 from switchyard.core.errors import install_hint
+from switchyard.core.prices import unpriced_routes
 from switchyard.core.settings import (
     AUTO_KEY,
     MIN_MASTER_KEY,
@@ -124,7 +125,28 @@ class Config(ConfigModel):
                 if d.backend == "engine" and importlib.util.find_spec("torch") is None:
                     raise ValueError(f"models.{i}.deployments.{j}: the built-in engine needs the engine "
                                      f"extra: {install_hint('engine')}")
+        self._spend_priced()
         return self
+
+    def _spend_priced(self) -> None:
+        """A spend quota over a route without a price would count its requests as $0: refused."""
+        # (where, limits, the allow-lists a route must pass to be counted by them)
+        quotas: list[tuple[str, Limits, tuple[list[str] | None, ...]]] = [
+            (f"teams.{i}.limits", t.limits, (t.models,)) for i, t in enumerate(self.teams)]
+        quotas += [(f"teams.{i}.model_limits.{name}", lim, ([name], t.models))
+                   for i, t in enumerate(self.teams) for name, lim in t.model_limits.items()]
+        teams = {t.name: t for t in self.teams}
+        quotas += [(f"keys.{i}.limits", k.limits, (k.models, teams[k.team].models))
+                   for i, k in enumerate(self.keys)]
+        quotas = [q for q in quotas if q[1].spend_per_day is not None or q[1].spend_per_month is not None]
+        if not quotas:
+            return
+        for route, why in unpriced_routes(self.models).items():
+            vendor = route.split("/")[0]
+            for where, _, lists in quotas:
+                if all(ls is None or route in ls or f"{vendor}/*" in ls for ls in lists):
+                    raise ValueError(f"{where}: a spend quota counts requests in USD, but model {route} "
+                                     f"has no price ({why})")
 
     def _not_a_model(self, name: str) -> str | None:
         """Why an allow-list entry can never match (None: it can). Allow-lists see the configured

@@ -70,7 +70,7 @@ class Limits(ConfigModel):
         "setting wins over its team's; default on")
 
 
-class Price(ConfigModel):
+class PriceRates(ConfigModel):
     """USD per million tokens. Cached prompt tokens are priced apart where the vendor does
     (Anthropic: reads 0.1x, 5-minute writes 1.25x of the prompt price); unset, they cost as prompt."""
 
@@ -78,6 +78,34 @@ class Price(ConfigModel):
     completion_per_1m: float = Field(0.0, ge=0)
     cache_read_per_1m: float | None = Field(None, ge=0, description="prompt tokens read from a cache")
     cache_write_per_1m: float | None = Field(None, ge=0, description="prompt tokens written to a cache")
+
+
+class PriceTier(PriceRates):
+    """The rates for a request whose prompt (cached tokens included) is longer than
+    ``above_input_tokens``: all of its tokens, as Anthropic and Google bill long contexts."""
+
+    above_input_tokens: int = Field(..., ge=0)
+
+
+class Price(PriceRates):
+    """A model's price: base rates, and context-length tiers (the catalog's, or typed)."""
+
+    tiers: list[PriceTier] = Field(default_factory=list, description="ascending above_input_tokens")
+
+    @field_validator("tiers")
+    @classmethod
+    def _ascending(cls, v: list[PriceTier]) -> list[PriceTier]:
+        starts = [t.above_input_tokens for t in v]
+        if starts != sorted(set(starts)):
+            raise ValueError("tiers must have strictly ascending above_input_tokens")
+        return v
+
+    def rates(self, prompt_tokens: int) -> PriceRates:
+        """The rates a request with this many prompt tokens pays."""
+        for tier in reversed(self.tiers):
+            if prompt_tokens > tier.above_input_tokens:
+                return tier
+        return self
 
 
 class ServerConfig(ConfigModel):

@@ -8,10 +8,13 @@ request ends, however it ends, with the real usage.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from switchyard.core.canonical import Usage
 from switchyard.core.settings import Limits
+
+if TYPE_CHECKING:
+    from switchyard.policies.pricing import RoutePrices
 
 
 @dataclass(slots=True, frozen=True)
@@ -64,6 +67,9 @@ class Ticket:
     local: bool = False  # admitted by the in-process fallback while the store was down (fail-open)
     max_tokens: int | None = None  # completion tokens per choice admitted (sent upstream as max_tokens)
     lowered: bool = False  # max_tokens is lower than asked: a quota could not hold the request whole
+    prices: RoutePrices | None = None  # the route's prices (resolved once per route, not per request)
+    cost_nano: int = 0  # what was charged, once settled
+    unpriced: bool = False  # settled, and the deployment that served it has no known price
 
 
 @dataclass(slots=True)
@@ -94,7 +100,7 @@ class Outcome:
 class Policy(Protocol):
     async def admit(self, principal: Principal, model: str, *, prompt_tokens: int,
                     max_tokens: int | None, fail_open: bool = False, group: str | None = None,
-                    choices: int = 1) -> Ticket:
+                    choices: int = 1, upstream_model: str | None = None) -> Ticket:
         """Reserve ``prompt_tokens + max_tokens * choices`` and a request against every applicable
         limit, all or nothing; a quota that cannot hold that may admit a lower ``max_tokens``
         (``Ticket.max_tokens``, ``Ticket.lowered``). Raises ``switchyard.core.errors.RateLimited``

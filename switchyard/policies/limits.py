@@ -17,10 +17,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from switchyard.core.errors import Forbidden, RateLimited, Unavailable
+from switchyard.core.settings import Price
 from switchyard.policies.base import Outcome, Principal, Ticket
 from switchyard.policies.memory import MemoryStore
 from switchyard.policies.plan import NANO, Plan, build_plan
-from switchyard.policies.pricing import Pricing
+from switchyard.policies.pricing import Pricing, nano_usd
 from switchyard.policies.store import Admission, Store, StoreDown, UsageRecord
 
 log = logging.getLogger("switchyard.policies")
@@ -146,10 +147,18 @@ class Limiter:
             log.warning("policy store reachable again")
 
     async def admit(self, principal: Principal, model: str, *, prompt_tokens: int, max_tokens: int | None,
-                    fail_open: bool = False, group: str | None = None, choices: int = 1) -> Ticket:
+                    fail_open: bool = False, group: str | None = None, choices: int = 1,
+                    upstream_model: str | None = None) -> Ticket:
         if not principal.may_use(model):
             raise Forbidden(f"key {principal.key_id} may not use model {model}", param="model")
         plan = self.plan_for(principal, model)
+        prices = self.pricing.route(group or model, upstream_model)
+        if plan.has_spend and not prices.complete:
+            # Counted as $0 it would pass every spend quota: refused instead (a config cannot
+            # name it when it came from the admin API, or from a vendor/* route's caller).
+            raise Forbidden(f"model {model} has no price ({prices.why}), and a spend quota of key "
+                            f"{principal.key_id} or its team counts every request in USD", param="model")
+        price = prices.reserve
         per_choice = max_tokens if max_tokens is not None and max_tokens >= 0 else DEFAULT_COMPLETION_RESERVE
         asked = per_choice
         ticket_id = os.urandom(9).hex()
@@ -159,7 +168,7 @@ class Limiter:
         # (each try writes nothing unless it admits; one try per scope that can refuse).
         for _ in range(len(plan.scopes) + 1):
             reserve = prompt_tokens + per_choice * choices
-            spend = self.pricing.cost_nano(model, prompt_tokens, per_choice * choices)
+            spend = nano_usd(price, prompt_tokens, per_choice * choices)
             if not plan.has_limits:
                 adm = Admission(True, time.time_ns() // 1_000_000)
             elif self.store_down:
@@ -168,7 +177,7 @@ class Limiter:
                 adm, local = await self._admit_shared(plan, reserve, spend, lease, ticket_id, fail_open)
             if adm.ok:
                 break
-            fits = self._shrunk(adm, model, prompt_tokens, choices, per_choice)
+            fits = self._shrunk(adm, price, prompt_tokens, choices, per_choice)
             if fits is None or not shrinks(principal):
                 break
             per_choice = fits
@@ -187,7 +196,7 @@ class Limiter:
                    group=group or model, max_tokens=per_choice, lowered=per_choice != asked,
                    headers=headers,
                    lease_id=lease, started=time.monotonic(), prompt_tokens=prompt_tokens,
-                   reserved_spend=spend, admitted_ms=adm.now_ms, plan=plan, local=local)
+                   reserved_spend=spend, admitted_ms=adm.now_ms, plan=plan, local=local, prices=prices)
         if lease is not None:
             self._live[lease] = t
         if plan.has_quota and not local:
@@ -211,7 +220,8 @@ class Limiter:
                                                   lease_id=lease))
             return await self._degraded(plan, reserve, spend, lease, fail_open, e)
 
-    def _shrunk(self, adm: Admission, model: str, prompt: int, choices: int, per_choice: int) -> int | None:
+    @staticmethod
+    def _shrunk(adm: Admission, price: Price, prompt: int, choices: int, per_choice: int) -> int | None:
         """The largest max_tokens per choice (at least MIN_SHRUNK_TOKENS, below ``per_choice``)
         that what the refusing quota has left pays for; None: refuse."""
         if adm.kind not in QUOTAS or adm.remaining < 0:
@@ -219,13 +229,14 @@ class Limiter:
         if adm.kind.startswith("tokens"):
             fits = (adm.remaining - prompt) // choices
         else:
-            per_token = self.pricing.price(model).completion_per_1m * 1000  # nano-USD per token
+            # nano-USD per completion token (the tier the prompt falls in; a tier never lowers it)
+            per_token = price.rates(prompt).completion_per_1m * 1000
             if per_token <= 0:
                 return None
-            fits = int((adm.remaining - self.pricing.cost_nano(model, prompt, 0)) // (per_token * choices))
-            # cost_nano rounds the sum: step down until it is within the remainder (a step or two).
+            fits = int((adm.remaining - nano_usd(price, prompt, 0)) // (per_token * choices))
+            # nano_usd rounds the sum: step down until it is within the remainder (a step or two).
             for _ in range(4):
-                if fits < 1 or self.pricing.cost_nano(model, prompt, fits * choices) <= adm.remaining:
+                if fits < 1 or nano_usd(price, prompt, fits * choices) <= adm.remaining:
                     break
                 fits -= 1
         fits = min(fits, per_choice - 1)
@@ -273,7 +284,9 @@ class Limiter:
         self._held.pop(ticket.id, None)
         plan: Plan = ticket.plan
         usage = outcome.usage
-        cost = self.pricing.cost(ticket.model, usage)
+        priced = ticket.prices.cost(outcome.deployment, usage) if ticket.prices is not None else 0
+        cost = ticket.cost_nano = priced or 0
+        ticket.unpriced = priced is None
         rec = UsageRecord(ts_ms=ticket.admitted_ms, key_id=ticket.principal.key_id, team=plan.team,
                           model=ticket.group or ticket.model, deployment=outcome.deployment,
                           prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
@@ -282,7 +295,7 @@ class Limiter:
                           ticket_id=ticket.id, endpoint=outcome.endpoint, dialect=outcome.dialect,
                           requested_model=outcome.requested_model, attempts=outcome.attempts,
                           ttfb_ms=round(outcome.ttfb_ms, 3), cut=outcome.cut, reason=outcome.reason,
-                          cache_write_tokens=usage.cache_write_tokens)
+                          cache_write_tokens=usage.cache_write_tokens, unpriced=priced is None)
         kw: dict[str, Any] = dict(plan=plan, admitted_ms=ticket.admitted_ms,
                                   token_delta=usage.total_tokens - ticket.reserved_tokens,
                                   spend_delta=cost - ticket.reserved_spend, lease_id=ticket.lease_id,

@@ -62,6 +62,7 @@ class Plan:
     has_concurrency: bool
     has_limits: bool
     has_quota: bool = False  # some scope has a token or spend quota (a reservation to renew)
+    has_spend: bool = False  # some scope has a spend quota (its route must have a price)
 
     def agg_key(self, day: int) -> str:
         return f"{self.agg_prefix}:{day}"
@@ -101,5 +102,6 @@ def build_plan(ns: str, key_id: str, team: str, model: str, key_limits: Limits,
         agg_prefix=f"{t}:agg", log=f"{t}:log", mark_prefix=f"{t}:adm:", resv=resv_keys(ns, team),
         has_concurrency=any(s.vector[2] != NONE for s in live),
         has_quota=any(v != NONE for s in live for v in s.vector[3:]),
+        has_spend=any(v != NONE for s in live for v in s.vector[5:7]),
         has_limits=bool(live),
     )

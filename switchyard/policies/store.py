@@ -72,6 +72,7 @@ class UsageRecord:
     # rate_limit:rpm, quota:spend_day, bad_request:<param> (``switchyard.policies.refusals``).
     reason: str = ""
     cache_write_tokens: int = 0  # prompt tokens written to the upstream's prompt cache (in prompt_tokens)
+    unpriced: bool = False  # the deployment that served it has no known price (cost_nano is 0)
 
     def as_fields(self) -> dict[str, str]:
         return {k: _str(getattr(self, k)) for k in self.__dataclass_fields__}
@@ -97,7 +98,7 @@ _FIELD_TYPES: dict[str, type] = {
     **dict.fromkeys(("ts_ms", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_nano",
                      "status", "attempts", "cache_write_tokens"), int),
     **dict.fromkeys(("latency_ms", "ttfb_ms"), float),
-    "cut": bool,
+    **dict.fromkeys(("cut", "unpriced"), bool),
     **dict.fromkeys(("key_id", "team", "model", "deployment", "request_id", "ticket_id", "endpoint",
                      "dialect", "requested_model", "reason"), str),
 }
@@ -108,7 +109,7 @@ _FIELD_TYPES: dict[str, type] = {
 # in the hash of the minute's hour (the scripts derive these fields from the daily ones).
 # A metric added later is simply absent from older hashes: it reads 0 (usage.usage_row).
 METRICS = ("requests", "errors", "refused", "prompt_tokens", "completion_tokens", "cached_tokens",
-           "cost_nano", "cache_write_tokens")
+           "cost_nano", "cache_write_tokens", "unpriced")
 SEP = "\x1f"
 MINUTE_MS = 60_000
 HOUR_MS = 3_600_000
@@ -123,7 +124,7 @@ def refused(status: int, attempts: int) -> bool:
 def metric_values(r: UsageRecord) -> list[tuple[str, int]]:
     """The record's non-zero metrics, by name."""
     vals = (1, 1 if r.status >= 400 else 0, 1 if refused(r.status, r.attempts) else 0, r.prompt_tokens,
-            r.completion_tokens, r.cached_tokens, r.cost_nano, r.cache_write_tokens)
+            r.completion_tokens, r.cached_tokens, r.cost_nano, r.cache_write_tokens, 1 if r.unpriced else 0)
     return [(m, v) for m, v in zip(METRICS, vals, strict=True) if v]
 
 

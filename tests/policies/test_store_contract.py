@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from switchyard.core.canonical import Usage
-from switchyard.core.errors import RateLimited
+from switchyard.core.errors import Forbidden, RateLimited
 from switchyard.core.settings import Limits
 from switchyard.policies.base import Outcome, Principal, Ticket
 from switchyard.policies.limits import LOWERED_HEADER, Limiter
@@ -202,7 +202,11 @@ async def test_spend_quota_counts_reservations_and_real_cost(store, limiter_for)
     t = await admit(lim, p, GPT, prompt=1000, max_tokens=250)  # $0.005 more: exactly the quota
     await settle(lim, t, 1000, 250)
     await refused(lim, p, GPT, prompt=1, max_tokens=0)
-    await admit(lim, p, SMOL, prompt=1000, max_tokens=1000)  # a free model costs nothing
+    # local/smol has no price (an openai-compatible upstream whose model the catalog does not
+    # list): counted as $0 it would slip past the quota, so it is refused, saying why.
+    with pytest.raises(Forbidden, match=r"model local/smol has no price \(deployment eng: openai model "
+                       r"'smol' is not in the genai-prices catalog; set models\[\]\.price\)"):
+        await admit(lim, p, SMOL, prompt=1000, max_tokens=1000)
 
 
 async def test_a_token_quota_shrinks_max_tokens_to_what_is_left(store, limiter_for):
@@ -237,7 +241,11 @@ async def test_a_spend_quota_shrinks_max_tokens_to_what_the_remainder_buys(store
     t = await admit(lim, p, GPT, prompt=1000, max_tokens=2000)
     assert (t.max_tokens, t.lowered, t.reserved_spend) == (750, True, 10_000_000)
     await refused(lim, p, GPT, prompt=1, max_tokens=100)
-    await admit(lim, p, SMOL, prompt=1000, max_tokens=1000)  # a free model costs nothing
+    # local/smol has no price (an openai-compatible upstream whose model the catalog does not
+    # list): counted as $0 it would slip past the quota, so it is refused, saying why.
+    with pytest.raises(Forbidden, match=r"model local/smol has no price \(deployment eng: openai model "
+                       r"'smol' is not in the genai-prices catalog; set models\[\]\.price\)"):
+        await admit(lim, p, SMOL, prompt=1000, max_tokens=1000)
 
 
 async def test_monthly_spend_quota(store, limiter_for):
