@@ -305,6 +305,7 @@ async def test_usage_records_and_aggregates(store, limiter_for):
         ("bob", SMOL, 5, 3, 200), ("alice", GPT, 10, 0, 502), ("alice", GPT, 1000, 100, 200)]
     assert recs[1].cached_tokens == 5 and recs[1].latency_ms == 7.5 and recs[1].deployment == "oai"
     assert recs[2].cost_nano == 1000 * 2500 + 100 * 10_000
+    assert recs[0].unpriced and recs[0].cost_nano == 0 and not recs[2].unpriced
     day = recs[0].ts_ms // DAY_MS
     agg = (await store.aggregates("ml", [day - 1, day]))[day]
     assert agg == {
@@ -314,6 +315,7 @@ async def test_usage_records_and_aggregates(store, limiter_for):
         "alice\x1fopenai/gpt-4o\x1fcache_write_tokens": 2,
         "bob\x1flocal/smol\x1frequests": 1, "bob\x1flocal/smol\x1fprompt_tokens": 5,
         "bob\x1flocal/smol\x1fcompletion_tokens": 3,
+        "bob\x1flocal/smol\x1funpriced": 1,  # no price: counted apart, never a silent $0
     }
     assert await store.aggregates("ops", [day]) == {}
     assert recs[1].cache_write_tokens == 2
