@@ -99,7 +99,8 @@ async def test_a_deployment_without_a_price_is_counted_unpriced(gateway_for) -> 
         cfg = base_config([{"name": "local/n", "deployments": [
             {"name": "v", "provider": "vllm", "base_url": up.url, "model": "my-finetune"}]}])
         async with gateway_for(cfg) as c:
-            r = await c.post("/v1/chat/completions", json={"model": "local/n", "messages": HI, "max_tokens": 3})
+            r = await c.post("/v1/chat/completions",
+                             json={"model": "local/n", "messages": HI, "max_tokens": 3})
             assert r.status_code == 200 and r.headers["x-switchyard-cost"] == "unpriced"
             q = (await c.get("/admin/usage", headers=ADMIN, params={"group_by": "model"})).json()
             assert q["data"][0]["model"] == "local/n" and q["data"][0]["unpriced"] == 1

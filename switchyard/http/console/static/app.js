@@ -26,7 +26,7 @@ async function loadOverview() {
   document.getElementById("stat-refused").textContent = num(t.refused);
   document.getElementById("stat-unauth").textContent = num(unauth);
   document.getElementById("stat-tokens").textContent = num(t.total_tokens);
-  document.getElementById("stat-spend").textContent = usd(t.cost_usd);
+  document.getElementById("stat-spend").replaceChildren(spend(t));
   document.getElementById("stat-latency").textContent = `${ms(o.latency.p50_ms)} / ${ms(o.latency.p95_ms)}`;
   document.getElementById("stat-ttfb").textContent = `${ms(o.latency.ttfb_p50_ms)} / ${ms(o.latency.ttfb_p95_ms)}`;
   document.getElementById("stat-inflight").textContent = num(o.inflight);
@@ -46,7 +46,7 @@ async function loadOverview() {
     {name: "spend (USD)", cls: "s-spend", values: o.series.map(s => s.cost_usd)}], {fmt: usd});
   const cols = name => [[name, r => r[name]], ["Requests", r => num(r.requests)], ["Errors", r => num(r.errors)],
                         ["Refused", r => num(r.refused)], ["Tokens", r => num(r.total_tokens)],
-                        ["Spend", r => usd(r.cost_usd)]];
+                        ["Spend", spend]];
   table(document.getElementById("ov-models"), cols("model"), o.by_model);
   table(document.getElementById("ov-teams"), cols("team"), o.by_team);
   table(document.getElementById("ov-refused-now"), [["Team", r => r.team], ["Key", r => r.key],
@@ -57,6 +57,17 @@ async function loadOverview() {
     ...(reasons ? [["Reason", r => el("code", {}, r.reason)]] : []), ["Refused", r => num(r.refused)]], o.refused);
   table(document.getElementById("ov-unauth"), [["Reason", r => el("code", {}, r[0])], ["Requests", r => num(r[1])]],
         Object.entries(o.unauthenticated));
+}
+
+// Spend, flagged with the requests that had no price (not in the sum): never a plain $0.
+function unpricedFlag(n) {
+  return el("span", {class: "unpriced", "data-unpriced": String(n),
+                     title: `${n} request(s) served by a deployment without a known price (no models[].price, not in the price catalog): not in this spend`},
+            `${num(n)} unpriced`);
+}
+
+function spend(x) {
+  return x.unpriced ? el("span", {}, usd(x.cost_usd), " + ", unpricedFlag(x.unpriced)) : usd(x.cost_usd);
 }
 
 // -- usage explorer ------------------------------------------------------------------------
@@ -95,13 +106,13 @@ async function loadUsage(reset) {
   table(document.getElementById("usage-agg"), [[group, x => String(x[group])], ["Requests", x => num(x.requests)],
     ["Errors", x => num(x.errors)], ["Refused", x => num(x.refused)], ["Prompt", x => num(x.prompt_tokens)],
     ["Cache read", x => num(x.cached_tokens || 0)], ["Cache write", x => num(x.cache_write_tokens || 0)],
-    ["Completion", x => num(x.completion_tokens)], ["Spend", x => usd(x.cost_usd)]], a.data);
+    ["Completion", x => num(x.completion_tokens)], ["Spend", spend]], a.data);
   table(document.getElementById("usage-records"), [
     ["Time (UTC)", x => utc(x.ts_ms)], ["Team", x => x.team],
     ["Key", x => x.key_id], ["Model", x => x.model || x.requested_model], ["Deployment", x => x.deployment || "-"],
     ["Status", x => String(x.status)], ["Reason", x => x.reason ? el("code", {}, x.reason) : ""],
     ["Attempts", x => String(x.attempts)], ["Tokens", x => `${x.prompt_tokens} + ${x.completion_tokens}`],
-    ["Spend", x => usd(x.cost_nano / 1e9)], ["Latency", x => ms(x.latency_ms)], ["TTFB", x => ms(x.ttfb_ms >= 0 ? x.ttfb_ms : null)],
+    ["Spend", x => x.unpriced ? unpricedFlag(1) : usd(x.cost_nano / 1e9)], ["Latency", x => ms(x.latency_ms)], ["TTFB", x => ms(x.ttfb_ms >= 0 ? x.ttfb_ms : null)],
     ["Request id", x => x.request_id]], r.data);
   cursors[pageNo + 1] = r.next_cursor || "";
   document.getElementById("next-page").disabled = !r.next_cursor;
