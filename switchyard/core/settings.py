@@ -165,6 +165,8 @@ class UsageConfig(ConfigModel):
                              "(Redis) or in the process (memory://) while PostgreSQL is down")
     claim_idle: float = Field(30.0, gt=0, description="seconds before another consumer's unwritten "
                               "records are taken over (a replica that died)")
+    tags: list[str] | None = Field(None, description="the tags a request may carry (x-switchyard-tags, "
+                                   "metadata.tags); another is a 400. Unset: any, at most 8 a request")
 
     @field_validator("ledger")
     @classmethod

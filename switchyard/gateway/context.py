@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from switchyard.gateway.streaming import Tally
+from switchyard.policies.attribution import NONE, Attribution
 from switchyard.routing.resolve import RunInfo
 
 if TYPE_CHECKING:
@@ -60,6 +61,7 @@ class RequestContext:
     cut: bool = False  # a stream that ended before its last event
     warning: str | None = None  # x-switchyard-warning, if any
     usage: Usage | None = None  # what was charged, once settled
+    attribution: Attribution = NONE  # tags, end user, session (policies.attribution)
     # time.monotonic() instants around admission and settlement (the trace's child spans; the
     # metrics read admit_at)
     admit_at: float | None = None

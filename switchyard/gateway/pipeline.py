@@ -38,6 +38,7 @@ from switchyard.gateway.requests import (
 )
 from switchyard.gateway.streaming import Tally, gather
 from switchyard.gateway.types import SSE, Endpoint, Responder, Tracer
+from switchyard.policies.attribution import read_attribution
 from switchyard.policies.base import Outcome, Principal
 from switchyard.policies.factory import Policies
 from switchyard.policies.limits import DEFAULT_COMPLETION_RESERVE
@@ -181,6 +182,7 @@ class Gateway:
         else:
             req = parse_request(dialect, body, kind=ep.kind, strict=principal.strict)
         ctx.requested_model = model_name(req.model)
+        ctx.attribution = read_attribution(headers, req.user, body, self.config.usage.tags)
         ctx.stream = req.stream
         route = ctx.route = self._route(req, principal)
         timeout = req.timeout if req.timeout is not None else principal.timeout
@@ -200,7 +202,8 @@ class Gateway:
         ticket = ctx.ticket = await self.policies.policy.admit(
             principal, route.group, prompt_tokens=prompt_tokens, max_tokens=per_choice,
             choices=len(req.prompt or [None]) * max(req.best_of or 1, req.n or 1),
-            fail_open=route.fail_open, group=route.model.name, upstream_model=route.upstream_model)
+            fail_open=route.fail_open, group=route.model.name, upstream_model=route.upstream_model,
+            attribution=ctx.attribution)
         ctx.admitted_at = time.monotonic()
         ctx.tally = Tally(prompt_tokens)
         ctx.warning = unsent_warning(req, route)

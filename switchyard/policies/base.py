@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from switchyard.core.canonical import Usage
 from switchyard.core.settings import Limits
+from switchyard.policies.attribution import NONE, Attribution
 
 if TYPE_CHECKING:
     from switchyard.policies.pricing import RoutePrices
@@ -70,6 +71,7 @@ class Ticket:
     prices: RoutePrices | None = None  # the route's prices (resolved once per route, not per request)
     cost_nano: int = 0  # what was charged, once settled
     unpriced: bool = False  # settled, and the deployment that served it has no known price
+    attribution: Attribution = NONE  # tags, end user, session
 
 
 @dataclass(slots=True)
@@ -100,7 +102,8 @@ class Outcome:
 class Policy(Protocol):
     async def admit(self, principal: Principal, model: str, *, prompt_tokens: int,
                     max_tokens: int | None, fail_open: bool = False, group: str | None = None,
-                    choices: int = 1, upstream_model: str | None = None) -> Ticket:
+                    choices: int = 1, upstream_model: str | None = None,
+                    attribution: Attribution = NONE) -> Ticket:
         """Reserve ``prompt_tokens + max_tokens * choices`` and a request against every applicable
         limit, all or nothing; a quota that cannot hold that may admit a lower ``max_tokens``
         (``Ticket.max_tokens``, ``Ticket.lowered``). Raises ``switchyard.core.errors.RateLimited``

@@ -18,6 +18,7 @@ from typing import Any
 
 from switchyard.core.errors import Forbidden, RateLimited, Unavailable
 from switchyard.core.settings import Price
+from switchyard.policies.attribution import NONE, Attribution
 from switchyard.policies.base import Outcome, Principal, Ticket
 from switchyard.policies.memory import MemoryStore
 from switchyard.policies.plan import NANO, Plan, build_plan
@@ -148,7 +149,7 @@ class Limiter:
 
     async def admit(self, principal: Principal, model: str, *, prompt_tokens: int, max_tokens: int | None,
                     fail_open: bool = False, group: str | None = None, choices: int = 1,
-                    upstream_model: str | None = None) -> Ticket:
+                    upstream_model: str | None = None, attribution: Attribution = NONE) -> Ticket:
         if not principal.may_use(model):
             raise Forbidden(f"key {principal.key_id} may not use model {model}", param="model")
         plan = self.plan_for(principal, model)
@@ -196,7 +197,8 @@ class Limiter:
                    group=group or model, max_tokens=per_choice, lowered=per_choice != asked,
                    headers=headers,
                    lease_id=lease, started=time.monotonic(), prompt_tokens=prompt_tokens,
-                   reserved_spend=spend, admitted_ms=adm.now_ms, plan=plan, local=local, prices=prices)
+                   reserved_spend=spend, admitted_ms=adm.now_ms, plan=plan, local=local, prices=prices,
+                   attribution=attribution)
         if lease is not None:
             self._live[lease] = t
         if plan.has_quota and not local:
@@ -295,7 +297,9 @@ class Limiter:
                           ticket_id=ticket.id, endpoint=outcome.endpoint, dialect=outcome.dialect,
                           requested_model=outcome.requested_model, attempts=outcome.attempts,
                           ttfb_ms=round(outcome.ttfb_ms, 3), cut=outcome.cut, reason=outcome.reason,
-                          cache_write_tokens=usage.cache_write_tokens, unpriced=priced is None)
+                          cache_write_tokens=usage.cache_write_tokens, unpriced=priced is None,
+                          tags=",".join(ticket.attribution.tags), end_user=ticket.attribution.end_user,
+                          session=ticket.attribution.session)
         kw: dict[str, Any] = dict(plan=plan, admitted_ms=ticket.admitted_ms,
                                   token_delta=usage.total_tokens - ticket.reserved_tokens,
                                   spend_delta=cost - ticket.reserved_spend, lease_id=ticket.lease_id,

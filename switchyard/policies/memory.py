@@ -22,6 +22,7 @@ from switchyard.policies.store import (
     SEP,
     Admission,
     UsageRecord,
+    dimension_keys_of,
     metric_values,
     month_of,
 )
@@ -192,9 +193,13 @@ class MemoryStore:
             mins = self._mins[(team, hour)]
         tail = f"{record.model}{SEP}"
         day_base, minute_base = f"{record.key_id}{SEP}{tail}", f"{record.ts_ms // MINUTE_MS}{SEP}{tail}"
-        for metric, inc in metric_values(record):
+        vals = metric_values(record)
+        for metric, inc in vals:
             aggs[day_base + metric] += inc
             mins[minute_base + metric] += inc
+        for dim in dimension_keys_of(record):  # tags, end user, session: by day only
+            for metric, inc in vals:
+                aggs[f"{dim}{SEP}{tail}{metric}"] += inc
         self._logs[team].append(record)
         if self.journal is not None:
             self.journal(record)

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from switchyard.policies.attribution import Attribution, dimension_keys
 from switchyard.policies.plan import Plan
 
 if TYPE_CHECKING:
@@ -73,6 +74,9 @@ class UsageRecord:
     reason: str = ""
     cache_write_tokens: int = 0  # prompt tokens written to the upstream's prompt cache (in prompt_tokens)
     unpriced: bool = False  # the deployment that served it has no known price (cost_nano is 0)
+    tags: str = ""  # comma list (policies.attribution)
+    end_user: str = ""
+    session: str = ""
 
     def as_fields(self) -> dict[str, str]:
         return {k: _str(getattr(self, k)) for k in self.__dataclass_fields__}
@@ -100,7 +104,7 @@ _FIELD_TYPES: dict[str, type] = {
     **dict.fromkeys(("latency_ms", "ttfb_ms"), float),
     **dict.fromkeys(("cut", "unpriced"), bool),
     **dict.fromkeys(("key_id", "team", "model", "deployment", "request_id", "ticket_id", "endpoint",
-                     "dialect", "requested_model", "reason"), str),
+                     "dialect", "requested_model", "reason", "tags", "end_user", "session"), str),
 }
 
 
@@ -131,8 +135,20 @@ def metric_values(r: UsageRecord) -> list[tuple[str, int]]:
 def agg_increments(r: UsageRecord) -> list[tuple[str, int]]:
     """The daily aggregate's fields "<key>\x1f<model>\x1f<metric>" and what each gains; a minute's
     fields are "<minute>\x1f<model>\x1f<metric>" (settle.lua writes both)."""
+    vals = metric_values(r)
     base = f"{r.key_id}{SEP}{r.model}{SEP}"
-    return [(base + m, v) for m, v in metric_values(r)]
+    out = [(base + m, v) for m, v in vals]
+    for dim in dimension_keys_of(r):  # no minute copies (the scripts skip them)
+        base = f"{dim}{SEP}{r.model}{SEP}"
+        out += [(base + m, v) for m, v in vals]
+    return out
+
+
+def dimension_keys_of(r: UsageRecord) -> list[str]:
+    """The aggregate "key" parts of a record's tags, end user and session (policies.attribution)."""
+    if not (r.tags or r.end_user or r.session):
+        return []
+    return dimension_keys(Attribution(tuple(r.tags.split(",")) if r.tags else (), r.end_user, r.session))
 
 
 def month_of(ms: int) -> int:

@@ -9,6 +9,7 @@ from collections import defaultdict
 from typing import Any, Protocol
 
 from switchyard.core.errors import InvalidRequest
+from switchyard.policies.attribution import MARK
 from switchyard.policies.plan import NANO
 from switchyard.policies.registry import Registry
 from switchyard.policies.store import HOUR_MS, METRICS, MINUTE_MS, SEP, Store
@@ -62,16 +63,34 @@ class UsageQuery:
         teams = [f.team] if f.team else await self.registry.team_names()
         groups: dict[tuple[str, ...], dict[str, int]] = defaultdict(lambda: defaultdict(int))
         total: dict[str, int] = defaultdict(int)
+        # Tags, end users and sessions have fields of their own ("\x1e<dimension>:<value>" in the
+        # key's place); a request with two tags is in both tags' rows.
+        dim = f.dimension()
+        mark = f"{MARK}{dim}:" if dim else None
+        want = getattr(f, dim) if dim else None
         for t in teams:
             for day, fields in (await self.store.aggregates(t, days)).items():
+                day_s = (_EPOCH + dt.timedelta(days=day)).isoformat()
                 for field, v in fields.items():
                     k, m, metric = field.split(SEP)
-                    if (f.key and k != f.key) or (f.model and m != f.model):
+                    if f.model and m != f.model:
                         continue
-                    attrs = {"team": t, "key": k, "model": m,
-                             "day": (_EPOCH + dt.timedelta(days=day)).isoformat()}
-                    groups[tuple(attrs[g] for g in f.group_by)][metric] += int(v)
-                    total[metric] += int(v)
+                    n = int(v)
+                    if k.startswith(MARK):
+                        if mark is None or not k.startswith(mark):
+                            continue
+                        value = k[len(mark):]
+                        if want is not None and value != want:
+                            continue
+                        attrs = {"team": t, "model": m, "day": day_s, str(dim): value}
+                        groups[tuple(attrs[g] for g in f.group_by)][metric] += n
+                        if want is not None:  # one value asked for: its requests are the total
+                            total[metric] += n
+                    elif not (f.key and k != f.key) and want is None:
+                        total[metric] += n
+                        if mark is None:
+                            attrs = {"team": t, "key": k, "model": m, "day": day_s}
+                            groups[tuple(attrs[g] for g in f.group_by)][metric] += n
         data = [dict(zip(f.group_by, g, strict=True)) | usage_row(metrics)
                 for g, metrics in sorted(groups.items())]
         return {"from": start.isoformat(), "to": end.isoformat(), "group_by": list(f.group_by),

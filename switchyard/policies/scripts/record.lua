@@ -7,8 +7,10 @@ local maxrec, minute, nagg = ARGV[1], ARGV[2], tonumber(ARGV[3])
 for j = 0, nagg - 1 do
   local f, inc = ARGV[4 + 2 * j], ARGV[5 + 2 * j]
   redis.call('HINCRBY', KEYS[1], f, inc)
-  local at = string.find(f, '\31', 1, true)  -- (start, end): keep the start only
-  redis.call('HINCRBY', KEYS[2], minute .. string.sub(f, at), inc)
+  if string.byte(f, 1) ~= 30 then  -- tags, end users, sessions: by day only
+    local at = string.find(f, '\31', 1, true)  -- (start, end): keep the start only
+    redis.call('HINCRBY', KEYS[2], minute .. string.sub(f, at), inc)
+  end
 end
 redis.call('PEXPIRE', KEYS[1], 400 * 86400000)
 redis.call('PEXPIRE', KEYS[2], 7260000)  -- store.MINUTES_KEPT_MS

@@ -117,8 +117,11 @@ local minute = tostring(math.floor(admitted / 60000))
 for j = 0, nagg - 1 do
   local f, inc = ARGV[p + 2 * j], ARGV[p + 2 * j + 1]
   redis.call('HINCRBY', agg, f, inc)
-  local at = string.find(f, '\31', 1, true)  -- (start, end): keep the start only
-  redis.call('HINCRBY', aggm, minute .. string.sub(f, at), inc)
+  -- A tag's, end user's or session's field ("\30...": policies.attribution) has no minute copy.
+  if string.byte(f, 1) ~= 30 then
+    local at = string.find(f, '\31', 1, true)  -- (start, end): keep the start only
+    redis.call('HINCRBY', aggm, minute .. string.sub(f, at), inc)
+  end
 end
 redis.call('PEXPIRE', agg, 400 * DAY)
 redis.call('PEXPIRE', aggm, 7260000)  -- store.MINUTES_KEPT_MS
