@@ -49,7 +49,7 @@ class UsageQuery:
         bad = f.ledger_only()
         if bad:
             raise InvalidRequest(f"{', '.join(bad)}: needs the usage ledger (usage.ledger)",
-                                 param=bad[0].split("=")[0])
+                                 param=bad[0].split("=")[0].split(" ")[0])
 
     async def query(self, f: UsageFilter) -> dict[str, Any]:
         """Sums over the UTC days [start_day, end_day], filtered and grouped; with
@@ -125,7 +125,8 @@ class UsageQuery:
 
     async def records(self, f: UsageFilter) -> dict[str, Any]:
         self._check(f)
-        bad = [p for p, v in (("key", f.key), ("model", f.model), ("from", f.start), ("to", f.end)) if v]
+        bad = [p for p, v in (("key", f.key), ("model", f.model), ("from", f.start), ("to", f.end),
+                              ("tag", f.tag), ("end_user", f.end_user), ("session", f.session)) if v]
         if bad:
             raise InvalidRequest(f"{', '.join(bad)}: filtering records needs the usage ledger "
                                  "(usage.ledger)", param=bad[0])

@@ -59,12 +59,13 @@ class UsageFilter:
         bad += ["cursor"] if self.cursor else []
         bad += [f"group_by={g}" for g in self.group_by if g not in STORE_GROUPS]
         dims = [d for d in DIMENSIONS if d in self.group_by or getattr(self, d) is not None]
+        # The store keeps each of them apart, per team, day and model.
         if len(dims) > 1:
-            bad.append(f"{dims[1]} with {dims[0]}")
+            bad.append(f"{dims[1]} (with {dims[0]})")
         if dims and (self.key or "key" in self.group_by):
-            bad.append(f"key with {dims[0]}")
+            bad.append(f"key (with {dims[0]})")
         if dims and "minute" in self.group_by:
-            bad.append(f"minute with {dims[0]}")
+            bad.append(f"group_by=minute (with {dims[0]})")
         return bad
 
 

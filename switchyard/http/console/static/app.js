@@ -77,7 +77,7 @@ let pageNo = 0;
 function usageParams() {
   const v = formValues(document.getElementById("usage-form"));
   const q = new URLSearchParams();
-  for (const k of ["team", "key", "model", "status"]) if (v[k]) q.set(k, v[k]);
+  for (const k of ["team", "key", "model", "status", "tag", "end_user", "session"]) if (v[k]) q.set(k, v[k]);
   if (v.from) q.set("from", toInstant(v.from));
   if (v.to) q.set("to", toInstant(v.to));
   return {q, group: v.group_by};
@@ -112,6 +112,8 @@ async function loadUsage(reset) {
     ["Key", x => x.key_id], ["Model", x => x.model || x.requested_model], ["Deployment", x => x.deployment || "-"],
     ["Status", x => String(x.status)], ["Reason", x => x.reason ? el("code", {}, x.reason) : ""],
     ["Attempts", x => String(x.attempts)], ["Tokens", x => `${x.prompt_tokens} + ${x.completion_tokens}`],
+    ["For", x => [x.tags && `tags ${x.tags}`, x.end_user && `user ${x.end_user}`, x.session && `session ${x.session}`]
+      .filter(Boolean).join("; ")],
     ["Spend", x => x.unpriced ? unpricedFlag(1) : usd(x.cost_nano / 1e9)], ["Latency", x => ms(x.latency_ms)], ["TTFB", x => ms(x.ttfb_ms >= 0 ? x.ttfb_ms : null)],
     ["Request id", x => x.request_id]], r.data);
   cursors[pageNo + 1] = r.next_cursor || "";
