@@ -67,6 +67,7 @@ class MemoryStore:
         self._leases: dict[str, dict[str, int]] = defaultdict(dict)
         self._quota: dict[str, dict[str, int]] = defaultdict(dict)
         self._aggs: dict[tuple[str, int], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        self._dims: dict[tuple[str, int], dict[str, int]] = defaultdict(lambda: defaultdict(int))
         # (team, epoch hour) -> minute sums; hours older than the last two are dropped as new come.
         self._mins: dict[tuple[str, int], dict[str, int]] = defaultdict(lambda: defaultdict(int))
         self._unauth: dict[str, int] = defaultdict(int)
@@ -197,9 +198,12 @@ class MemoryStore:
         for metric, inc in vals:
             aggs[day_base + metric] += inc
             mins[minute_base + metric] += inc
-        for dim in dimension_keys_of(record):  # tags, end user, session: by day only
-            for metric, inc in vals:
-                aggs[f"{dim}{SEP}{tail}{metric}"] += inc
+        keys = dimension_keys_of(record)
+        if keys:  # tags, end user, session: by day only, in sums of their own
+            dims = self._dims[(team, record.ts_ms // DAY_MS)]
+            for dim in keys:
+                for metric, inc in vals:
+                    dims[f"{dim}{SEP}{tail}{metric}"] += inc
         self._logs[team].append(record)
         if self.journal is not None:
             self.journal(record)
@@ -277,8 +281,10 @@ class MemoryStore:
     async def members(self, set_name: str) -> set[str]:
         return set(self._sets.get(set_name, ()))
 
-    async def aggregates(self, team: str, days: list[int]) -> dict[int, dict[str, int]]:
-        return {d: dict(self._aggs[(team, d)]) for d in days if (team, d) in self._aggs}
+    async def aggregates(self, team: str, days: list[int],
+                         dimensions: bool = False) -> dict[int, dict[str, int]]:
+        table = self._dims if dimensions else self._aggs
+        return {d: dict(table[(team, d)]) for d in days if (team, d) in table}
 
     async def records(self, team: str, limit: int) -> list[UsageRecord]:
         log = self._logs.get(team)

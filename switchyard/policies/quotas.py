@@ -9,7 +9,6 @@ from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily
 
-from switchyard.policies.attribution import MARK
 from switchyard.policies.plan import NANO
 from switchyard.policies.registry import Registry
 from switchyard.policies.store import SEP, Store, StoreDown
@@ -21,8 +20,6 @@ MAX_TEAMS = 500  # a scrape reads at most this many teams' aggregates
 def _used(fields: dict[str, Any], spend: bool) -> float:
     total = 0
     for field, v in fields.items():
-        if field.startswith(MARK):
-            continue  # a tag's, end user's or session's copy of usage counted already
         metric = field.rsplit(SEP, 1)[-1]
         if (metric == "cost_nano") if spend else metric in ("prompt_tokens", "completion_tokens"):
             total += int(v)

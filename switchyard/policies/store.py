@@ -118,6 +118,9 @@ SEP = "\x1f"
 MINUTE_MS = 60_000
 HOUR_MS = 3_600_000
 MINUTES_KEPT_MS = 2 * HOUR_MS + MINUTE_MS  # a minute hash outlives its hour by this much
+# Days the store keeps the sums per tag, end user and session (a field per value: sessions are
+# many; the ledger keeps them as long as its records). The scripts say the same (settle.lua).
+DIMENSION_DAYS = 35
 
 
 def refused(status: int, attempts: int) -> bool:
@@ -227,7 +230,12 @@ class Store(Protocol):
 
     async def members(self, set_name: str) -> set[str]: ...
 
-    async def aggregates(self, team: str, days: list[int]) -> dict[int, dict[str, int]]: ...
+    async def aggregates(self, team: str, days: list[int],
+                         dimensions: bool = False) -> dict[int, dict[str, int]]:
+        """The team's daily sums ``{day: {"<key>\x1f<model>\x1f<metric>": sum}}``; with
+        ``dimensions``, its tags', end users' and sessions' (``"\x1e<dimension>:<value>"`` in the
+        key's place), kept apart and for ``DIMENSION_DAYS`` days only."""
+        ...
 
     async def minutes(self, team: str, hours: list[int]) -> dict[str, int]:
         """The team's per-minute sums in the hours (epoch hour numbers) still kept (the last

@@ -63,34 +63,39 @@ class UsageQuery:
         teams = [f.team] if f.team else await self.registry.team_names()
         groups: dict[tuple[str, ...], dict[str, int]] = defaultdict(lambda: defaultdict(int))
         total: dict[str, int] = defaultdict(int)
-        # Tags, end users and sessions have fields of their own ("\x1e<dimension>:<value>" in the
-        # key's place); a request with two tags is in both tags' rows.
+        # Tags, end users and sessions have sums of their own ("\x1e<dimension>:<value>" in the
+        # key's place; store.DIMENSION_DAYS); a request with two tags is in both tags' rows.
         dim = f.dimension()
         mark = f"{MARK}{dim}:" if dim else None
         want = getattr(f, dim) if dim else None
         for t in teams:
-            for day, fields in (await self.store.aggregates(t, days)).items():
-                day_s = (_EPOCH + dt.timedelta(days=day)).isoformat()
-                for field, v in fields.items():
-                    k, m, metric = field.split(SEP)
-                    if f.model and m != f.model:
-                        continue
-                    n = int(v)
-                    if k.startswith(MARK):
-                        if mark is None or not k.startswith(mark):
+            if mark is not None:
+                for day, fields in (await self.store.aggregates(t, days, dimensions=True)).items():
+                    day_s = (_EPOCH + dt.timedelta(days=day)).isoformat()
+                    for field, v in fields.items():
+                        k, m, metric = field.split(SEP)
+                        if not k.startswith(mark) or (f.model and m != f.model):
                             continue
                         value = k[len(mark):]
                         if want is not None and value != want:
                             continue
                         attrs = {"team": t, "model": m, "day": day_s, str(dim): value}
-                        groups[tuple(attrs[g] for g in f.group_by)][metric] += n
+                        groups[tuple(attrs[g] for g in f.group_by)][metric] += int(v)
                         if want is not None:  # one value asked for: its requests are the total
-                            total[metric] += n
-                    elif not (f.key and k != f.key) and want is None:
-                        total[metric] += n
-                        if mark is None:
-                            attrs = {"team": t, "key": k, "model": m, "day": day_s}
-                            groups[tuple(attrs[g] for g in f.group_by)][metric] += n
+                            total[metric] += int(v)
+                if want is not None:
+                    continue
+            # Grouped by a dimension (no value asked for): the total is every request's.
+            for day, fields in (await self.store.aggregates(t, days)).items():
+                day_s = (_EPOCH + dt.timedelta(days=day)).isoformat()
+                for field, v in fields.items():
+                    k, m, metric = field.split(SEP)
+                    if (f.key and k != f.key) or (f.model and m != f.model):
+                        continue
+                    total[metric] += int(v)
+                    if mark is None:
+                        attrs = {"team": t, "key": k, "model": m, "day": day_s}
+                        groups[tuple(attrs[g] for g in f.group_by)][metric] += int(v)
         data = [dict(zip(f.group_by, g, strict=True)) | usage_row(metrics)
                 for g, metrics in sorted(groups.items())]
         return {"from": start.isoformat(), "to": end.isoformat(), "group_by": list(f.group_by),

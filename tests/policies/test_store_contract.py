@@ -9,6 +9,7 @@ import pytest
 from switchyard.core.canonical import Usage
 from switchyard.core.errors import Forbidden, RateLimited
 from switchyard.core.settings import Limits
+from switchyard.policies.attribution import Attribution
 from switchyard.policies.base import Outcome, Principal, Ticket
 from switchyard.policies.limits import LOWERED_HEADER, Limiter
 from switchyard.policies.store import DAY_MS
@@ -370,3 +371,25 @@ async def test_the_hot_path_pipelines_and_follows_a_moved_slot(store, limiter_fo
     day = tickets[0].admitted_ms // DAY_MS
     agg = (await store.aggregates("ml", [day]))[day]
     assert agg["alice\x1flocal/smol\x1frequests"] == 30
+
+
+async def test_tags_end_users_and_sessions_are_summed_apart(store, limiter_for):
+    lim = limiter_for(make_config())
+    p = who(key_limits=Limits(rpm=100))
+    who_for = Attribution(("search", "chat"), "u-7", "s-1")
+    t = await lim.admit(p, GPT, prompt_tokens=100, max_tokens=10, attribution=who_for)
+    await lim.settle(t, Outcome(Usage(100, 10), 200, deployment="oai", latency_ms=1.0))
+    await settle(lim, await admit(lim, p, GPT, 50, 5), 50, 5)  # no attribution
+    (rec, tagged) = await store.records("ml", 10)
+    assert (tagged.tags, tagged.end_user, tagged.session) == ("search,chat", "u-7", "s-1")
+    assert (rec.tags, rec.end_user, rec.session) == ("", "", "")
+    day = tagged.ts_ms // DAY_MS
+    plain = (await store.aggregates("ml", [day]))[day]
+    assert plain["alice\x1fopenai/gpt-4o\x1frequests"] == 2 and not any(k.startswith("\x1e") for k in plain)
+    dims = (await store.aggregates("ml", [day], dimensions=True))[day]
+    assert {k: v for k, v in dims.items() if k.endswith("requests") or k.endswith("prompt_tokens")} == {
+        f"\x1e{d}\x1fopenai/gpt-4o\x1f{m}": n
+        for d in ("tag:search", "tag:chat", "end_user:u-7", "session:s-1")
+        for m, n in (("requests", 1), ("prompt_tokens", 100))}
+    hour = tagged.ts_ms // 3_600_000
+    assert not any("\x1e" in k or "search" in k for k in await store.minutes("ml", [hour - 1, hour]))

@@ -114,15 +114,21 @@ local agg, aggm, log = KEYS[#KEYS - 5], KEYS[#KEYS - 4], KEYS[#KEYS - 3]
 local p = 9 + nscopes * 7
 -- The minute's fields are the day's with the minute in place of the key (store.agg_increments).
 local minute = tostring(math.floor(admitted / 60000))
+-- A tag's, end user's or session's field ("\30...": policies.attribution) goes to the day's
+-- hash of such sums (the same {team} slot), kept DIMENSION_DAYS, with no minute copy.
+local aggx, dims = agg .. ':x', false
 for j = 0, nagg - 1 do
   local f, inc = ARGV[p + 2 * j], ARGV[p + 2 * j + 1]
-  redis.call('HINCRBY', agg, f, inc)
-  -- A tag's, end user's or session's field ("\30...": policies.attribution) has no minute copy.
-  if string.byte(f, 1) ~= 30 then
+  if string.byte(f, 1) == 30 then
+    redis.call('HINCRBY', aggx, f, inc)
+    dims = true
+  else
+    redis.call('HINCRBY', agg, f, inc)
     local at = string.find(f, '\31', 1, true)  -- (start, end): keep the start only
     redis.call('HINCRBY', aggm, minute .. string.sub(f, at), inc)
   end
 end
+if dims then redis.call('PEXPIRE', aggx, 35 * 86400000) end  -- store.DIMENSION_DAYS
 redis.call('PEXPIRE', agg, 400 * DAY)
 redis.call('PEXPIRE', aggm, 7260000)  -- store.MINUTES_KEPT_MS
 local rec = {}
