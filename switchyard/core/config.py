@@ -46,6 +46,8 @@ class TeamConfig(ConfigModel):
     models: list[str] | None = Field(None, description="allowlist; missing = every model")
     limits: Limits = Field(default_factory=Limits)
     model_limits: dict[str, Limits] = Field(default_factory=dict, description="per (team, model)")
+    end_user_limits: Limits | None = Field(None, description="for each end user of the team")
+    tag_limits: dict[str, Limits] = Field(default_factory=dict, description="per tag of the team's requests")
 
 
 class KeyConfig(ConfigModel):
@@ -135,10 +137,15 @@ class Config(ConfigModel):
             (f"teams.{i}.limits", t.limits, (t.models,)) for i, t in enumerate(self.teams)]
         quotas += [(f"teams.{i}.model_limits.{name}", lim, ([name], t.models))
                    for i, t in enumerate(self.teams) for name, lim in t.model_limits.items()]
+        quotas += [(f"teams.{i}.tag_limits.{name}", lim, (t.models,))
+                   for i, t in enumerate(self.teams) for name, lim in t.tag_limits.items()]
+        quotas += [(f"teams.{i}.end_user_limits", t.end_user_limits, (t.models,))
+                   for i, t in enumerate(self.teams) if t.end_user_limits is not None]
         teams = {t.name: t for t in self.teams}
         quotas += [(f"keys.{i}.limits", k.limits, (k.models, teams[k.team].models))
                    for i, k in enumerate(self.keys)]
-        quotas = [q for q in quotas if q[1].spend_per_day is not None or q[1].spend_per_month is not None]
+        quotas = [q for q in quotas if q[1].spend_per_day is not None or q[1].spend_per_month is not None
+                  or q[1].spend_per_session is not None]
         if not quotas:
             return
         for route, why in unpriced_routes(self.models).items():

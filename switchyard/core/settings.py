@@ -64,6 +64,10 @@ class Limits(ConfigModel):
     tokens_per_month: int | None = Field(None, ge=1, le=10**15)
     spend_per_day: float | None = Field(None, gt=0, le=10**6, description="USD (at most 1,000,000)")
     spend_per_month: float | None = Field(None, gt=0, le=10**6, description="USD (at most 1,000,000)")
+    tokens_per_session: int | None = Field(None, ge=1, le=10**15, description="each session id "
+                                           "(x-switchyard-session) seen on the key or team, for its lifetime")
+    spend_per_session: float | None = Field(None, gt=0, le=10**6, description="USD, each session id seen "
+                                            "on the key or team, for its lifetime")
     shrink_max_tokens: bool | None = Field(
         None, description="when a token or spend quota cannot hold a request's max_tokens, lower it "
         "to what is left (header x-switchyard-max-tokens-lowered) instead of a 429; the key's "

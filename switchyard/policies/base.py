@@ -27,6 +27,8 @@ class Principal:
     key_limits: Limits = field(default_factory=Limits)
     team_limits: Limits = field(default_factory=Limits)
     team_model_limits: dict[str, Limits] = field(default_factory=dict)
+    team_end_user_limits: Limits | None = None  # for each end user of the team
+    team_tag_limits: dict[str, Limits] = field(default_factory=dict)
     key_models: frozenset[str] | None = None  # None = any model
     team_models: frozenset[str] | None = None
     strict: bool = False

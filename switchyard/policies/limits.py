@@ -21,7 +21,7 @@ from switchyard.core.settings import Price
 from switchyard.policies.attribution import NONE, Attribution
 from switchyard.policies.base import Outcome, Principal, Ticket
 from switchyard.policies.memory import MemoryStore
-from switchyard.policies.plan import NANO, Plan, build_plan
+from switchyard.policies.plan import LIFETIME, NANO, Plan, attribution_scopes, build_plan, with_scopes
 from switchyard.policies.pricing import Pricing, nano_usd
 from switchyard.policies.store import Admission, Store, StoreDown, UsageRecord
 
@@ -45,7 +45,11 @@ _WHAT = {
     "tokens_per_month": "monthly token quota {limit} reached",
     "spend_per_day": "daily spend quota ${usd} reached",
     "spend_per_month": "monthly spend quota ${usd} reached",
+    "tokens_per_session": "token quota {limit} per session reached",
+    "spend_per_session": "spend quota ${usd} per session reached",
 }
+# A lifetime scope's (a session's) quotas are its month ones (plan.LIFETIME).
+_LIFETIME_KIND = {"tokens_per_month": "tokens_per_session", "spend_per_month": "spend_per_session"}
 
 
 def shrinks(p: Principal) -> bool:
@@ -153,12 +157,20 @@ class Limiter:
         if not principal.may_use(model):
             raise Forbidden(f"key {principal.key_id} may not use model {model}", param="model")
         plan = self.plan_for(principal, model)
+        if attribution is not NONE:  # its session's, end user's and tags' budgets, in the same call
+            p, a = principal, attribution
+            extra = attribution_scopes(self.store.ns, p.key_id, p.team, a.tags, a.end_user, a.session,
+                                       p.key_limits, p.team_limits, p.team_end_user_limits, p.team_tag_limits)
+            if extra:
+                plan = with_scopes(plan, extra)
         prices = self.pricing.route(group or model, upstream_model)
         if plan.has_spend and not prices.complete:
             # Counted as $0 it would pass every spend quota: refused instead (a config cannot
             # name it when it came from the admin API, or from a vendor/* route's caller).
-            raise Forbidden(f"model {model} has no price ({prices.why}), and a spend quota of key "
-                            f"{principal.key_id} or its team counts every request in USD", param="model")
+            e = Forbidden(f"model {model} has no price ({prices.why}), and a spend quota of key "
+                          f"{principal.key_id} or its team counts every request in USD", param="model")
+            e.reason = "unpriced"
+            raise e
         price = prices.reserve
         per_choice = max_tokens if max_tokens is not None and max_tokens >= 0 else DEFAULT_COMPLETION_RESERVE
         asked = per_choice
@@ -257,11 +269,13 @@ class Limiter:
     @staticmethod
     def _refusal(plan: Plan, adm: Admission, reserve: int, seen: Admission | None) -> RateLimited:
         scope = plan.scopes[adm.scope]
-        what = _WHAT[adm.kind].format(limit=adm.limit, reserve=reserve,
-                                      usd=f"{adm.limit / NANO:g}")
+        kind = _LIFETIME_KIND.get(adm.kind, adm.kind) if scope.vector[3] == LIFETIME else adm.kind
+        what = _WHAT[kind].format(limit=adm.limit, reserve=reserve,
+                                  usd=f"{adm.limit / NANO:g}")
         secs = max(1, math.ceil(adm.retry_ms / 1000))
-        tail = "" if adm.kind == "too_large" else f"; retry in {secs} s"
-        headers = {"Retry-After": str(secs)}
+        tail = "" if kind in ("too_large", *_LIFETIME_KIND.values()) else f"; retry in {secs} s"
+        # A session's budget never comes back: no Retry-After to wait for.
+        headers = {} if kind in _LIFETIME_KIND.values() else {"Retry-After": str(secs)}
         # As OpenAI does on its 429s: the limit that refused, nothing left, and when it resets;
         # the other per-minute limit as last admitted here, replenished since.
         req = _since(seen.req, seen.now_ms, adm.now_ms) if seen is not None else None
@@ -272,8 +286,9 @@ class Limiter:
             tok = (adm.limit, 0, adm.retry_ms)
         headers.update(ratelimit_headers(Admission(False, adm.now_ms, req=req, tok=tok)))
         e = RateLimited(f"{scope.label}: {what}{tail}", headers=headers)
-        e.limit = adm.kind
-        e.scope = scope.label.split(" ")[0] if " model " not in scope.label else "model"
+        e.limit = kind
+        e.scope = ("model" if " model " in scope.label else "end_user" if scope.label.startswith("end user ")
+                   else scope.label.split(" ")[0])
         return e
 
     async def settle(self, ticket: Ticket, outcome: Outcome) -> None:

@@ -14,7 +14,7 @@ from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from switchyard.policies.plan import KINDS, NONE, Plan
+from switchyard.policies.plan import KINDS, LIFETIME, NONE, Plan
 from switchyard.policies.store import (
     DAY_MS,
     HOUR_MS,
@@ -118,18 +118,19 @@ class MemoryStore:
                 writes.append(functools.partial(held.__setitem__, lease_id, now + lease_ttl_ms))
             if any(v != NONE for v in (tpd, tpmo, spd, spmo)):
                 h = self._quota[q]
-                same_day, same_month = h.get("d") == day, h.get("m") == month
+                mon = 0 if tpd == LIFETIME else month  # as admit.lua: a session's, for its lifetime
+                same_day, same_month = h.get("d") == day, h.get("m") == mon
                 for kind, lim, used, cost, reset in (
                     ("tokens_per_day", tpd, h.get("td", 0) if same_day else 0, tokens, (day + 1) * DAY_MS),
                     ("tokens_per_month", tpmo, h.get("tm", 0) if same_month else 0, tokens,
-                     _next_month_ms(month)),
+                     now - 1 if mon == 0 else _next_month_ms(month)),
                     ("spend_per_day", spd, h.get("sd", 0) if same_day else 0, spend, (day + 1) * DAY_MS),
                     ("spend_per_month", spmo, h.get("sm", 0) if same_month else 0, spend,
-                     _next_month_ms(month)),
+                     now - 1 if mon == 0 else _next_month_ms(month)),
                 ):
-                    if lim != NONE and used + cost > lim:
+                    if lim >= 0 and used + cost > lim:  # LIFETIME (-2) in tokens/day: no day quota
                         return Admission(False, now, i, kind, reset - now, lim, remaining=lim - used)
-                writes.append(functools.partial(self._charge, h, day, month, tokens, spend))
+                writes.append(functools.partial(self._charge, h, day, mon, tokens, spend))
         for w in writes:
             w()
         return Admission(True, now, req=req, tok=tok)
@@ -180,7 +181,7 @@ class MemoryStore:
             if conc != NONE and lease_id is not None:
                 self._leases[cc].pop(lease_id, None)
             if any(v != NONE for v in (tpd, tpmo, spd, spmo)):
-                self._charge(self._quota[q], day, month, token_delta, spend_delta)
+                self._charge(self._quota[q], day, 0 if tpd == LIFETIME else month, token_delta, spend_delta)
         self._record(plan.team, record)
         return True, None
 

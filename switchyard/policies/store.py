@@ -147,10 +147,10 @@ def agg_increments(r: UsageRecord) -> list[tuple[str, int]]:
     return out
 
 
-def dimension_keys_of(r: UsageRecord) -> list[str]:
+def dimension_keys_of(r: UsageRecord) -> Sequence[str]:
     """The aggregate "key" parts of a record's tags, end user and session (policies.attribution)."""
     if not (r.tags or r.end_user or r.session):
-        return []
+        return ()  # the common case: nothing allocated
     return dimension_keys(Attribution(tuple(r.tags.split(",")) if r.tags else (), r.end_user, r.session))
 
 

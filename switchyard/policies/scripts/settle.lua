@@ -88,10 +88,11 @@ for i = 1, nscopes do
         set[n + 3], set[n + 4] = 'sd', string.format('%d', tonumber(h[4] or 0) + qsd)
       end
       n = #set
-      if not m or m < month then
-        set[n + 1], set[n + 2], set[n + 3], set[n + 4] = 'm', month, 'tm', string.format('%d', qtd)
+      local mon = tonumber(ARGV[a + 4]) == -2 and 0 or month  -- a lifetime scope's (admit.lua)
+      if not m or m < mon then
+        set[n + 1], set[n + 2], set[n + 3], set[n + 4] = 'm', mon, 'tm', string.format('%d', qtd)
         set[n + 5], set[n + 6] = 'sm', string.format('%d', qsd)
-      elseif m == month then
+      elseif m == mon then
         set[n + 1], set[n + 2] = 'tm', string.format('%d', tonumber(h[6] or 0) + qtd)
         set[n + 3], set[n + 4] = 'sm', string.format('%d', tonumber(h[7] or 0) + qsd)
       end
