@@ -114,3 +114,22 @@ async def test_bad_attribution_is_a_400_naming_it(headers: dict[str, str], body:
         assert not up.requests
         assert (await chat(c, {"x-switchyard-tags": "chat"})).status_code == 200
         assert (await chat(c, {}, metadata={"tags": "search"})).status_code == 200
+
+
+async def test_budgets_per_tag_and_end_user_set_through_the_admin_api() -> None:
+    async with FakeUpstream() as up, FakeAnthropic() as claude, serve(config(up, claude, "memory://")) as c:
+        r = await c.put("/admin/teams/t", headers=ADMIN, json={
+            "tag_limits": {"search": {"rpm": 1}}, "end_user_limits": {"rpm": 2}})
+        assert r.status_code == 200, r.text
+        assert r.json()["tag_limits"]["search"]["rpm"] == 1 and r.json()["end_user_limits"]["rpm"] == 2
+        assert (await chat(c, {"x-switchyard-tags": "search"})).status_code == 200
+        r = await chat(c, {"x-switchyard-tags": "chat,search"})
+        assert r.status_code == 429 and r.json()["error"]["message"].startswith(
+            "tag search: requests per minute limit 1 reached")
+        assert (await chat(c, {"x-switchyard-tags": "chat"})).status_code == 200
+        assert [(await chat(c, user="u-7")).status_code for _ in range(3)] == [200, 200, 429]
+        assert (await chat(c, user="u-8")).status_code == 200
+        r = await c.put("/admin/teams/t", headers=ADMIN, json={"tag_limits": {"search": None},
+                                                              "end_user_limits": None})
+        assert r.json()["tag_limits"] == {} and r.json()["end_user_limits"] is None
+        assert (await chat(c, {"x-switchyard-tags": "search"}, user="u-7")).status_code == 200
