@@ -26,6 +26,7 @@ from switchyard.core.prices import unpriced_routes
 from switchyard.core.settings import (
     AUTO_KEY,
     MIN_MASTER_KEY,
+    AlertsConfig,
     ConfigError,
     ConfigModel,
     Limits,
@@ -84,6 +85,7 @@ class Config(ConfigModel):
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     tracing: TracingConfig = Field(default_factory=TracingConfig)
+    alerts: AlertsConfig | None = None
     master_key: Secret = Field(None, description="guards /admin; usually env:NAME; auto: generated "
                                "on first start (master_key_file())")
     models: list[ModelConfig] = Field(default_factory=list)

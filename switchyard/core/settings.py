@@ -180,6 +180,33 @@ class UsageConfig(ConfigModel):
                              ("asyncpg",))
 
 
+class AlertsConfig(ConfigModel):
+    """Webhooks as a day's or month's spend or token quota fills (docs/policies.md, "Alerts")."""
+
+    webhook: str = Field(..., description="http(s) URL the alerts are POSTed to")
+    secret: Secret = Field(None, description="signs each body: x-switchyard-signature: sha256=<hex "
+                           "HMAC-SHA256 of the body>; env:NAME reads $NAME")
+    thresholds: list[float] = Field(default_factory=lambda: [0.5, 0.8, 1.0], min_length=1,
+                                    description="fractions of each quota; one alert each per period")
+    format: Literal["json", "slack"] = "json"
+    interval: float = Field(10.0, gt=0, le=3600, description="seconds between checks of the quotas")
+
+    @field_validator("webhook")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        v = resolve_secret(v) or v
+        if not v.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return v
+
+    @field_validator("thresholds")
+    @classmethod
+    def _fractions(cls, v: list[float]) -> list[float]:
+        if any(not 0 < t <= 10 for t in v):
+            raise ValueError("each threshold is a fraction of the quota above 0 (1.0: reached)")
+        return sorted(set(v))
+
+
 class RouterConfig(ConfigModel):
     retries: int = Field(2, ge=0, description="extra attempts after the first, before any byte is sent")
     backoff_base: float = Field(0.05, ge=0, description="seconds; doubled per attempt, jittered")

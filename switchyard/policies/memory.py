@@ -263,6 +263,13 @@ class MemoryStore:
                 self._doc_exp.pop(n, None)
         return [copy.deepcopy(self._docs.get(n)) for n in names]
 
+    async def claim(self, name: str, ttl_ms: int) -> bool:
+        now = self._now()
+        if self._doc_exp.get(name, now + 1) > now and name in self._docs:
+            return False
+        await self.put_doc(name, {}, ttl_ms)
+        return True
+
     async def put_doc(self, name: str, doc: dict[str, Any], ttl_ms: int | None = None) -> None:
         self._docs[name] = copy.deepcopy(doc)
         if ttl_ms is None:

@@ -492,6 +492,9 @@ class RedisStore:
         else:
             await self._call("SET", name, json.dumps(doc), "PX", ttl_ms)
 
+    async def claim(self, name: str, ttl_ms: int) -> bool:
+        return bool(await self._call("SET", name, b"1", "NX", "PX", ttl_ms))
+
     async def add_member(self, set_name: str, member: str) -> None:
         await self._call("SADD", set_name, member)
 

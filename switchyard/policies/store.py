@@ -228,6 +228,10 @@ class Store(Protocol):
 
     async def add_member(self, set_name: str, member: str) -> None: ...
 
+    async def claim(self, name: str, ttl_ms: int) -> bool:
+        """True for the one caller, across replicas, that claims ``name`` first (kept ``ttl_ms``)."""
+        ...
+
     async def members(self, set_name: str) -> set[str]: ...
 
     async def aggregates(self, team: str, days: list[int],
