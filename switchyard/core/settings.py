@@ -68,6 +68,8 @@ class Limits(ConfigModel):
                                            "(x-switchyard-session) seen on the key or team, for its lifetime")
     spend_per_session: float | None = Field(None, gt=0, le=10**6, description="USD, each session id seen "
                                             "on the key or team, for its lifetime")
+    soft: bool | None = Field(None, description="a soft budget: these token and spend quotas (day, month, "
+                       "session) only send alerts (alerts:), never refuse or shrink")
     shrink_max_tokens: bool | None = Field(
         None, description="when a token or spend quota cannot hold a request's max_tokens, lower it "
         "to what is left (header x-switchyard-max-tokens-lowered) instead of a 429; the key's "

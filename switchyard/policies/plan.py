@@ -28,13 +28,15 @@ def limit_vector(lim: Limits) -> tuple[int, ...]:
     def usd(v: float | None) -> int:
         return NONE if v is None else round(v * NANO)
 
+    if lim.soft:  # a soft budget's quotas alert only (policies.alerts): nothing to admit against
+        return (n(lim.rpm), n(lim.tpm), n(lim.max_concurrency), NONE, NONE, NONE, NONE)
     return (n(lim.rpm), n(lim.tpm), n(lim.max_concurrency), n(lim.tokens_per_day),
             n(lim.tokens_per_month), usd(lim.spend_per_day), usd(lim.spend_per_month))
 
 
 def session_vector(lim: Limits) -> tuple[int, ...] | None:
     """A session scope's limits: its lifetime quotas in the month slots (``LIFETIME``)."""
-    if lim.tokens_per_session is None and lim.spend_per_session is None:
+    if lim.soft or (lim.tokens_per_session is None and lim.spend_per_session is None):
         return None
     tokens = NONE if lim.tokens_per_session is None else lim.tokens_per_session
     spend = NONE if lim.spend_per_session is None else round(lim.spend_per_session * NANO)

@@ -107,3 +107,17 @@ async def test_slack_format() -> None:
         (got,) = await hook.wait(1)
         assert got["text"].startswith(":warning: team t: 50% of its spend_per_day reached for ")
         assert "(0.006 of 0.01 USD)" in got["text"]
+
+
+async def test_a_soft_budget_alerts_and_never_refuses() -> None:
+    async with FakeUpstream() as up, Receiver() as hook:
+        cfg = config(up.url, hook.url, "memory://").model_dump()
+        cfg["keys"][0]["key"] = KEY
+        cfg["keys"][0]["limits"] = {"spend_per_day": 0.004, "soft": True}
+        cfg["teams"][0]["limits"] = {"shrink_max_tokens": False}
+        async with serve(parse_config(cfg)) as c:
+            await spend(c, 3)  # $0.009: more than twice the soft budget, every request answered
+            got = await hook.wait(3)
+            await asyncio.sleep(0.3)
+            assert sorted((g["scope"], g["threshold"]) for g in got) == [
+                ("key k1", 0.5), ("key k1", 0.8), ("key k1", 1.0)]
