@@ -57,6 +57,96 @@ def _matches(b: Budget, k: str, m: str) -> bool:
     return b.dimension is None or k == b.dimension
 
 
+@dataclass(frozen=True, slots=True)
+class BudgetUse:
+    """How much of one day's or month's quota is used."""
+
+    team: str
+    scope: str
+    limit: str  # the quota: tokens_per_day, spend_per_month, ...
+    period: str  # YYYY-MM-DD or YYYY-MM
+    used: float  # USD or tokens
+    limit_value: float
+
+    @property
+    def fraction(self) -> float:
+        return self.used / self.limit_value if self.limit_value else 0.0
+
+
+async def _team_budgets(registry: Registry, team: str, keys: list[dict[str, Any]]) -> list[Budget]:
+    doc = await registry.team(team)
+    out = [Budget(f"team {team}", doc["limits"] or {})]
+    out += [Budget(f"key {k['id']}", k["limits"], key=k["id"]) for k in keys if k["team"] == team]
+    out += [Budget(f"team {team} model {m}", lim, model=m) for m, lim in doc["model_limits"].items()]
+    out += [Budget(f"tag {t}", lim, dimension=f"{MARK}tag:{t}") for t, lim in doc["tag_limits"].items()]
+    if doc.get("end_user_limits"):
+        out.append(Budget("end user", doc["end_user_limits"], dimension=f"{MARK}end_user:"))
+    return [b for b in out if any(b.limits.get(q) for q in QUOTAS)]
+
+
+async def budget_use(store: Store, registry: Registry, today: dt.date) -> list[BudgetUse]:
+    """Every day's and month's quota of every team (at most ``MAX_TEAMS``) with what its
+    settled usage has used of it (the store's daily aggregates)."""
+    day = (today - _EPOCH).days
+    month = list(range((today.replace(day=1) - _EPOCH).days, day + 1))
+    keys = await registry.keys()
+    out: list[BudgetUse] = []
+    for team in (await registry.team_names())[:MAX_TEAMS]:
+        budgets = await _team_budgets(registry, team, keys)
+        if not budgets:
+            continue
+        aggs = await store.aggregates(team, month)
+        dims = (await store.aggregates(team, month, dimensions=True)
+                if any(b.dimension for b in budgets) else {})
+        for b in budgets:
+            for q in QUOTAS:
+                limit = b.limits.get(q)
+                if not limit:
+                    continue
+                days = [day] if q.endswith("day") else month
+                period = today.isoformat() if q.endswith("day") else today.isoformat()[:7]
+                for scope, used in _used(b, q, days, dims if b.dimension else aggs).items():
+                    out.append(BudgetUse(team, scope, q, period, used, float(limit)))
+    return out
+
+
+async def month_spend(store: Store, registry: Registry, today: dt.date) -> list[dict[str, Any]]:
+    """Each team's spend this UTC month so far, and where it ends at the pace so far."""
+    day = (today - _EPOCH).days
+    first = today.replace(day=1)
+    days_in = ((first + dt.timedelta(days=32)).replace(day=1) - first).days
+    out = []
+    for team in (await registry.team_names())[:MAX_TEAMS]:
+        aggs = await store.aggregates(team, list(range((first - _EPOCH).days, day + 1)))
+        nano = sum(int(v) for fields in aggs.values() for f, v in fields.items()
+                   if f.endswith(f"{SEP}cost_nano"))
+        usd = nano / NANO
+        out.append({"team": team, "spend_usd": usd, "projected_usd": usd / today.day * days_in,
+                    "days": today.day, "days_in_month": days_in})
+    return out
+
+
+def _used(b: Budget, q: str, days: list[int], aggs: dict[int, dict[str, int]]) -> dict[str, float]:
+    """Usage per scope (one, or each end user of the team) over ``days``: USD or tokens."""
+    spend = q.startswith("spend")
+    out: dict[str, float] = {}
+    for d in days:
+        for field, v in aggs.get(d, {}).items():
+            k, m, metric = field.split(SEP)
+            if (metric != "cost_nano") if spend else metric not in ("prompt_tokens", "completion_tokens"):
+                continue
+            if b.scope == "end user":  # one budget for each end user of the team
+                if not k.startswith(b.dimension or ""):
+                    continue
+                scope = f"end user {k[len(b.dimension or ''):]}"
+            elif _matches(b, k, m):
+                scope = b.scope
+            else:
+                continue
+            out[scope] = out.get(scope, 0) + (int(v) / NANO if spend else int(v))
+    return out
+
+
 class Alerts:
     def __init__(self, cfg: AlertsConfig, store: Store, registry: Registry) -> None:
         self.cfg = cfg
@@ -80,61 +170,12 @@ class Alerts:
                 log.exception("checking budgets for alerts failed")
             await asyncio.sleep(self.cfg.interval)
 
-    async def _budgets(self, team: str, keys: list[dict[str, Any]]) -> list[Budget]:
-        doc = await self.registry.team(team)
-        out = [Budget(f"team {team}", doc["limits"] or {})]
-        out += [Budget(f"key {k['id']}", k["limits"], key=k["id"]) for k in keys if k["team"] == team]
-        out += [Budget(f"team {team} model {m}", lim, model=m) for m, lim in doc["model_limits"].items()]
-        out += [Budget(f"tag {t}", lim, dimension=f"{MARK}tag:{t}") for t, lim in doc["tag_limits"].items()]
-        if doc.get("end_user_limits"):
-            out.append(Budget("end user", doc["end_user_limits"], dimension=f"{MARK}end_user:"))
-        return [b for b in out if any(b.limits.get(q) for q in QUOTAS)]
-
     async def check(self, today: dt.date | None = None) -> int:
         """Claim and send every threshold crossed now; how many were claimed here."""
-        today = today or dt.datetime.now(dt.UTC).date()
-        day = (today - _EPOCH).days
-        month = list(range((today.replace(day=1) - _EPOCH).days, day + 1))
-        keys = await self.registry.keys()
         sent = 0
-        for team in (await self.registry.team_names())[:MAX_TEAMS]:
-            budgets = await self._budgets(team, keys)
-            if not budgets:
-                continue
-            aggs = await self.store.aggregates(team, month)
-            dims = (await self.store.aggregates(team, month, dimensions=True)
-                    if any(b.dimension for b in budgets) else {})
-            for b in budgets:
-                for q in QUOTAS:
-                    limit = b.limits.get(q)
-                    if not limit:
-                        continue
-                    days = [day] if q.endswith("day") else month
-                    period = today.isoformat() if q.endswith("day") else today.isoformat()[:7]
-                    for scope, used in self._used(b, q, days, dims if b.dimension else aggs).items():
-                        sent += await self._crossed(team, scope, q, period, used, float(limit))
+        for u in await budget_use(self.store, self.registry, today or dt.datetime.now(dt.UTC).date()):
+            sent += await self._crossed(u.team, u.scope, u.limit, u.period, u.used, u.limit_value)
         return sent
-
-    @staticmethod
-    def _used(b: Budget, q: str, days: list[int], aggs: dict[int, dict[str, int]]) -> dict[str, float]:
-        """Usage per scope (one, or each end user of the team) over ``days``: USD or tokens."""
-        spend = q.startswith("spend")
-        out: dict[str, float] = {}
-        for d in days:
-            for field, v in aggs.get(d, {}).items():
-                k, m, metric = field.split(SEP)
-                if (metric != "cost_nano") if spend else metric not in ("prompt_tokens", "completion_tokens"):
-                    continue
-                if b.scope == "end user":  # one budget for each end user of the team
-                    if not k.startswith(b.dimension or ""):
-                        continue
-                    scope = f"end user {k[len(b.dimension or ''):]}"
-                elif _matches(b, k, m):
-                    scope = b.scope
-                else:
-                    continue
-                out[scope] = out.get(scope, 0) + (int(v) / NANO if spend else int(v))
-        return out
 
     async def _crossed(self, team: str, scope: str, quota: str, period: str, used: float,
                        limit: float) -> int:

@@ -67,3 +67,33 @@ async def test_the_usage_explorer_groups_and_filters_by_tag_end_user_and_session
         await page.click('#usage-form button[type="submit"]')
         await expect(rows).to_have_count(1)
         await expect(rows.nth(0).locator("td").nth(1)).to_have_text("1")
+
+
+async def test_the_overview_shows_budgets_near_their_limits_and_the_month(upstream, browser):  # noqa: F811
+    # gpt-4o at $2.5 / $10 per 1M: the fake's answers cost a few hundred-thousandths of a dollar;
+    # a budget of $0.0001 a day is soon more than half used.
+    team = {"name": "ml", "limits": {"spend_per_day": 0.0001, "soft": True},
+            "tag_limits": {"search": {"tokens_per_month": 10_000_000}}}
+    cfg = console_config(upstream.url, teams=[team])
+    async with gateway(cfg) as c:
+        for _ in range(2):
+            r = await c.post("/v1/chat/completions", headers={"authorization": f"Bearer {KEY}"},
+                             json={"model": "openai/gpt-4o", "messages": [{"role": "user", "content": "hi"}],
+                                   "max_tokens": 5})
+            assert r.status_code == 200
+        o = (await c.get("/admin/overview", params={"range": "24h"},
+                         headers={"authorization": f"Bearer {MASTER}"})).json()
+        (b,) = o["budgets"]  # the tag's budget is far from full: not listed
+        assert (b["scope"], b["limit"]) == ("team ml", "spend_per_day") and b["fraction"] >= 0.5
+        (m,) = [m for m in o["month"] if m["team"] == "ml"]
+        assert m["spend_usd"] == o["total"]["cost_usd"] > 0
+        assert m["projected_usd"] == m["spend_usd"] / m["days"] * m["days_in_month"]
+        page = await (await browser.new_context()).new_page()
+        await page.goto(f"{str(c.base_url).rstrip('/')}/ui")
+        await page.fill("#master_key", MASTER)
+        await page.click("button[type=submit]")
+        await expect(page.locator("body")).to_have_attribute("data-loaded", "overview")
+        row = page.locator("#ov-budgets tbody tr", has_text="team ml")
+        await expect(row).to_contain_text("spend_per_day")
+        await expect(page.locator("#ov-month tbody tr", has_text="ml")).to_contain_text(
+            f"of {m['days_in_month']}")

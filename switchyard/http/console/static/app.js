@@ -49,6 +49,14 @@ async function loadOverview() {
                         ["Spend", spend]];
   table(document.getElementById("ov-models"), cols("model"), o.by_model);
   table(document.getElementById("ov-teams"), cols("team"), o.by_team);
+  const amount = (x, v) => x.limit.startsWith("spend") ? usd(v) : num(v);
+  table(document.getElementById("ov-budgets"), [["Scope", b => b.scope], ["Budget", b => el("code", {}, b.limit)],
+    ["Period", b => b.period], ["Used", b => amount(b, b.used)], ["Limit", b => amount(b, b.limit_value)],
+    ["Full", b => el("span", {class: b.fraction >= 1 ? "error" : "", "data-fraction": String(b.fraction)},
+                     `${Math.round(b.fraction * 100)}%`)]], o.budgets || []);
+  table(document.getElementById("ov-month"), [["Team", m => m.team], ["Month to date", m => usd(m.spend_usd)],
+    ["Month-end projection", m => usd(m.projected_usd)], ["Days", m => `${m.days} of ${m.days_in_month}`]],
+    o.month || []);
   table(document.getElementById("ov-refused-now"), [["Team", r => r.team], ["Key", r => r.key],
     ["Reason", r => el("code", {}, r.reason || "-")], ["Refused", r => num(r.refused)],
     ["Last (UTC)", r => r.last.slice(11, 19)]], o.refused_now);
