@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from switchyard.core.errors import Forbidden, RateLimited, Unavailable
-from switchyard.core.settings import Price
+from switchyard.core.settings import Limits, Price
 from switchyard.policies.attribution import NONE, Attribution
 from switchyard.policies.base import Outcome, Principal, Ticket
 from switchyard.policies.memory import MemoryStore
@@ -50,6 +50,10 @@ _WHAT = {
 }
 # A lifetime scope's (a session's) quotas are its month ones (plan.LIFETIME).
 _LIFETIME_KIND = {"tokens_per_month": "tokens_per_session", "spend_per_month": "spend_per_session"}
+
+
+def _per_session(lim: Limits) -> bool:
+    return lim.tokens_per_session is not None or lim.spend_per_session is not None
 
 
 def shrinks(p: Principal) -> bool:
@@ -157,8 +161,10 @@ class Limiter:
         if not principal.may_use(model):
             raise Forbidden(f"key {principal.key_id} may not use model {model}", param="model")
         plan = self.plan_for(principal, model)
-        if attribution is not NONE:  # its session's, end user's and tags' budgets, in the same call
-            p, a = principal, attribution
+        p, a = principal, attribution
+        if a is not NONE and (p.team_tag_limits or p.team_end_user_limits is not None or (a.session and (
+                _per_session(p.key_limits) or _per_session(p.team_limits)))):
+            # its session's, end user's and tags' budgets, checked in the same call
             extra = attribution_scopes(self.store.ns, p.key_id, p.team, a.tags, a.end_user, a.session,
                                        p.key_limits, p.team_limits, p.team_end_user_limits, p.team_tag_limits)
             if extra:
