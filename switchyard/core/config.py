@@ -25,9 +25,11 @@ from pydantic import (
 
 from switchyard.core.deployments import BUILT_IN_BACKENDS, BUILT_IN_MODELS, DeploymentConfig, ModelConfig
 from switchyard.core.errors import install_hint
+from switchyard.core.prices import unpriced_routes
 from switchyard.core.settings import (
     AUTO_KEY,
     MIN_MASTER_KEY,
+    AlertsConfig,
     ConfigError,
     ConfigModel,
     Limits,
@@ -49,6 +51,8 @@ class TeamConfig(ConfigModel):
     models: list[str] | None = Field(None, description="allowlist; missing = every model")
     limits: Limits = Field(default_factory=Limits)
     model_limits: dict[str, Limits] = Field(default_factory=dict, description="per (team, model)")
+    end_user_limits: Limits | None = Field(None, description="for each end user of the team")
+    tag_limits: dict[str, Limits] = Field(default_factory=dict, description="per tag of the team's requests")
 
 
 class KeyConfig(ConfigModel):
@@ -85,6 +89,7 @@ class Config(ConfigModel):
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     tracing: TracingConfig = Field(default_factory=TracingConfig)
+    alerts: AlertsConfig | None = None
     master_key: Secret = Field(None, description="guards /admin; usually env:NAME; auto: generated "
                                "on first start (master_key_file())")
     models: list[ModelConfig] = Field(default_factory=list)
@@ -133,15 +138,45 @@ class Config(ConfigModel):
                 why = _unusable(m, d)
                 if why:
                     raise ValueError(f"models.{i}.deployments.{j} ({m.name}/{d.name}): {why}")
-                if d.backend not in BUILT_IN_BACKENDS:
-                    continue
-                if importlib.util.find_spec("torch") is None:
-                    raise ValueError(f"models.{i}.deployments.{j}: the built-in {d.backend} needs the "
-                                     f"engine extra: {install_hint('engine')}")
-                missing = _missing_weights(d.backend, d.engine.path if d.engine else None)
-                if missing:
-                    raise ValueError(f"models.{i}.deployments.{j}: {missing}")
+                if d.backend in BUILT_IN_BACKENDS:
+                    self._built_in_present(i, j, d)
+        self._spend_priced()
         return self
+
+    @staticmethod
+    def _built_in_present(i: int, j: int, d: DeploymentConfig) -> None:
+        """A built-in backend needs torch and, without engine.path, its weights' package."""
+        if importlib.util.find_spec("torch") is None:
+            raise ValueError(f"models.{i}.deployments.{j}: the built-in {d.backend} needs the "
+                             f"engine extra: {install_hint('engine')}")
+        missing = _missing_weights(d.backend, d.engine.path if d.engine else None)
+        if missing:
+            raise ValueError(f"models.{i}.deployments.{j}: {missing}")
+
+    def _spend_priced(self) -> None:
+        """A spend quota over a route without a price would count its requests as $0: refused."""
+        # (where, limits, the allow-lists a route must pass to be counted by them)
+        quotas: list[tuple[str, Limits, tuple[list[str] | None, ...]]] = [
+            (f"teams.{i}.limits", t.limits, (t.models,)) for i, t in enumerate(self.teams)]
+        quotas += [(f"teams.{i}.model_limits.{name}", lim, ([name], t.models))
+                   for i, t in enumerate(self.teams) for name, lim in t.model_limits.items()]
+        quotas += [(f"teams.{i}.tag_limits.{name}", lim, (t.models,))
+                   for i, t in enumerate(self.teams) for name, lim in t.tag_limits.items()]
+        quotas += [(f"teams.{i}.end_user_limits", t.end_user_limits, (t.models,))
+                   for i, t in enumerate(self.teams) if t.end_user_limits is not None]
+        teams = {t.name: t for t in self.teams}
+        quotas += [(f"keys.{i}.limits", k.limits, (k.models, teams[k.team].models))
+                   for i, k in enumerate(self.keys)]
+        quotas = [q for q in quotas if q[1].spend_per_day is not None or q[1].spend_per_month is not None
+                  or q[1].spend_per_session is not None]
+        if not quotas:
+            return
+        for route, why in unpriced_routes(self.models).items():
+            vendor = route.split("/")[0]
+            for where, _, lists in quotas:
+                if all(ls is None or route in ls or f"{vendor}/*" in ls for ls in lists):
+                    raise ValueError(f"{where}: a spend quota counts requests in USD, but model {route} "
+                                     f"has no price ({why})")
 
     def _not_a_model(self, name: str) -> str | None:
         """Why an allow-list entry can never match (None: it can). Allow-lists see the configured

@@ -96,13 +96,19 @@ class Limits(ConfigModel):
     tokens_per_month: int | None = Field(None, ge=1, le=10**15)
     spend_per_day: float | None = Field(None, gt=0, le=10**6, description="USD (at most 1,000,000)")
     spend_per_month: float | None = Field(None, gt=0, le=10**6, description="USD (at most 1,000,000)")
+    tokens_per_session: int | None = Field(None, ge=1, le=10**15, description="each session id "
+                                           "(x-switchyard-session) seen on the key or team, for its lifetime")
+    spend_per_session: float | None = Field(None, gt=0, le=10**6, description="USD, each session id seen "
+                                            "on the key or team, for its lifetime")
+    soft: bool | None = Field(None, description="a soft budget: these token and spend quotas (day, month, "
+                       "session) only send alerts (alerts:), never refuse or shrink")
     shrink_max_tokens: bool | None = Field(
         None, description="when a token or spend quota cannot hold a request's max_tokens, lower it "
         "to what is left (header x-switchyard-max-tokens-lowered) instead of a 429; the key's "
         "setting wins over its team's; default on")
 
 
-class Price(ConfigModel):
+class PriceRates(ConfigModel):
     """USD per million tokens. Cached prompt tokens are priced apart where the vendor does
     (Anthropic: reads 0.1x, 5-minute writes 1.25x of the prompt price); unset, they cost as prompt."""
 
@@ -110,6 +116,34 @@ class Price(ConfigModel):
     completion_per_1m: float = Field(0.0, ge=0)
     cache_read_per_1m: float | None = Field(None, ge=0, description="prompt tokens read from a cache")
     cache_write_per_1m: float | None = Field(None, ge=0, description="prompt tokens written to a cache")
+
+
+class PriceTier(PriceRates):
+    """The rates for a request whose prompt (cached tokens included) is longer than
+    ``above_input_tokens``: all of its tokens, as Anthropic and Google bill long contexts."""
+
+    above_input_tokens: int = Field(..., ge=0)
+
+
+class Price(PriceRates):
+    """A model's price: base rates, and context-length tiers (the catalog's, or typed)."""
+
+    tiers: list[PriceTier] = Field(default_factory=list, description="ascending above_input_tokens")
+
+    @field_validator("tiers")
+    @classmethod
+    def _ascending(cls, v: list[PriceTier]) -> list[PriceTier]:
+        starts = [t.above_input_tokens for t in v]
+        if starts != sorted(set(starts)):
+            raise ValueError("tiers must have strictly ascending above_input_tokens")
+        return v
+
+    def rates(self, prompt_tokens: int) -> PriceRates:
+        """The rates a request with this many prompt tokens pays."""
+        for tier in reversed(self.tiers):
+            if prompt_tokens > tier.above_input_tokens:
+                return tier
+        return self
 
 
 class ServerConfig(ConfigModel):
@@ -170,6 +204,8 @@ class UsageConfig(ConfigModel):
                              "(Redis) or in the process (memory://) while PostgreSQL is down")
     claim_idle: float = Field(30.0, gt=0, description="seconds before another consumer's unwritten "
                               "records are taken over (a replica that died)")
+    tags: list[str] | None = Field(None, description="the tags a request may carry (x-switchyard-tags, "
+                                   "metadata.tags); another is a 400. Unset: any, at most 8 a request")
 
     @field_validator("ledger")
     @classmethod
@@ -178,6 +214,33 @@ class UsageConfig(ConfigModel):
                           "must start with postgresql:// or postgres://", "the usage ledger", "ledger",
                           ("asyncpg",))
         return None if v is None else url_password_placeholder(v, "the PostgreSQL password")
+
+
+class AlertsConfig(ConfigModel):
+    """Webhooks as a day's or month's spend or token quota fills (docs/policies.md, "Alerts")."""
+
+    webhook: str = Field(..., description="http(s) URL the alerts are POSTed to")
+    secret: Secret = Field(None, description="signs each body: x-switchyard-signature: sha256=<hex "
+                           "HMAC-SHA256 of the body>; env:NAME reads $NAME")
+    thresholds: list[float] = Field(default_factory=lambda: [0.5, 0.8, 1.0], min_length=1,
+                                    description="fractions of each quota; one alert each per period")
+    format: Literal["json", "slack"] = "json"
+    interval: float = Field(10.0, gt=0, le=3600, description="seconds between checks of the quotas")
+
+    @field_validator("webhook")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        v = resolve_secret(v) or v
+        if not v.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return v
+
+    @field_validator("thresholds")
+    @classmethod
+    def _fractions(cls, v: list[float]) -> list[float]:
+        if any(not 0 < t <= 10 for t in v):
+            raise ValueError("each threshold is a fraction of the quota above 0 (1.0: reached)")
+        return sorted(set(v))
 
 
 class RouterConfig(ConfigModel):

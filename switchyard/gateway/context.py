@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from switchyard.gateway.streaming import Tally
-from switchyard.policies.pricing import nano_usd
+from switchyard.policies.attribution import NONE, Attribution
 from switchyard.routing.resolve import RunInfo
 
 if TYPE_CHECKING:
@@ -61,6 +61,7 @@ class RequestContext:
     cut: bool = False  # a stream that ended before its last event
     warning: str | None = None  # x-switchyard-warning, if any
     usage: Usage | None = None  # what was charged, once settled
+    attribution: Attribution = NONE  # tags, end user, session (policies.attribution)
     # time.monotonic() instants around admission and settlement (the trace's child spans; the
     # metrics read admit_at)
     admit_at: float | None = None
@@ -98,12 +99,15 @@ class RequestContext:
 
     @property
     def spend_usd(self) -> float:
-        """What was charged, at the model's configured price (0 before settlement)."""
-        usage, route = self.usage, self.route
-        if usage is None or route is None:
-            return 0.0
-        return nano_usd(route.model.price, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
-                        usage.cache_write_tokens) / 1e9
+        """What was charged, at the serving deployment's price (0 before settlement, and when
+        it has no price: ``unpriced``)."""
+        ticket = self.ticket
+        return ticket.cost_nano / 1e9 if ticket is not None and ticket.settled else 0.0
+
+    @property
+    def unpriced(self) -> bool:
+        """Settled, and served by a deployment without a known price."""
+        return self.ticket is not None and self.ticket.unpriced
 
     @property
     def group(self) -> str | None:

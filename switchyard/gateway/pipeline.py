@@ -40,8 +40,10 @@ from switchyard.gateway.requests import (
 )
 from switchyard.gateway.streaming import Tally, gather
 from switchyard.gateway.types import SSE, Endpoint, Responder, Tracer
+from switchyard.policies.attribution import read_attribution
 from switchyard.policies.base import Outcome, Principal
 from switchyard.policies.factory import Policies
+from switchyard.policies.pricing import COST_HEADER, usd_text
 from switchyard.policies.refusals import reason_of
 from switchyard.policies.tokens import count_prompt_tokens
 from switchyard.routing import Route, Router
@@ -188,6 +190,7 @@ class Gateway:
         else:
             req = parse_request(dialect, body, kind=ep.kind, strict=principal.strict)
         ctx.requested_model = model_name(req.model)
+        ctx.attribution = read_attribution(headers, req.user, body, self.config.usage.tags)
         ctx.stream = req.stream
         route = ctx.route = self._route(req, principal)
         timeout = req.timeout if req.timeout is not None else principal.timeout
@@ -207,7 +210,8 @@ class Gateway:
         ticket = ctx.ticket = await self.policies.policy.admit(
             principal, route.group, prompt_tokens=prompt_tokens, max_tokens=per_choice,
             choices=len(req.prompt or [None]) * max(req.best_of or 1, req.n or 1),
-            fail_open=route.fail_open, group=route.model.name)
+            fail_open=route.fail_open, group=route.model.name, upstream_model=route.upstream_model,
+            attribution=ctx.attribution)
         ctx.admitted_at = time.monotonic()
         ctx.tally = Tally(prompt_tokens)
         ctx.warning = unsent_warning(req, route)
@@ -312,7 +316,9 @@ class Gateway:
             await self.send_error(ctx, out, e, headers)
             return
         headers.update(ctx.run.headers())
-        body = msgspec.json.encode(renderer.completion(gather(got, tally.usage())))
+        usage = tally.usage()
+        headers[COST_HEADER] = cost_text(ctx, usage)
+        body = msgspec.json.encode(renderer.completion(gather(got, usage)))
         ctx.status = 200
         await out.whole(200, headers, body)
 
@@ -353,7 +359,10 @@ class Gateway:
             body = error_json(ctx.shape, e, ctx.dialect_named)[1]
             await out.end(b"".join(held) + renderer.error_event(body))
             return
-        held.append(renderer.closing(tally.usage(), last))
+        usage = tally.usage()
+        held.append(renderer.closing(usage, last))
+        # After the last event (and [DONE]): an SSE comment, which every client skips.
+        held.append(b": " + COST_HEADER.encode() + b" " + cost_text(ctx, usage).encode() + b"\n\n")
         await out.end(b"".join(held))
 
     async def cut_by_shutdown(self, ctx: RequestContext, out: Responder,
@@ -390,6 +399,14 @@ class Gateway:
         ctx.usage = outcome.usage
         await self.policies.policy.settle(ticket, outcome)
         ctx.settled_at = time.monotonic()
+
+
+def cost_text(ctx: RequestContext, usage: Usage) -> str:
+    """What ``usage`` costs at the price of the deployment that served it, in USD (as
+    ``x-switchyard-cost`` says it), or ``unpriced``."""
+    prices = ctx.ticket.prices if ctx.ticket is not None else None
+    nano = prices.cost(ctx.run.deployment or "", usage) if prices is not None else 0
+    return "unpriced" if nano is None else usd_text(nano)
 
 
 def _reason(ctx: RequestContext) -> str:

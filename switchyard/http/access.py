@@ -77,6 +77,8 @@ def record(ctx: RequestContext) -> dict[str, Any]:
         if usage.cached_tokens:
             out["cached_tokens"] = usage.cached_tokens
         out["spend_usd"] = round(ctx.spend_usd, 9)
+        if ctx.unpriced:
+            out["unpriced"] = True
     ttfb = ctx.ttfb
     if ttfb is not None:
         out["ttfb_ms"] = _ms(ttfb)

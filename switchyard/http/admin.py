@@ -165,7 +165,9 @@ def admin_router(registry: Registry, usage: UsageSource, auth: AdminAuth) -> Rou
     async def put_team(name: FromPath[str], request: Request[Any, Any, Any]) -> dict[str, Any]:
         b = await json_body(request, ("limits", "models", "model_limits"))
         return await registry.update_team(name, limits=b.get("limits"), models=b.get("models", UNSET),
-                                          model_limits=b.get("model_limits"))
+                                          model_limits=b.get("model_limits"),
+                                          end_user_limits=b.get("end_user_limits", UNSET),
+                                          tag_limits=b.get("tag_limits"))
 
     @patch("/teams/{name:str}")
     async def patch_team(name: FromPath[str], request: Request[Any, Any, Any]) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """``switchyard serve --config PATH [--host H] [--port P] [--workers N] [--log-level L]
 [--log-format json|console] [--pid-file PATH]``, ``switchyard check-config PATH``, ``switchyard
-reload (--pid-file PATH | --pid N) [--config PATH]`` and ``switchyard --version``."""
+reload (--pid-file PATH | --pid N) [--config PATH]``, ``switchyard prices [--config PATH]`` and
+``switchyard --version``."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ import sys
 from pathlib import Path
 
 from switchyard.core.config import load_config
+from switchyard.core.prices import unpriced_routes
 from switchyard.core.settings import ConfigError
 from switchyard.dialects.passthrough import check_config
 from switchyard.http import verdict
 from switchyard.http.logs import FORMAT_ENV, FORMATS, LEVEL_ENV, LEVELS
 from switchyard.http.logs import settings as log_settings
+from switchyard.http.prices import price_table
 from switchyard.http.version import package_version
 
 
@@ -37,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "(for switchyard reload)")
     check = sub.add_parser("check-config", help="validate a config file and exit")
     check.add_argument("path")
+    prices = sub.add_parser("prices", help="print each route's price per million tokens and where it "
+                            "came from (catalog, config, free)")
+    prices.add_argument("--config", help="the YAML config (default: $SWITCHYARD_CONFIG)")
     reload = sub.add_parser("reload", help="make a running gateway re-read its config (SIGHUP)")
     which = reload.add_mutually_exclusive_group(required=True)
     which.add_argument("--pid-file", help="the file serve --pid-file wrote (then the command waits "
@@ -55,16 +61,26 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "reload":
         return _reload(args)
-    path = args.config if args.command == "serve" else args.path
+    if args.command == "prices":
+        args.config = args.config or os.environ.get("SWITCHYARD_CONFIG")
+        if not args.config:
+            print("switchyard: prices needs --config PATH (or $SWITCHYARD_CONFIG)", file=sys.stderr)
+            return 2
+    path = args.config if args.command in ("serve", "prices") else args.path
     try:
         config = load_config(path)
         check_config(config)  # what only the dialect tables know (fields a caller may not pass)
     except ConfigError as e:
         print(f"switchyard: bad config\n{e}", file=sys.stderr)
         return 2
+    if args.command == "prices":
+        print(price_table(config))
+        return 0
     if args.command == "check-config":
         print(f"{path}: ok ({len(config.models)} models, {len(config.teams)} teams, "
               f"{len(config.keys)} keys)")
+        for route, why in unpriced_routes(config.models).items():
+            print(f"warning: model {route} has no price ({why}): its requests are recorded as unpriced")
         return 0
     if args.workers < 1:
         print("switchyard: --workers must be at least 1", file=sys.stderr)

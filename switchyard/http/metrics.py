@@ -46,6 +46,8 @@ COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
                  ("model", "deployment", "dialect", "endpoint", "status_class", "team")),
     "tokens": ("Tokens charged", ("model", "team", "kind")),
     "spend_usd": ("Spend charged, USD", ("model", "team")),
+    "unpriced_requests": ("Requests served by a deployment without a known price (their spend is "
+                          "not in spend_usd)", ("model", "team")),
     "limiter_decisions": ("Admission decisions: admitted, or the limit that refused (429), or "
                           "store_unavailable (503)", ("team", "decision")),
     "retries": ("Upstream attempts after a request's first", ("model",)),
@@ -156,6 +158,9 @@ class Recorder:
             if n:
                 k = (group, team, kind, *extra)
                 tokens[k] = tokens.get(k, 0) + n
+        if ctx.unpriced:
+            u = self.counts["unpriced_requests"]
+            u[(group, team)] = u.get((group, team), 0) + 1
         usd = ctx.spend_usd
         if usd:
             spend = self.counts["spend_usd"]

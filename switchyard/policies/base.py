@@ -8,10 +8,14 @@ request ends, however it ends, with the real usage.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from switchyard.core.canonical import Usage
 from switchyard.core.settings import Limits
+from switchyard.policies.attribution import NONE, Attribution
+
+if TYPE_CHECKING:
+    from switchyard.policies.pricing import RoutePrices
 
 
 @dataclass(slots=True, frozen=True)
@@ -23,6 +27,8 @@ class Principal:
     key_limits: Limits = field(default_factory=Limits)
     team_limits: Limits = field(default_factory=Limits)
     team_model_limits: dict[str, Limits] = field(default_factory=dict)
+    team_end_user_limits: Limits | None = None  # for each end user of the team
+    team_tag_limits: dict[str, Limits] = field(default_factory=dict)
     key_models: frozenset[str] | None = None  # None = any model
     team_models: frozenset[str] | None = None
     strict: bool = False
@@ -64,6 +70,10 @@ class Ticket:
     local: bool = False  # admitted by the in-process fallback while the store was down (fail-open)
     max_tokens: int | None = None  # completion tokens per choice admitted (sent upstream as max_tokens)
     lowered: bool = False  # max_tokens is lower than asked: a quota could not hold the request whole
+    prices: RoutePrices | None = None  # the route's prices (resolved once per route, not per request)
+    cost_nano: int = 0  # what was charged, once settled
+    unpriced: bool = False  # settled, and the deployment that served it has no known price
+    attribution: Attribution = NONE  # tags, end user, session
 
 
 @dataclass(slots=True)
@@ -94,7 +104,8 @@ class Outcome:
 class Policy(Protocol):
     async def admit(self, principal: Principal, model: str, *, prompt_tokens: int,
                     max_tokens: int | None, fail_open: bool = False, group: str | None = None,
-                    choices: int = 1) -> Ticket:
+                    choices: int = 1, upstream_model: str | None = None,
+                    attribution: Attribution = NONE) -> Ticket:
         """Reserve ``prompt_tokens + max_tokens * choices`` and a request against every applicable
         limit, all or nothing; a quota that cannot hold that may admit a lower ``max_tokens``
         (``Ticket.max_tokens``, ``Ticket.lowered``). Raises ``switchyard.core.errors.RateLimited``

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from switchyard.core.config import Config
+from switchyard.policies.alerts import Alerts
 from switchyard.policies.keys import KeyRing
 from switchyard.policies.limits import Limiter
 from switchyard.policies.memory import MemoryStore
@@ -64,6 +65,7 @@ class Policies:
     usage: UsageSource
     refusals: Refusals
     ledger: Ledger | None = None
+    alerts: Alerts | None = None  # webhooks as budgets fill (config.alerts)
     owns_store: bool = True  # False once a reload handed the store on to the next Policies
 
     async def start(self) -> None:
@@ -72,10 +74,14 @@ class Policies:
         self.policy.start()
         if self.ledger is not None:
             await self.ledger.start()
+        if self.alerts is not None:
+            self.alerts.start()
 
     async def aclose(self) -> None:
         await self.policy.aclose()  # settlements reach the store first, then the ledger drains
         await self.refusals.flush()
+        if self.alerts is not None:
+            await self.alerts.aclose()
         if self.ledger is not None:
             await self.ledger.aclose()
         if self.owns_store:
@@ -100,5 +106,6 @@ def build_policies(config: Config, *, ns: str = "sy", key_cache_ttl: float = 1.0
 
         ledger = build_ledger(config.usage, store, registry.team_names)
         usage = ledger.usage
+    alerts = Alerts(config.alerts, store, registry) if config.alerts is not None else None
     return Policies(config=config, store=store, keys=keys, policy=policy, registry=registry,
-                    usage=usage, refusals=Refusals(store), ledger=ledger)
+                    usage=usage, refusals=Refusals(store), ledger=ledger, alerts=alerts)

@@ -65,9 +65,17 @@ def make_principal(key_id: str, team: str, key_limits: Limits, key_models: list[
     team_models = team_cfg.models if team_cfg else None
     if "models" in team_doc:
         team_models = team_doc["models"]
+    end_user_limits = team_cfg.end_user_limits if team_cfg else None
+    if "end_user_limits" in team_doc:
+        eu = team_doc["end_user_limits"]
+        end_user_limits = stored_limits(eu) if eu is not None else None
+    tag_limits = dict(team_cfg.tag_limits) if team_cfg else {}
+    if "tag_limits" in team_doc:
+        tag_limits = {t: stored_limits(v) for t, v in team_doc["tag_limits"].items()}
     return Principal(
         key_id=key_id, team=team, key_limits=key_limits, team_limits=team_limits,
-        team_model_limits=model_limits, key_models=_models(key_models), team_models=_models(team_models),
+        team_model_limits=model_limits, team_end_user_limits=end_user_limits, team_tag_limits=tag_limits,
+        key_models=_models(key_models), team_models=_models(team_models),
         strict=key_cfg.strict if key_cfg else False,
         default_model=key_cfg.default_model if key_cfg else None,
         timeout=key_cfg.timeout if key_cfg else None, expires_ms=expires_ms,

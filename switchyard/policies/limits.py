@@ -18,10 +18,12 @@ from typing import Any
 
 from switchyard.core.deployments import DEFAULT_OUTPUT_TOKENS
 from switchyard.core.errors import Forbidden, RateLimited, Unavailable
+from switchyard.core.settings import Limits, Price
+from switchyard.policies.attribution import NONE, Attribution
 from switchyard.policies.base import Outcome, Principal, Ticket
 from switchyard.policies.memory import MemoryStore
-from switchyard.policies.plan import NANO, Plan, build_plan
-from switchyard.policies.pricing import Pricing
+from switchyard.policies.plan import LIFETIME, NANO, Plan, attribution_scopes, build_plan, with_scopes
+from switchyard.policies.pricing import Pricing, nano_usd
 from switchyard.policies.store import Admission, Store, StoreDown, UsageRecord
 
 log = logging.getLogger("switchyard.policies")
@@ -44,7 +46,15 @@ _WHAT = {
     "tokens_per_month": "monthly token quota {limit} reached",
     "spend_per_day": "daily spend quota ${usd} reached",
     "spend_per_month": "monthly spend quota ${usd} reached",
+    "tokens_per_session": "token quota {limit} per session reached",
+    "spend_per_session": "spend quota ${usd} per session reached",
 }
+# A lifetime scope's (a session's) quotas are its month ones (plan.LIFETIME).
+_LIFETIME_KIND = {"tokens_per_month": "tokens_per_session", "spend_per_month": "spend_per_session"}
+
+
+def _per_session(lim: Limits) -> bool:
+    return lim.tokens_per_session is not None or lim.spend_per_session is not None
 
 
 def shrinks(p: Principal) -> bool:
@@ -147,10 +157,28 @@ class Limiter:
             log.warning("policy store reachable again")
 
     async def admit(self, principal: Principal, model: str, *, prompt_tokens: int, max_tokens: int | None,
-                    fail_open: bool = False, group: str | None = None, choices: int = 1) -> Ticket:
+                    fail_open: bool = False, group: str | None = None, choices: int = 1,
+                    upstream_model: str | None = None, attribution: Attribution = NONE) -> Ticket:
         if not principal.may_use(model):
             raise Forbidden(f"key {principal.key_id} may not use model {model}", param="model")
         plan = self.plan_for(principal, model)
+        p, a = principal, attribution
+        if a is not NONE and (p.team_tag_limits or p.team_end_user_limits is not None or (a.session and (
+                _per_session(p.key_limits) or _per_session(p.team_limits)))):
+            # its session's, end user's and tags' budgets, checked in the same call
+            extra = attribution_scopes(self.store.ns, p.key_id, p.team, a.tags, a.end_user, a.session,
+                                       p.key_limits, p.team_limits, p.team_end_user_limits, p.team_tag_limits)
+            if extra:
+                plan = with_scopes(plan, extra)
+        prices = self.pricing.route(group or model, upstream_model)
+        if plan.has_spend and not prices.complete:
+            # Counted as $0 it would pass every spend quota: refused instead (a config cannot
+            # name it when it came from the admin API, or from a vendor/* route's caller).
+            e = Forbidden(f"model {model} has no price ({prices.why}), and a spend quota of key "
+                          f"{principal.key_id} or its team counts every request in USD", param="model")
+            e.reason = "unpriced"
+            raise e
+        price = prices.reserve
         per_choice = max_tokens if max_tokens is not None and max_tokens >= 0 else DEFAULT_COMPLETION_RESERVE
         asked = per_choice
         ticket_id = os.urandom(9).hex()
@@ -160,7 +188,7 @@ class Limiter:
         # (each try writes nothing unless it admits; one try per scope that can refuse).
         for _ in range(len(plan.scopes) + 1):
             reserve = prompt_tokens + per_choice * choices
-            spend = self.pricing.cost_nano(model, prompt_tokens, per_choice * choices)
+            spend = nano_usd(price, prompt_tokens, per_choice * choices)
             if not plan.has_limits:
                 adm = Admission(True, time.time_ns() // 1_000_000)
             elif self.store_down:
@@ -169,7 +197,7 @@ class Limiter:
                 adm, local = await self._admit_shared(plan, reserve, spend, lease, ticket_id, fail_open)
             if adm.ok:
                 break
-            fits = self._shrunk(adm, model, prompt_tokens, choices, per_choice)
+            fits = self._shrunk(adm, price, prompt_tokens, choices, per_choice)
             if fits is None or not shrinks(principal):
                 break
             per_choice = fits
@@ -188,7 +216,8 @@ class Limiter:
                    group=group or model, max_tokens=per_choice, lowered=per_choice != asked,
                    headers=headers,
                    lease_id=lease, started=time.monotonic(), prompt_tokens=prompt_tokens,
-                   reserved_spend=spend, admitted_ms=adm.now_ms, plan=plan, local=local)
+                   reserved_spend=spend, admitted_ms=adm.now_ms, plan=plan, local=local, prices=prices,
+                   attribution=attribution)
         if lease is not None:
             self._live[lease] = t
         if plan.has_quota and not local:
@@ -212,7 +241,8 @@ class Limiter:
                                                   lease_id=lease))
             return await self._degraded(plan, reserve, spend, lease, fail_open, e)
 
-    def _shrunk(self, adm: Admission, model: str, prompt: int, choices: int, per_choice: int) -> int | None:
+    @staticmethod
+    def _shrunk(adm: Admission, price: Price, prompt: int, choices: int, per_choice: int) -> int | None:
         """The largest max_tokens per choice (at least MIN_SHRUNK_TOKENS, below ``per_choice``)
         that what the refusing quota has left pays for; None: refuse."""
         if adm.kind not in QUOTAS or adm.remaining < 0:
@@ -220,13 +250,14 @@ class Limiter:
         if adm.kind.startswith("tokens"):
             fits = (adm.remaining - prompt) // choices
         else:
-            per_token = self.pricing.price(model).completion_per_1m * 1000  # nano-USD per token
+            # nano-USD per completion token (the tier the prompt falls in; a tier never lowers it)
+            per_token = price.rates(prompt).completion_per_1m * 1000
             if per_token <= 0:
                 return None
-            fits = int((adm.remaining - self.pricing.cost_nano(model, prompt, 0)) // (per_token * choices))
-            # cost_nano rounds the sum: step down until it is within the remainder (a step or two).
+            fits = int((adm.remaining - nano_usd(price, prompt, 0)) // (per_token * choices))
+            # nano_usd rounds the sum: step down until it is within the remainder (a step or two).
             for _ in range(4):
-                if fits < 1 or self.pricing.cost_nano(model, prompt, fits * choices) <= adm.remaining:
+                if fits < 1 or nano_usd(price, prompt, fits * choices) <= adm.remaining:
                     break
                 fits -= 1
         fits = min(fits, per_choice - 1)
@@ -245,11 +276,13 @@ class Limiter:
     @staticmethod
     def _refusal(plan: Plan, adm: Admission, reserve: int, seen: Admission | None) -> RateLimited:
         scope = plan.scopes[adm.scope]
-        what = _WHAT[adm.kind].format(limit=adm.limit, reserve=reserve,
-                                      usd=f"{adm.limit / NANO:g}")
+        kind = _LIFETIME_KIND.get(adm.kind, adm.kind) if scope.vector[3] == LIFETIME else adm.kind
+        what = _WHAT[kind].format(limit=adm.limit, reserve=reserve,
+                                  usd=f"{adm.limit / NANO:g}")
         secs = max(1, math.ceil(adm.retry_ms / 1000))
-        tail = "" if adm.kind == "too_large" else f"; retry in {secs} s"
-        headers = {"Retry-After": str(secs)}
+        tail = "" if kind in ("too_large", *_LIFETIME_KIND.values()) else f"; retry in {secs} s"
+        # A session's budget never comes back: no Retry-After to wait for.
+        headers = {} if kind in _LIFETIME_KIND.values() else {"Retry-After": str(secs)}
         # As OpenAI does on its 429s: the limit that refused, nothing left, and when it resets;
         # the other per-minute limit as last admitted here, replenished since.
         req = _since(seen.req, seen.now_ms, adm.now_ms) if seen is not None else None
@@ -260,8 +293,9 @@ class Limiter:
             tok = (adm.limit, 0, adm.retry_ms)
         headers.update(ratelimit_headers(Admission(False, adm.now_ms, req=req, tok=tok)))
         e = RateLimited(f"{scope.label}: {what}{tail}", headers=headers)
-        e.limit = adm.kind
-        e.scope = scope.label.split(" ")[0] if " model " not in scope.label else "model"
+        e.limit = kind
+        e.scope = ("model" if " model " in scope.label else "end_user" if scope.label.startswith("end user ")
+                   else scope.label.split(" ")[0])
         return e
 
     async def settle(self, ticket: Ticket, outcome: Outcome) -> None:
@@ -274,7 +308,9 @@ class Limiter:
         self._held.pop(ticket.id, None)
         plan: Plan = ticket.plan
         usage = outcome.usage
-        cost = self.pricing.cost(ticket.model, usage)
+        priced = ticket.prices.cost(outcome.deployment, usage) if ticket.prices is not None else 0
+        cost = ticket.cost_nano = priced or 0
+        ticket.unpriced = priced is None
         rec = UsageRecord(ts_ms=ticket.admitted_ms, key_id=ticket.principal.key_id, team=plan.team,
                           model=ticket.group or ticket.model, deployment=outcome.deployment,
                           prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
@@ -283,7 +319,9 @@ class Limiter:
                           ticket_id=ticket.id, endpoint=outcome.endpoint, dialect=outcome.dialect,
                           requested_model=outcome.requested_model, attempts=outcome.attempts,
                           ttfb_ms=round(outcome.ttfb_ms, 3), cut=outcome.cut, reason=outcome.reason,
-                          cache_write_tokens=usage.cache_write_tokens)
+                          cache_write_tokens=usage.cache_write_tokens, unpriced=priced is None,
+                          tags=",".join(ticket.attribution.tags), end_user=ticket.attribution.end_user,
+                          session=ticket.attribution.session)
         kw: dict[str, Any] = dict(plan=plan, admitted_ms=ticket.admitted_ms,
                                   token_delta=usage.total_tokens - ticket.reserved_tokens,
                                   spend_delta=cost - ticket.reserved_spend, lease_id=ticket.lease_id,

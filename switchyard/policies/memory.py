@@ -14,7 +14,7 @@ from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from switchyard.policies.plan import KINDS, NONE, Plan
+from switchyard.policies.plan import KINDS, LIFETIME, NONE, Plan
 from switchyard.policies.store import (
     DAY_MS,
     HOUR_MS,
@@ -22,6 +22,7 @@ from switchyard.policies.store import (
     SEP,
     Admission,
     UsageRecord,
+    dimension_keys_of,
     metric_values,
     month_of,
 )
@@ -66,6 +67,7 @@ class MemoryStore:
         self._leases: dict[str, dict[str, int]] = defaultdict(dict)
         self._quota: dict[str, dict[str, int]] = defaultdict(dict)
         self._aggs: dict[tuple[str, int], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        self._dims: dict[tuple[str, int], dict[str, int]] = defaultdict(lambda: defaultdict(int))
         # (team, epoch hour) -> minute sums; hours older than the last two are dropped as new come.
         self._mins: dict[tuple[str, int], dict[str, int]] = defaultdict(lambda: defaultdict(int))
         self._unauth: dict[str, int] = defaultdict(int)
@@ -116,18 +118,19 @@ class MemoryStore:
                 writes.append(functools.partial(held.__setitem__, lease_id, now + lease_ttl_ms))
             if any(v != NONE for v in (tpd, tpmo, spd, spmo)):
                 h = self._quota[q]
-                same_day, same_month = h.get("d") == day, h.get("m") == month
+                mon = 0 if tpd == LIFETIME else month  # as admit.lua: a session's, for its lifetime
+                same_day, same_month = h.get("d") == day, h.get("m") == mon
                 for kind, lim, used, cost, reset in (
                     ("tokens_per_day", tpd, h.get("td", 0) if same_day else 0, tokens, (day + 1) * DAY_MS),
                     ("tokens_per_month", tpmo, h.get("tm", 0) if same_month else 0, tokens,
-                     _next_month_ms(month)),
+                     now - 1 if mon == 0 else _next_month_ms(month)),
                     ("spend_per_day", spd, h.get("sd", 0) if same_day else 0, spend, (day + 1) * DAY_MS),
                     ("spend_per_month", spmo, h.get("sm", 0) if same_month else 0, spend,
-                     _next_month_ms(month)),
+                     now - 1 if mon == 0 else _next_month_ms(month)),
                 ):
-                    if lim != NONE and used + cost > lim:
+                    if lim >= 0 and used + cost > lim:  # LIFETIME (-2) in tokens/day: no day quota
                         return Admission(False, now, i, kind, reset - now, lim, remaining=lim - used)
-                writes.append(functools.partial(self._charge, h, day, month, tokens, spend))
+                writes.append(functools.partial(self._charge, h, day, mon, tokens, spend))
         for w in writes:
             w()
         return Admission(True, now, req=req, tok=tok)
@@ -178,7 +181,7 @@ class MemoryStore:
             if conc != NONE and lease_id is not None:
                 self._leases[cc].pop(lease_id, None)
             if any(v != NONE for v in (tpd, tpmo, spd, spmo)):
-                self._charge(self._quota[q], day, month, token_delta, spend_delta)
+                self._charge(self._quota[q], day, 0 if tpd == LIFETIME else month, token_delta, spend_delta)
         self._record(plan.team, record)
         return True, None
 
@@ -192,9 +195,16 @@ class MemoryStore:
             mins = self._mins[(team, hour)]
         tail = f"{record.model}{SEP}"
         day_base, minute_base = f"{record.key_id}{SEP}{tail}", f"{record.ts_ms // MINUTE_MS}{SEP}{tail}"
-        for metric, inc in metric_values(record):
+        vals = metric_values(record)
+        for metric, inc in vals:
             aggs[day_base + metric] += inc
             mins[minute_base + metric] += inc
+        keys = dimension_keys_of(record)
+        if keys:  # tags, end user, session: by day only, in sums of their own
+            dims = self._dims[(team, record.ts_ms // DAY_MS)]
+            for dim in keys:
+                for metric, inc in vals:
+                    dims[f"{dim}{SEP}{tail}{metric}"] += inc
         self._logs[team].append(record)
         if self.journal is not None:
             self.journal(record)
@@ -253,6 +263,13 @@ class MemoryStore:
                 self._doc_exp.pop(n, None)
         return [copy.deepcopy(self._docs.get(n)) for n in names]
 
+    async def claim(self, name: str, ttl_ms: int) -> bool:
+        now = self._now()
+        if self._doc_exp.get(name, now + 1) > now and name in self._docs:
+            return False
+        await self.put_doc(name, {}, ttl_ms)
+        return True
+
     async def put_doc(self, name: str, doc: dict[str, Any], ttl_ms: int | None = None) -> None:
         self._docs[name] = copy.deepcopy(doc)
         if ttl_ms is None:
@@ -272,8 +289,10 @@ class MemoryStore:
     async def members(self, set_name: str) -> set[str]:
         return set(self._sets.get(set_name, ()))
 
-    async def aggregates(self, team: str, days: list[int]) -> dict[int, dict[str, int]]:
-        return {d: dict(self._aggs[(team, d)]) for d in days if (team, d) in self._aggs}
+    async def aggregates(self, team: str, days: list[int],
+                         dimensions: bool = False) -> dict[int, dict[str, int]]:
+        table = self._dims if dimensions else self._aggs
+        return {d: dict(table[(team, d)]) for d in days if (team, d) in table}
 
     async def records(self, team: str, limit: int) -> list[UsageRecord]:
         log = self._logs.get(team)

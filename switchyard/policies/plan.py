@@ -7,7 +7,7 @@ carries the hash tag ``{team}``, so one request's keys live in one Redis Cluster
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from switchyard.core.settings import Limits
 
@@ -16,6 +16,9 @@ KINDS = ("rpm", "tpm", "concurrency", "tokens_per_day", "tokens_per_month",
          "spend_per_day", "spend_per_month")
 NONE = -1
 NANO = 1_000_000_000
+# In a scope's tokens/day slot: the scope's month quotas count for its whole lifetime (a
+# session's budget): the scripts keep its month at 0, which never ends.
+LIFETIME = -2
 
 
 def limit_vector(lim: Limits) -> tuple[int, ...]:
@@ -25,8 +28,19 @@ def limit_vector(lim: Limits) -> tuple[int, ...]:
     def usd(v: float | None) -> int:
         return NONE if v is None else round(v * NANO)
 
+    if lim.soft:  # a soft budget's quotas alert only (policies.alerts): nothing to admit against
+        return (n(lim.rpm), n(lim.tpm), n(lim.max_concurrency), NONE, NONE, NONE, NONE)
     return (n(lim.rpm), n(lim.tpm), n(lim.max_concurrency), n(lim.tokens_per_day),
             n(lim.tokens_per_month), usd(lim.spend_per_day), usd(lim.spend_per_month))
+
+
+def session_vector(lim: Limits) -> tuple[int, ...] | None:
+    """A session scope's limits: its lifetime quotas in the month slots (``LIFETIME``)."""
+    if lim.soft or (lim.tokens_per_session is None and lim.spend_per_session is None):
+        return None
+    tokens = NONE if lim.tokens_per_session is None else lim.tokens_per_session
+    spend = NONE if lim.spend_per_session is None else round(lim.spend_per_session * NANO)
+    return (NONE, NONE, NONE, LIFETIME, tokens, NONE, spend)
 
 
 def tag(team: str) -> str:
@@ -62,9 +76,48 @@ class Plan:
     has_concurrency: bool
     has_limits: bool
     has_quota: bool = False  # some scope has a token or spend quota (a reservation to renew)
+    has_spend: bool = False  # some scope has a spend quota (its route must have a price)
 
     def agg_key(self, day: int) -> str:
         return f"{self.agg_prefix}:{day}"
+
+
+def attribution_scopes(ns: str, key_id: str, team: str, tags: tuple[str, ...], end_user: str, session: str,
+                       key_limits: Limits, team_limits: Limits, end_user_limits: Limits | None,
+                       tag_limits: dict[str, Limits]) -> tuple[Scope, ...]:
+    """The scopes a request's session, end user and tags add to its plan (policies.attribution):
+    each session id seen on the key and on the team (their ``*_per_session`` limits), the team's
+    end user and the team's tags that have limits. "|" never occurs in a key id or a value."""
+    t = f"{ns}:{tag(team)}"
+    out = []
+    if session:
+        for per, prefix in ((key_limits, f"{t}:ks:{key_id}|"), (team_limits, f"{t}:ts:")):
+            sv = session_vector(per)
+            if sv is not None:
+                out.append(scope(f"session {session}", prefix + session, sv))
+    if end_user and end_user_limits is not None:
+        v = limit_vector(end_user_limits)
+        if any(x != NONE for x in v):
+            out.append(scope(f"end user {end_user}", f"{t}:eu:{end_user}", v))
+    for name in tags:
+        lim = tag_limits.get(name)
+        if lim is not None:
+            v = limit_vector(lim)
+            if any(x != NONE for x in v):
+                out.append(scope(f"tag {name}", f"{t}:tg:{name}", v))
+    return tuple(out)
+
+
+def with_scopes(plan: Plan, extra: tuple[Scope, ...]) -> Plan:
+    """``plan`` with ``extra`` scopes checked and charged in the same admission."""
+    scopes = plan.scopes + extra
+    return replace(
+        plan, scopes=scopes, keys=plan.keys + tuple(k for s in extra for k in s.keys),
+        vector=plan.vector + tuple(v for s in extra for v in s.vector),
+        has_concurrency=plan.has_concurrency or any(s.vector[2] != NONE for s in extra),
+        has_quota=plan.has_quota or any(v != NONE for s in extra for v in s.vector[3:]),
+        has_spend=plan.has_spend or any(v != NONE for s in extra for v in s.vector[5:7]),
+        has_limits=True)
 
 
 def resv_keys(ns: str, team: str) -> tuple[str, str]:
@@ -101,5 +154,6 @@ def build_plan(ns: str, key_id: str, team: str, model: str, key_limits: Limits,
         agg_prefix=f"{t}:agg", log=f"{t}:log", mark_prefix=f"{t}:adm:", resv=resv_keys(ns, team),
         has_concurrency=any(s.vector[2] != NONE for s in live),
         has_quota=any(v != NONE for s in live for v in s.vector[3:]),
+        has_spend=any(v != NONE for s in live for v in s.vector[5:7]),
         has_limits=bool(live),
     )

@@ -492,18 +492,23 @@ class RedisStore:
         else:
             await self._call("SET", name, json.dumps(doc), "PX", ttl_ms)
 
+    async def claim(self, name: str, ttl_ms: int) -> bool:
+        return bool(await self._call("SET", name, b"1", "NX", "PX", ttl_ms))
+
     async def add_member(self, set_name: str, member: str) -> None:
         await self._call("SADD", set_name, member)
 
     async def members(self, set_name: str) -> set[str]:
         return {m.decode() for m in await self._call("SMEMBERS", set_name, slow=True)}
 
-    async def aggregates(self, team: str, days: list[int]) -> dict[int, dict[str, int]]:
+    async def aggregates(self, team: str, days: list[int],
+                         dimensions: bool = False) -> dict[int, dict[str, int]]:
         await self._settled()
         prefix = f"{self.ns}:{tag(team)}:agg"
+        tail = ":x" if dimensions else ""  # settle.lua: tags', end users' and sessions' sums
         out: dict[int, dict[str, int]] = {}
         for day in days:  # one slot per team; a loop of HGETALLs is fine for an admin query
-            raw = await self._call("HGETALL", f"{prefix}:{day}", slow=True)
+            raw = await self._call("HGETALL", f"{prefix}:{day}{tail}", slow=True)
             if raw:
                 out[day] = {k.decode(): int(v) for k, v in raw.items()}
         return out

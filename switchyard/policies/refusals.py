@@ -41,7 +41,8 @@ LIMIT_REASONS = {
     "rpm": "rate_limit:rpm", "tpm": "rate_limit:tpm", "too_large": "rate_limit:too_large",
     "concurrency": "rate_limit:concurrency", "tokens_per_day": "quota:tokens_day",
     "tokens_per_month": "quota:tokens_month", "spend_per_day": "quota:spend_day",
-    "spend_per_month": "quota:spend_month",
+    "spend_per_month": "quota:spend_month", "tokens_per_session": "quota:tokens_session",
+    "spend_per_session": "quota:spend_session",
 }
 _INDEX = re.compile(r"\[\d+\]")
 

@@ -110,20 +110,26 @@ class Registry:
         models = doc.get("models", cfg.models if cfg else None)
         ml = doc["model_limits"] if "model_limits" in doc else (
             {m: v.model_dump() for m, v in cfg.model_limits.items()} if cfg else {})
+        tl = doc["tag_limits"] if "tag_limits" in doc else (
+            {t: v.model_dump() for t, v in cfg.tag_limits.items()} if cfg else {})
+        eu = doc["end_user_limits"] if "end_user_limits" in doc else (
+            cfg.end_user_limits.model_dump() if cfg and cfg.end_user_limits else None)
         return {"name": name, "source": "config" if cfg else "admin", "limits": limits,
-                "models": models, "model_limits": ml}
+                "models": models, "model_limits": ml, "end_user_limits": eu, "tag_limits": tl}
 
     async def teams(self) -> list[dict[str, Any]]:
         return [await self.team(t) for t in await self.team_names()]
 
     async def update_team(self, name: str, *, limits: dict[str, Any] | None = None, models: Any = UNSET,
-                          model_limits: dict[str, Any] | None = None) -> dict[str, Any]:
+                          model_limits: dict[str, Any] | None = None, end_user_limits: Any = UNSET,
+                          tag_limits: dict[str, Any] | None = None) -> dict[str, Any]:
         """Creates the team when neither the config nor the store knows it."""
         check_name(name, "name")
         try:
             cur = await self.team(name)
         except NotFound:
-            cur = {"limits": {}, "models": None, "model_limits": {}}
+            cur = {"limits": {}, "models": None, "model_limits": {}, "end_user_limits": None,
+                   "tag_limits": {}}
         doc = await self._team_doc(name) or {}
         if limits is not None:
             doc["limits"] = merge_limits(stored_limits(cur["limits"]), limits).model_dump()
@@ -139,6 +145,20 @@ class Registry:
                 else:
                     ml[m] = merge_limits(stored_limits(ml.get(m, {})), patch).model_dump()
             doc["model_limits"] = ml
+        if end_user_limits is not UNSET:  # null: none; an object patches what there is
+            doc["end_user_limits"] = None if end_user_limits is None else merge_limits(
+                stored_limits(cur["end_user_limits"] or {}), end_user_limits).model_dump()
+        if tag_limits is not None:
+            if not isinstance(tag_limits, dict):
+                raise InvalidRequest("tag_limits must be an object", param="tag_limits")
+            tl = dict(cur["tag_limits"])
+            for t, patch in tag_limits.items():
+                if patch is None:
+                    tl.pop(t, None)
+                else:
+                    tl[check_name(t, "tag_limits")] = merge_limits(stored_limits(tl.get(t, {})),
+                                                                   patch).model_dump()
+            doc["tag_limits"] = tl
         await self.store.put_doc(self.n["team"] + name, doc)
         await self.store.add_member(self.n["teams"], name)
         self.keyring.forget()

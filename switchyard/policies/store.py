@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from switchyard.policies.attribution import Attribution, dimension_keys
 from switchyard.policies.plan import Plan
 
 if TYPE_CHECKING:
@@ -73,6 +74,10 @@ class UsageRecord:
     # rate_limit:rpm, quota:spend_day, bad_request:<param> (``switchyard.policies.refusals``).
     reason: str = ""
     cache_write_tokens: int = 0  # prompt tokens written to the upstream's prompt cache (in prompt_tokens)
+    unpriced: bool = False  # the deployment that served it has no known price (cost_nano is 0)
+    tags: str = ""  # comma list (policies.attribution)
+    end_user: str = ""
+    session: str = ""
 
     def as_fields(self) -> dict[str, str]:
         return {k: _str(getattr(self, k)) for k in self.__dataclass_fields__}
@@ -98,9 +103,9 @@ _FIELD_TYPES: dict[str, type] = {
     **dict.fromkeys(("ts_ms", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_nano",
                      "status", "attempts", "cache_write_tokens"), int),
     **dict.fromkeys(("latency_ms", "ttfb_ms"), float),
-    "cut": bool,
+    **dict.fromkeys(("cut", "unpriced"), bool),
     **dict.fromkeys(("key_id", "team", "model", "deployment", "request_id", "ticket_id", "endpoint",
-                     "dialect", "requested_model", "reason"), str),
+                     "dialect", "requested_model", "reason", "tags", "end_user", "session"), str),
 }
 
 
@@ -109,11 +114,14 @@ _FIELD_TYPES: dict[str, type] = {
 # in the hash of the minute's hour (the scripts derive these fields from the daily ones).
 # A metric added later is simply absent from older hashes: it reads 0 (usage.usage_row).
 METRICS = ("requests", "errors", "refused", "prompt_tokens", "completion_tokens", "cached_tokens",
-           "cost_nano", "cache_write_tokens")
+           "cost_nano", "cache_write_tokens", "unpriced")
 SEP = "\x1f"
 MINUTE_MS = 60_000
 HOUR_MS = 3_600_000
 MINUTES_KEPT_MS = 2 * HOUR_MS + MINUTE_MS  # a minute hash outlives its hour by this much
+# Days the store keeps the sums per tag, end user and session (a field per value: sessions are
+# many; the ledger keeps them as long as its records). The scripts say the same (settle.lua).
+DIMENSION_DAYS = 35
 
 
 def refused(status: int, attempts: int) -> bool:
@@ -124,15 +132,27 @@ def refused(status: int, attempts: int) -> bool:
 def metric_values(r: UsageRecord) -> list[tuple[str, int]]:
     """The record's non-zero metrics, by name."""
     vals = (1, 1 if r.status >= 400 else 0, 1 if refused(r.status, r.attempts) else 0, r.prompt_tokens,
-            r.completion_tokens, r.cached_tokens, r.cost_nano, r.cache_write_tokens)
+            r.completion_tokens, r.cached_tokens, r.cost_nano, r.cache_write_tokens, 1 if r.unpriced else 0)
     return [(m, v) for m, v in zip(METRICS, vals, strict=True) if v]
 
 
 def agg_increments(r: UsageRecord) -> list[tuple[str, int]]:
     """The daily aggregate's fields "<key>\x1f<model>\x1f<metric>" and what each gains; a minute's
     fields are "<minute>\x1f<model>\x1f<metric>" (settle.lua writes both)."""
+    vals = metric_values(r)
     base = f"{r.key_id}{SEP}{r.model}{SEP}"
-    return [(base + m, v) for m, v in metric_values(r)]
+    out = [(base + m, v) for m, v in vals]
+    for dim in dimension_keys_of(r):  # no minute copies (the scripts skip them)
+        base = f"{dim}{SEP}{r.model}{SEP}"
+        out += [(base + m, v) for m, v in vals]
+    return out
+
+
+def dimension_keys_of(r: UsageRecord) -> Sequence[str]:
+    """The aggregate "key" parts of a record's tags, end user and session (policies.attribution)."""
+    if not (r.tags or r.end_user or r.session):
+        return ()  # the common case: nothing allocated
+    return dimension_keys(Attribution(tuple(r.tags.split(",")) if r.tags else (), r.end_user, r.session))
 
 
 def month_of(ms: int) -> int:
@@ -209,9 +229,18 @@ class Store(Protocol):
 
     async def add_member(self, set_name: str, member: str) -> None: ...
 
+    async def claim(self, name: str, ttl_ms: int) -> bool:
+        """True for the one caller, across replicas, that claims ``name`` first (kept ``ttl_ms``)."""
+        ...
+
     async def members(self, set_name: str) -> set[str]: ...
 
-    async def aggregates(self, team: str, days: list[int]) -> dict[int, dict[str, int]]: ...
+    async def aggregates(self, team: str, days: list[int],
+                         dimensions: bool = False) -> dict[int, dict[str, int]]:
+        """The team's daily sums ``{day: {"<key>\x1f<model>\x1f<metric>": sum}}``; with
+        ``dimensions``, its tags', end users' and sessions' (``"\x1e<dimension>:<value>"`` in the
+        key's place), kept apart and for ``DIMENSION_DAYS`` days only."""
+        ...
 
     async def minutes(self, team: str, hours: list[int]) -> dict[str, int]:
         """The team's per-minute sums in the hours (epoch hour numbers) still kept (the last

@@ -9,6 +9,7 @@ from collections import defaultdict
 from typing import Any, Protocol
 
 from switchyard.core.errors import InvalidRequest
+from switchyard.policies.attribution import MARK
 from switchyard.policies.plan import NANO
 from switchyard.policies.registry import Registry
 from switchyard.policies.store import HOUR_MS, METRICS, MINUTE_MS, SEP, Store
@@ -48,7 +49,7 @@ class UsageQuery:
         bad = f.ledger_only()
         if bad:
             raise InvalidRequest(f"{', '.join(bad)}: needs the usage ledger (usage.ledger)",
-                                 param=bad[0].split("=")[0])
+                                 param=bad[0].split("=")[0].split(" ")[0])
 
     async def query(self, f: UsageFilter) -> dict[str, Any]:
         """Sums over the UTC days [start_day, end_day], filtered and grouped; with
@@ -62,16 +63,39 @@ class UsageQuery:
         teams = [f.team] if f.team else await self.registry.team_names()
         groups: dict[tuple[str, ...], dict[str, int]] = defaultdict(lambda: defaultdict(int))
         total: dict[str, int] = defaultdict(int)
+        # Tags, end users and sessions have sums of their own ("\x1e<dimension>:<value>" in the
+        # key's place; store.DIMENSION_DAYS); a request with two tags is in both tags' rows.
+        dim = f.dimension()
+        mark = f"{MARK}{dim}:" if dim else None
+        want = getattr(f, dim) if dim else None
         for t in teams:
+            if mark is not None:
+                for day, fields in (await self.store.aggregates(t, days, dimensions=True)).items():
+                    day_s = (_EPOCH + dt.timedelta(days=day)).isoformat()
+                    for field, v in fields.items():
+                        k, m, metric = field.split(SEP)
+                        if not k.startswith(mark) or (f.model and m != f.model):
+                            continue
+                        value = k[len(mark):]
+                        if want is not None and value != want:
+                            continue
+                        attrs = {"team": t, "model": m, "day": day_s, str(dim): value}
+                        groups[tuple(attrs[g] for g in f.group_by)][metric] += int(v)
+                        if want is not None:  # one value asked for: its requests are the total
+                            total[metric] += int(v)
+                if want is not None:
+                    continue
+            # Grouped by a dimension (no value asked for): the total is every request's.
             for day, fields in (await self.store.aggregates(t, days)).items():
+                day_s = (_EPOCH + dt.timedelta(days=day)).isoformat()
                 for field, v in fields.items():
                     k, m, metric = field.split(SEP)
                     if (f.key and k != f.key) or (f.model and m != f.model):
                         continue
-                    attrs = {"team": t, "key": k, "model": m,
-                             "day": (_EPOCH + dt.timedelta(days=day)).isoformat()}
-                    groups[tuple(attrs[g] for g in f.group_by)][metric] += int(v)
                     total[metric] += int(v)
+                    if mark is None:
+                        attrs = {"team": t, "key": k, "model": m, "day": day_s}
+                        groups[tuple(attrs[g] for g in f.group_by)][metric] += int(v)
         data = [dict(zip(f.group_by, g, strict=True)) | usage_row(metrics)
                 for g, metrics in sorted(groups.items())]
         return {"from": start.isoformat(), "to": end.isoformat(), "group_by": list(f.group_by),
@@ -106,7 +130,8 @@ class UsageQuery:
 
     async def records(self, f: UsageFilter) -> dict[str, Any]:
         self._check(f)
-        bad = [p for p, v in (("key", f.key), ("model", f.model), ("from", f.start), ("to", f.end)) if v]
+        bad = [p for p, v in (("key", f.key), ("model", f.model), ("from", f.start), ("to", f.end),
+                              ("tag", f.tag), ("end_user", f.end_user), ("session", f.session)) if v]
         if bad:
             raise InvalidRequest(f"{', '.join(bad)}: filtering records needs the usage ledger "
                                  "(usage.ledger)", param=bad[0])

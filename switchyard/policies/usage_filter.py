@@ -19,8 +19,9 @@ from typing import Any
 from switchyard.core.errors import InvalidRequest
 
 # "minute": the last two hours only (the store and the ledger keep minutes no longer).
-STORE_GROUPS = ("team", "key", "model", "day", "minute")
+STORE_GROUPS = ("team", "key", "model", "day", "minute", "tag", "end_user", "session")
 LEDGER_GROUPS = (*STORE_GROUPS, "hour", "deployment", "status", "reason")
+DIMENSIONS = ("tag", "end_user", "session")  # policies.attribution
 MAX_DAYS = 400
 MAX_LIMIT = 10_000
 _CLASSES = {"1xx": (100, 199), "2xx": (200, 299), "3xx": (300, 399), "4xx": (400, 499),
@@ -42,12 +43,29 @@ class UsageFilter:
     limit: int = 100
     cursor: tuple[int, str] | None = None  # (ts in microseconds, ticket id) of the last row seen
     csv: bool = False
+    tag: str | None = None
+    end_user: str | None = None
+    session: str | None = None
+
+    def dimension(self) -> str | None:
+        """The one of tag, end_user, session grouped or filtered by (None: none). The store keeps
+        each apart, per team, day and model; the ledger combines them."""
+        given = [d for d in DIMENSIONS if d in self.group_by or getattr(self, d) is not None]
+        return given[0] if given else None
 
     def ledger_only(self) -> list[str]:
         """The parameters given that only the ledger can answer."""
         bad = ["status"] if self.status else []
         bad += ["cursor"] if self.cursor else []
         bad += [f"group_by={g}" for g in self.group_by if g not in STORE_GROUPS]
+        dims = [d for d in DIMENSIONS if d in self.group_by or getattr(self, d) is not None]
+        # The store keeps each of them apart, per team, day and model.
+        if len(dims) > 1:
+            bad.append(f"{dims[1]} (with {dims[0]})")
+        if dims and (self.key or "key" in self.group_by):
+            bad.append(f"key (with {dims[0]})")
+        if dims and "minute" in self.group_by:
+            bad.append(f"group_by=minute (with {dims[0]})")
         return bad
 
 
@@ -137,7 +155,8 @@ def parse_filter(q: Mapping[str, str], *, records: bool = False) -> UsageFilter:
         start_day=start.date() if start else None,
         end_day=(end - dt.timedelta(microseconds=1)).date() if end else None,
         instants=instants, group_by=group_by, limit=limit,
-        cursor=_cursor(q["cursor"]) if q.get("cursor") else None, csv=fmt == "csv")
+        cursor=_cursor(q["cursor"]) if q.get("cursor") else None, csv=fmt == "csv",
+        tag=q.get("tag") or None, end_user=q.get("end_user") or None, session=q.get("session") or None)
 
 
 def to_csv(rows: list[dict[str, Any]], columns: list[str]) -> str:

@@ -32,6 +32,7 @@ class Behaviour:
     cut_after: int | None = None  # streams: drop the connection after this many events
     text: str | None = None  # completion text; default: words "w0 w1 ..." up to max_tokens
     usage: bool = True  # report usage (non-stream always; stream when asked or always_usage)
+    cached_tokens: int = 0  # of the prompt, read from OpenAI's prompt cache (usage.prompt_tokens_details)
     chunk_delay: float = 0.0
     logprob: float = -1.0  # every token's logprob, when the request asks for logprobs
     # chat: reasoning text before the answer, as DeepSeek, llama.cpp and vLLM's reasoning parsers
@@ -147,6 +148,8 @@ class FakeUpstream:
         n = body.get("n") or 1
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": len(pieces) * n,
                  "total_tokens": prompt_tokens + len(pieces) * n}
+        if b.cached_tokens:
+            usage["prompt_tokens_details"] = {"cached_tokens": b.cached_tokens}  # type: ignore[assignment]
         finish = "length" if b.text is None else "stop"
         if not body.get("stream"):
             call = _tool_call(body) if chat else None

@@ -78,7 +78,7 @@ async def test_limits_stored_before_the_bounds_are_read_at_the_bound(client, rep
     a.keys.forget()
     p = await a.keys.lookup(raw)
     assert p is not None and p.team_limits.spend_per_day == 1e6
-    t = await a.policy.admit(p, "local/smol", prompt_tokens=10, max_tokens=10)
+    t = await a.policy.admit(p, "openai/gpt-4o", prompt_tokens=10, max_tokens=10)  # a priced model
     assert t.max_tokens == 10
     assert (await client.get("/admin/teams/ml", headers=AUTH)).status_code == 200
     r = await client.put("/admin/teams/ml", headers=AUTH, json={"limits": {"rpm": 5}})

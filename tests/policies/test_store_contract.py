@@ -8,8 +8,9 @@ import asyncio
 import pytest
 
 from switchyard.core.canonical import Usage
-from switchyard.core.errors import RateLimited
+from switchyard.core.errors import Forbidden, RateLimited
 from switchyard.core.settings import Limits
+from switchyard.policies.attribution import Attribution
 from switchyard.policies.base import Outcome, Principal, Ticket
 from switchyard.policies.limits import LOWERED_HEADER, Limiter
 from switchyard.policies.store import DAY_MS
@@ -203,7 +204,11 @@ async def test_spend_quota_counts_reservations_and_real_cost(store, limiter_for)
     t = await admit(lim, p, GPT, prompt=1000, max_tokens=250)  # $0.005 more: exactly the quota
     await settle(lim, t, 1000, 250)
     await refused(lim, p, GPT, prompt=1, max_tokens=0)
-    await admit(lim, p, SMOL, prompt=1000, max_tokens=1000)  # a free model costs nothing
+    # local/smol has no price (an openai-compatible upstream whose model the catalog does not
+    # list): counted as $0 it would slip past the quota, so it is refused, saying why.
+    with pytest.raises(Forbidden, match=r"model local/smol has no price \(deployment eng: openai model "
+                       r"'smol' is not in the genai-prices catalog; set models\[\]\.price\)"):
+        await admit(lim, p, SMOL, prompt=1000, max_tokens=1000)
 
 
 async def test_a_token_quota_shrinks_max_tokens_to_what_is_left(store, limiter_for):
@@ -238,7 +243,11 @@ async def test_a_spend_quota_shrinks_max_tokens_to_what_the_remainder_buys(store
     t = await admit(lim, p, GPT, prompt=1000, max_tokens=2000)
     assert (t.max_tokens, t.lowered, t.reserved_spend) == (750, True, 10_000_000)
     await refused(lim, p, GPT, prompt=1, max_tokens=100)
-    await admit(lim, p, SMOL, prompt=1000, max_tokens=1000)  # a free model costs nothing
+    # local/smol has no price (an openai-compatible upstream whose model the catalog does not
+    # list): counted as $0 it would slip past the quota, so it is refused, saying why.
+    with pytest.raises(Forbidden, match=r"model local/smol has no price \(deployment eng: openai model "
+                       r"'smol' is not in the genai-prices catalog; set models\[\]\.price\)"):
+        await admit(lim, p, SMOL, prompt=1000, max_tokens=1000)
 
 
 async def test_monthly_spend_quota(store, limiter_for):
@@ -298,6 +307,7 @@ async def test_usage_records_and_aggregates(store, limiter_for):
         ("bob", SMOL, 5, 3, 200), ("alice", GPT, 10, 0, 502), ("alice", GPT, 1000, 100, 200)]
     assert recs[1].cached_tokens == 5 and recs[1].latency_ms == 7.5 and recs[1].deployment == "oai"
     assert recs[2].cost_nano == 1000 * 2500 + 100 * 10_000
+    assert recs[0].unpriced and recs[0].cost_nano == 0 and not recs[2].unpriced
     day = recs[0].ts_ms // DAY_MS
     agg = (await store.aggregates("ml", [day - 1, day]))[day]
     assert agg == {
@@ -307,6 +317,7 @@ async def test_usage_records_and_aggregates(store, limiter_for):
         "alice\x1fopenai/gpt-4o\x1fcache_write_tokens": 2,
         "bob\x1flocal/smol\x1frequests": 1, "bob\x1flocal/smol\x1fprompt_tokens": 5,
         "bob\x1flocal/smol\x1fcompletion_tokens": 3,
+        "bob\x1flocal/smol\x1funpriced": 1,  # no price: counted apart, never a silent $0
     }
     assert await store.aggregates("ops", [day]) == {}
     assert recs[1].cache_write_tokens == 2
@@ -361,3 +372,25 @@ async def test_the_hot_path_pipelines_and_follows_a_moved_slot(store, limiter_fo
     day = tickets[0].admitted_ms // DAY_MS
     agg = (await store.aggregates("ml", [day]))[day]
     assert agg["alice\x1flocal/smol\x1frequests"] == 30
+
+
+async def test_tags_end_users_and_sessions_are_summed_apart(store, limiter_for):
+    lim = limiter_for(make_config())
+    p = who(key_limits=Limits(rpm=100))
+    who_for = Attribution(("search", "chat"), "u-7", "s-1")
+    t = await lim.admit(p, GPT, prompt_tokens=100, max_tokens=10, attribution=who_for)
+    await lim.settle(t, Outcome(Usage(100, 10), 200, deployment="oai", latency_ms=1.0))
+    await settle(lim, await admit(lim, p, GPT, 50, 5), 50, 5)  # no attribution
+    (rec, tagged) = await store.records("ml", 10)
+    assert (tagged.tags, tagged.end_user, tagged.session) == ("search,chat", "u-7", "s-1")
+    assert (rec.tags, rec.end_user, rec.session) == ("", "", "")
+    day = tagged.ts_ms // DAY_MS
+    plain = (await store.aggregates("ml", [day]))[day]
+    assert plain["alice\x1fopenai/gpt-4o\x1frequests"] == 2 and not any(k.startswith("\x1e") for k in plain)
+    dims = (await store.aggregates("ml", [day], dimensions=True))[day]
+    assert {k: v for k, v in dims.items() if k.endswith("requests") or k.endswith("prompt_tokens")} == {
+        f"\x1e{d}\x1fopenai/gpt-4o\x1f{m}": n
+        for d in ("tag:search", "tag:chat", "end_user:u-7", "session:s-1")
+        for m, n in (("requests", 1), ("prompt_tokens", 100))}
+    hour = tagged.ts_ms // 3_600_000
+    assert not any("\x1e" in k or "search" in k for k in await store.minutes("ml", [hour - 1, hour]))

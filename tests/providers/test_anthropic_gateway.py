@@ -234,7 +234,7 @@ async def test_cache_usage_is_settled_once_in_openai_meaning(gateway_for, stream
     input_tokens = len(json.dumps(sent["messages"]).split()) + len(str(sent.get("system", "")).split())
     assert (u.prompt_tokens, u.cached_tokens, u.cache_write_tokens, u.completion_tokens) == (
         input_tokens + 6000, 4000, 2000, 3)
-    cost = Pricing(cfg).cost(MODEL, u)
+    cost = Pricing(cfg).route(MODEL).cost("", u)  # the route's (one) deployment's price
     assert cost == round((input_tokens * 3 + 4000 * 0.3 + 2000 * 3.75 + 3 * 15) * 1000)
 
 

@@ -8,11 +8,13 @@ each team from the store (at most ``NOW_RECORDS`` each) when there is no ledger.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from switchyard.core.errors import InvalidRequest
+from switchyard.policies.alerts import budget_use, month_spend
 from switchyard.policies.store import DAY_MS, HOUR_MS, MINUTE_MS, SEP, refused
 from switchyard.policies.usage_filter import parse_filter
 
@@ -79,7 +81,22 @@ async def overview(policies: Policies, rng: str, now: dt.datetime) -> dict[str, 
             "errors": await errors_by(policies, q, bucket, start),
             "refused": await _refused_by(policies, q, bucket, start),
             "refused_now": await refused_now(policies, now),
-            "unauthenticated": await unauthenticated(policies, start, now, bucket)}
+            "unauthenticated": await unauthenticated(policies, start, now, bucket),
+            **await budgets(policies, now)}
+
+
+NEAR = 0.5  # budgets at least this full are listed
+NEAR_MAX = 50
+
+
+async def budgets(policies: Policies, now: dt.datetime) -> dict[str, Any]:
+    """The day's and month's quotas at least ``NEAR`` full, fullest first, and each team's spend
+    this month with its month-end projection at the pace so far (the store's daily sums)."""
+    today = now.date()
+    use = await budget_use(policies.store, policies.registry, today)
+    near = sorted((u for u in use if u.fraction >= NEAR), key=lambda u: -u.fraction)[:NEAR_MAX]
+    return {"budgets": [dataclasses.asdict(u) | {"fraction": round(u.fraction, 4)} for u in near],
+            "month": await month_spend(policies.store, policies.registry, today)}
 
 
 def _merge(rows: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:

@@ -19,11 +19,18 @@ _GROUP_SQL = {
     "reason": "reason",
 }
 _METRICS = ("requests", "errors", "refused", "prompt_tokens", "completion_tokens", "cached_tokens",
-            "cost_nano", "cache_write_tokens")
+            "cost_nano", "cache_write_tokens", "unpriced")
 _RECORD = ("ts_ms", "key_id", "team", "model", "deployment", "prompt_tokens", "completion_tokens",
            "cached_tokens", "cost_nano", "status", "latency_ms", "request_id", "ticket_id", "endpoint",
-           "dialect", "requested_model", "attempts", "ttfb_ms", "cut", "reason", "cache_write_tokens")
+           "dialect", "requested_model", "attempts", "ttfb_ms", "cut", "reason", "cache_write_tokens",
+           "unpriced", "tags", "end_user", "session")
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+# The rollups' sums, from raw records.
+_RECORD_SUMS = ("count(*) AS requests", "count(*) FILTER (WHERE status >= 400) AS errors",
+                "count(*) FILTER (WHERE status BETWEEN 400 AND 499 AND attempts = 0) AS refused",
+                "count(*) FILTER (WHERE unpriced) AS unpriced",
+                *(f"sum({c})::bigint AS {c}" for c in ("prompt_tokens", "completion_tokens", "cached_tokens",
+                                                       "cost_nano", "cache_write_tokens")))
 
 
 def _where(f: UsageFilter, time_col: str, args: list[Any]) -> str:
@@ -34,9 +41,12 @@ def _where(f: UsageFilter, time_col: str, args: list[Any]) -> str:
         args.append(v)
         return f"${len(args)}"
 
-    for col, v in (("team", f.team), ("key_id", f.key), ("model", f.model)):
+    for col, v in (("team", f.team), ("key_id", f.key), ("model", f.model), ("end_user", f.end_user),
+                   ("session", f.session)):
         if v is not None:
             conds.append(f"{col} = {arg(v)}")
+    if f.tag is not None:
+        conds.append(f"{arg(f.tag)} = ANY(string_to_array(tags, ','))")
     if f.status:
         ranges = [f"status BETWEEN {arg(lo)} AND {arg(hi)}" for lo, hi in f.status]
         conds.append("(" + " OR ".join(ranges) + ")")
@@ -69,6 +79,8 @@ class LedgerUsage:
         self.sink = sink
 
     async def query(self, f: UsageFilter) -> dict[str, Any]:
+        if f.dimension() is not None:
+            return await self._by_records(f)
         args: list[Any] = []
         # By minute: the minute rollup (the last two days; no deployment), else the hourly one.
         table, time_col = ("usage_minute", "minute") if "minute" in f.group_by else ("usage_hourly", "hour")
@@ -92,6 +104,38 @@ class LedgerUsage:
                 total[k] += r[k] or 0
         return {"from": _day_or_instant(f.start, f, False), "to": _day_or_instant(f.end, f, True),
                 "group_by": list(f.group_by), "data": data, "total": _row(total)}
+
+    async def _by_records(self, f: UsageFilter) -> dict[str, Any]:
+        """Grouped or filtered by tag, end user or session: summed from usage_records (a request
+        with two tags is in both tags' rows; the total counts it once)."""
+        if "minute" in f.group_by:
+            raise InvalidRequest("group_by=minute cannot be combined with tag, end_user or session",
+                                 param="group_by")
+        args: list[Any] = []
+        where = _where(f, "ts", args)
+        cols = {**_GROUP_SQL, "hour": "to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:00:00\"Z\"')",
+                "day": "to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD')", "tag": "tag", "end_user": "end_user",
+                "session": "session"}
+        sums = ", ".join([*_RECORD_SUMS, "sum(latency_ms) AS latency_ms"])
+        groups = [f"{cols[g]} AS g{i}" for i, g in enumerate(f.group_by)]
+        source = "usage_records"
+        if "tag" in f.group_by:
+            source += " CROSS JOIN LATERAL unnest(string_to_array(nullif(tags, ''), ',')) AS tag"
+        for d in ("end_user", "session"):
+            if d in f.group_by:
+                where += f" AND {d} <> ''"
+        sql = f"SELECT {', '.join([*groups, sums])} FROM {source} WHERE {where}"
+        if groups:
+            order = ", ".join(f"g{i}" for i in range(len(groups)))
+            sql += f" GROUP BY {order} ORDER BY {order}"
+        total_sql = f"SELECT {sums} FROM usage_records WHERE {_where(f, 'ts', [])}"
+        async with self.sink.reading() as conn:
+            rows = await conn.fetch(sql, *args)
+            total = await conn.fetchrow(total_sql, *args)
+        data = [{g: r[f"g{i}"] for i, g in enumerate(f.group_by)} | _row(dict(r))
+                for r in rows if r["requests"]]
+        return {"from": _day_or_instant(f.start, f, False), "to": _day_or_instant(f.end, f, True),
+                "group_by": list(f.group_by), "data": data, "total": _row(dict(total or {}))}
 
     async def records(self, f: UsageFilter) -> dict[str, Any]:
         args: list[Any] = []

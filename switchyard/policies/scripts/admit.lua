@@ -6,7 +6,8 @@
 --       while the request runs, 'x' once cancelled, 's' once settled, 'r:..' once reaped.
 -- ARGV: tokens, spend (nano-USD), lease id ('' = none), lease ttl ms, clock skew ms (tests),
 --       then 7 limits per scope (-1 = none): rpm tpm concurrency tokens/day tokens/month
---       spend/day spend/month.
+--       spend/day spend/month; tokens/day -2 (plan.LIFETIME): the month quotas count for the
+--       scope's lifetime (a session's), its month kept at 0.
 -- Returns {1, now, req_limit, req_remaining, req_reset, tok_limit, tok_remaining, tok_reset}
 --      or {0, now, scope (1-based), kind, retry_ms, limit, remaining}: remaining is what the
 --      refusing quota has left (the gateway may shrink max_tokens to it), -1 for other kinds.
@@ -66,12 +67,14 @@ for i = 1, nscopes do
     writes[#writes + 1] = z
   end
   if quota then
-    local sameday, samemonth = tonumber(h[3]) == day, tonumber(h[6]) == month
+    local life = tpd == -2
+    local mon = life and 0 or month
+    local sameday, samemonth = tonumber(h[3]) == day, tonumber(h[6]) == mon
     local td = sameday and tonumber(h[4] or 0) or 0
     local sd = sameday and tonumber(h[5] or 0) or 0
     local tm = samemonth and tonumber(h[7] or 0) or 0
     local sm = samemonth and tonumber(h[8] or 0) or 0
-    local eod, eom = (day + 1) * DAY - now, next_month_ms(month) - now
+    local eod, eom = (day + 1) * DAY - now, life and -1 or next_month_ms(month) - now
     if tpd >= 0 and td + tokens > tpd then return {0, now, i, 'tokens_per_day', eod, tpd, tpd - td} end
     if tpmo >= 0 and tm + tokens > tpmo then return {0, now, i, 'tokens_per_month', eom, tpmo, tpmo - tm} end
     if spd >= 0 and sd + spend > spd then return {0, now, i, 'spend_per_day', eod, spd, spd - sd} end
@@ -80,7 +83,7 @@ for i = 1, nscopes do
     set[n + 1], set[n + 2] = 'd', day
     set[n + 3], set[n + 4] = 'td', string.format('%d', td + tokens)
     set[n + 5], set[n + 6] = 'sd', string.format('%d', sd + spend)
-    set[n + 7], set[n + 8] = 'm', month
+    set[n + 7], set[n + 8] = 'm', mon
     set[n + 9], set[n + 10] = 'tm', string.format('%d', tm + tokens)
     set[n + 11], set[n + 12] = 'sm', string.format('%d', sm + spend)
   end

@@ -27,7 +27,7 @@ for _, mark in ipairs(due) do
         set[#set + 1], set[#set + 2] = 'td', string.format('%d', tonumber(h[2] or 0) - tokens)
         set[#set + 1], set[#set + 2] = 'sd', string.format('%d', tonumber(h[3] or 0) - spend)
       end
-      if tonumber(h[4]) == month then
+      if tonumber(h[4]) == month or tonumber(h[4]) == 0 then  -- 0: a lifetime scope (admit.lua)
         set[#set + 1], set[#set + 2] = 'tm', string.format('%d', tonumber(h[5] or 0) - tokens)
         set[#set + 1], set[#set + 2] = 'sm', string.format('%d', tonumber(h[6] or 0) - spend)
       end

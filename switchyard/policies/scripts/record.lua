@@ -4,12 +4,21 @@
 -- ARGV: max records, epoch minute, n aggregate fields, n (field, increment) pairs, then the
 --       record's field/value pairs.
 local maxrec, minute, nagg = ARGV[1], ARGV[2], tonumber(ARGV[3])
+-- A tag's, end user's or session's field ("\30...": policies.attribution) goes to the day's
+-- hash of such sums (the same {team} slot), kept DIMENSION_DAYS, with no minute copy.
+local aggx, dims = KEYS[1] .. ':x', false
 for j = 0, nagg - 1 do
   local f, inc = ARGV[4 + 2 * j], ARGV[5 + 2 * j]
-  redis.call('HINCRBY', KEYS[1], f, inc)
-  local at = string.find(f, '\31', 1, true)  -- (start, end): keep the start only
-  redis.call('HINCRBY', KEYS[2], minute .. string.sub(f, at), inc)
+  if string.byte(f, 1) == 30 then
+    redis.call('HINCRBY', aggx, f, inc)
+    dims = true
+  else
+    redis.call('HINCRBY', KEYS[1], f, inc)
+    local at = string.find(f, '\31', 1, true)  -- (start, end): keep the start only
+    redis.call('HINCRBY', KEYS[2], minute .. string.sub(f, at), inc)
+  end
 end
+if dims then redis.call('PEXPIRE', aggx, 35 * 86400000) end  -- store.DIMENSION_DAYS
 redis.call('PEXPIRE', KEYS[1], 400 * 86400000)
 redis.call('PEXPIRE', KEYS[2], 7260000)  -- store.MINUTES_KEPT_MS
 local rec = {}

@@ -88,10 +88,11 @@ for i = 1, nscopes do
         set[n + 3], set[n + 4] = 'sd', string.format('%d', tonumber(h[4] or 0) + qsd)
       end
       n = #set
-      if not m or m < month then
-        set[n + 1], set[n + 2], set[n + 3], set[n + 4] = 'm', month, 'tm', string.format('%d', qtd)
+      local mon = tonumber(ARGV[a + 4]) == -2 and 0 or month  -- a lifetime scope's (admit.lua)
+      if not m or m < mon then
+        set[n + 1], set[n + 2], set[n + 3], set[n + 4] = 'm', mon, 'tm', string.format('%d', qtd)
         set[n + 5], set[n + 6] = 'sm', string.format('%d', qsd)
-      elseif m == month then
+      elseif m == mon then
         set[n + 1], set[n + 2] = 'tm', string.format('%d', tonumber(h[6] or 0) + qtd)
         set[n + 3], set[n + 4] = 'sm', string.format('%d', tonumber(h[7] or 0) + qsd)
       end
@@ -114,12 +115,21 @@ local agg, aggm, log = KEYS[#KEYS - 5], KEYS[#KEYS - 4], KEYS[#KEYS - 3]
 local p = 9 + nscopes * 7
 -- The minute's fields are the day's with the minute in place of the key (store.agg_increments).
 local minute = tostring(math.floor(admitted / 60000))
+-- A tag's, end user's or session's field ("\30...": policies.attribution) goes to the day's
+-- hash of such sums (the same {team} slot), kept DIMENSION_DAYS, with no minute copy.
+local aggx, dims = agg .. ':x', false
 for j = 0, nagg - 1 do
   local f, inc = ARGV[p + 2 * j], ARGV[p + 2 * j + 1]
-  redis.call('HINCRBY', agg, f, inc)
-  local at = string.find(f, '\31', 1, true)  -- (start, end): keep the start only
-  redis.call('HINCRBY', aggm, minute .. string.sub(f, at), inc)
+  if string.byte(f, 1) == 30 then
+    redis.call('HINCRBY', aggx, f, inc)
+    dims = true
+  else
+    redis.call('HINCRBY', agg, f, inc)
+    local at = string.find(f, '\31', 1, true)  -- (start, end): keep the start only
+    redis.call('HINCRBY', aggm, minute .. string.sub(f, at), inc)
+  end
 end
+if dims then redis.call('PEXPIRE', aggx, 35 * 86400000) end  -- store.DIMENSION_DAYS
 redis.call('PEXPIRE', agg, 400 * DAY)
 redis.call('PEXPIRE', aggm, 7260000)  -- store.MINUTES_KEPT_MS
 local rec = {}

@@ -65,7 +65,8 @@ def config(upstream_url: str, ledger: str):
         models=[{"name": "openai/gpt-4o", "aliases": ["gpt-4o"],
                  "price": {"prompt_per_1m": 2.5, "completion_per_1m": 10.0},
                  "deployments": [{"name": "d1", "base_url": upstream_url, "model": "gpt-4o", "weight": 3}]},
-                {"name": "openai/down", "deployments": [{"name": "d9", "base_url": down, "model": "gpt-x"}]}],
+                {"name": "openai/down", "price": {"prompt_per_1m": 1.0},
+                 "deployments": [{"name": "d9", "base_url": down, "model": "gpt-x"}]}],
         teams=[{"name": "ml", "limits": {"spend_per_day": 1.0}},
                {"name": "ops", "models": ["openai/gpt-4o"], "limits": {"rpm": 2}}],
         keys=[{"id": "alice", "team": "ml", "key": KEY}, {"id": "bob", "team": "ops", "key": BOB}])

@@ -19,7 +19,8 @@ def config(upstream_url: str, store: str = "memory://", ledger: str | None = Non
     models = [{"name": "openai/gpt-4o", "aliases": ["gpt-4o"],
                "price": {"prompt_per_1m": 2.5, "completion_per_1m": 10.0},
                "deployments": [{"name": "d1", "base_url": upstream_url, "model": "gpt-4o"}]},
-              {"name": "openai/other", "deployments": [{"name": "d1", "base_url": upstream_url}]}]
+              {"name": "openai/other", "price": {"prompt_per_1m": 1.0, "completion_per_1m": 1.0},
+               "deployments": [{"name": "d1", "base_url": upstream_url}]}]
     return console_config(
         upstream_url, store=store, ledger=ledger, models=models,
         teams=[{"name": "ml", "limits": {"spend_per_day": 1.0}}, {"name": "ops", "limits": {"rpm": 2}},

@@ -31,7 +31,7 @@ async function loadOverview() {
   document.getElementById("stat-refused").textContent = num(t.refused);
   document.getElementById("stat-unauth").textContent = num(unauth);
   document.getElementById("stat-tokens").textContent = num(t.total_tokens);
-  document.getElementById("stat-spend").textContent = usd(t.cost_usd);
+  document.getElementById("stat-spend").replaceChildren(spend(t));
   document.getElementById("stat-latency").textContent = `${ms(o.latency.p50_ms)} / ${ms(o.latency.p95_ms)}`;
   document.getElementById("stat-ttfb").textContent = `${ms(o.latency.ttfb_p50_ms)} / ${ms(o.latency.ttfb_p95_ms)}`;
   document.getElementById("stat-inflight").textContent = num(o.inflight);
@@ -56,9 +56,17 @@ async function loadOverview() {
     ? "(from each team's newest records: add a ledger for the whole range)" : "";
   const cols = name => [[name, r => name === "model" ? modelCell(r[name]) : r[name]], ["Requests", r => num(r.requests)], ["Errors", r => num(r.errors)],
                         ["Refused", r => num(r.refused)], ["Tokens", r => num(r.total_tokens)],
-                        ["Spend", r => usd(r.cost_usd)]];
+                        ["Spend", spend]];
   table(document.getElementById("ov-models"), cols("model"), o.by_model);
   table(document.getElementById("ov-teams"), cols("team"), o.by_team);
+  const amount = (x, v) => x.limit.startsWith("spend") ? usd(v) : num(v);
+  table(document.getElementById("ov-budgets"), [["Scope", b => b.scope], ["Budget", b => el("code", {}, b.limit)],
+    ["Period", b => b.period], ["Used", b => amount(b, b.used)], ["Limit", b => amount(b, b.limit_value)],
+    ["Full", b => el("span", {class: b.fraction >= 1 ? "error" : "", "data-fraction": String(b.fraction)},
+                     `${Math.round(b.fraction * 100)}%`)]], o.budgets || []);
+  table(document.getElementById("ov-month"), [["Team", m => m.team], ["Month to date", m => usd(m.spend_usd)],
+    ["Month-end projection", m => usd(m.projected_usd)], ["Days", m => `${m.days} of ${m.days_in_month}`]],
+    o.month || []);
   table(document.getElementById("ov-refused-now"), [["Team", r => r.team], ["Key", r => r.key],
     ["Reason", r => el("code", {}, r.reason || "-")], ["Refused", r => num(r.refused)],
     ["Last (UTC)", r => r.last.slice(11, 19)]], o.refused_now);
@@ -69,6 +77,17 @@ async function loadOverview() {
         Object.entries(o.unauthenticated));
 }
 
+// Spend, flagged with the requests that had no price (not in the sum): never a plain $0.
+function unpricedFlag(n) {
+  return el("span", {class: "unpriced", "data-unpriced": String(n),
+                     title: `${n} request(s) served by a deployment without a known price (no models[].price, not in the price catalog): not in this spend`},
+            `${num(n)} unpriced`);
+}
+
+function spend(x) {
+  return x.unpriced ? el("span", {}, usd(x.cost_usd), " + ", unpricedFlag(x.unpriced)) : usd(x.cost_usd);
+}
+
 // -- usage explorer ------------------------------------------------------------------------
 const cursors = [""];  // cursors[i]: the cursor that loads page i
 let pageNo = 0;
@@ -76,7 +95,7 @@ let pageNo = 0;
 function usageParams() {
   const v = formValues(document.getElementById("usage-form"));
   const q = new URLSearchParams();
-  for (const k of ["team", "key", "model", "status"]) if (v[k]) q.set(k, v[k]);
+  for (const k of ["team", "key", "model", "status", "tag", "end_user", "session"]) if (v[k]) q.set(k, v[k]);
   if (v.from) q.set("from", toInstant(v.from));
   if (v.to) q.set("to", toInstant(v.to));
   return {q, group: v.group_by};
@@ -105,13 +124,15 @@ async function loadUsage(reset) {
   table(document.getElementById("usage-agg"), [[group, x => group === "model" ? modelCell(x.model) : String(x[group])], ["Requests", x => num(x.requests)],
     ["Errors", x => num(x.errors)], ["Refused", x => num(x.refused)], ["Prompt", x => num(x.prompt_tokens)],
     ["Cache read", x => num(x.cached_tokens || 0)], ["Cache write", x => num(x.cache_write_tokens || 0)],
-    ["Completion", x => num(x.completion_tokens)], ["Spend", x => usd(x.cost_usd)]], a.data);
+    ["Completion", x => num(x.completion_tokens)], ["Spend", spend]], a.data);
   table(document.getElementById("usage-records"), [
     ["Time (UTC)", x => utc(x.ts_ms)], ["Team", x => x.team],
     ["Key", x => x.key_id], ["Model", x => x.model || (x.requested_model ? el("span", {class: "id"}, `${x.requested_model} (unresolved)`) : modelCell(""))], ["Deployment", x => x.deployment || "-"],
     ["Status", x => String(x.status)], ["Reason", x => x.reason ? el("code", {}, x.reason) : ""],
     ["Attempts", x => String(x.attempts)], ["Tokens", x => `${x.prompt_tokens} + ${x.completion_tokens}`],
-    ["Spend", x => usd(x.cost_nano / 1e9)], ["Latency", x => ms(x.latency_ms)], ["TTFB", x => ms(x.ttfb_ms >= 0 ? x.ttfb_ms : null)],
+    ["For", x => [x.tags && `tags ${x.tags}`, x.end_user && `user ${x.end_user}`, x.session && `session ${x.session}`]
+      .filter(Boolean).join("; ")],
+    ["Spend", x => x.unpriced ? unpricedFlag(1) : usd(x.cost_nano / 1e9)], ["Latency", x => ms(x.latency_ms)], ["TTFB", x => ms(x.ttfb_ms >= 0 ? x.ttfb_ms : null)],
     ["Request id", x => el("span", {class: "id"}, x.request_id)]], r.data);
   cursors[pageNo + 1] = r.next_cursor || "";
   document.getElementById("next-page").disabled = !r.next_cursor;
