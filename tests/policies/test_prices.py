@@ -58,7 +58,7 @@ def test_where_a_deployment_price_comes_from() -> None:
     assert isinstance(p, Priced) and p.source == "config" and rates(p.price) == (1, 2, None, None)
     # models[].price overrides the catalog, even at 0 (a negotiated or internal price)
     zero = model(price={"prompt_per_1m": 0},
-                 deployments=[{"name": "o", "provider": "openai", "model": "gpt-4o"}])
+                 deployments=[{"name": "o", "provider": "openai", "model": "gpt-4o", "api_key": "k"}])
     p = deployment_price(zero, zero.deployments[0])
     assert isinstance(p, Priced) and p.source == "config" and rates(p.price) == (0, 0, None, None)
 
@@ -81,10 +81,10 @@ def test_tiers_price_the_whole_request_at_the_long_context_rate() -> None:
 def test_a_route_is_charged_at_the_deployment_that_served_and_reserves_at_the_dearest() -> None:
     cfg = parse_config({"models": [
         {"name": "v/m", "deployments": [
-            {"name": "cheap", "provider": "openai", "model": "gpt-4o-mini"},
-            {"name": "dear", "provider": "openai", "model": "gpt-4o"},
+            {"name": "cheap", "provider": "openai", "model": "gpt-4o-mini", "api_key": "k"},
+            {"name": "dear", "provider": "openai", "model": "gpt-4o", "api_key": "k"},
             {"name": "self", "provider": "vllm", "base_url": "http://h:1"}]},
-        {"name": "openai/*", "deployments": [{"name": "o", "provider": "openai"}]}]})
+        {"name": "openai/*", "deployments": [{"name": "o", "provider": "openai", "api_key": "k"}]}]})
     pricing = Pricing(cfg)
     rp = pricing.route("v/m")
     assert pricing.route("v/m") is rp  # resolved once, at load
@@ -103,7 +103,7 @@ def test_a_route_is_charged_at_the_deployment_that_served_and_reserves_at_the_de
 def test_a_spend_quota_over_a_route_without_a_price_is_a_config_error() -> None:
     raw: dict[str, Any] = {
         "models": [{"name": "local/n", "deployments": [{"name": "v", "provider": "vllm", "base_url": "http://h:1"}]},
-                   {"name": "openai/gpt-4o", "deployments": [{"name": "o", "provider": "openai"}]}],
+                   {"name": "openai/gpt-4o", "deployments": [{"name": "o", "provider": "openai", "api_key": "k"}]}],
         "teams": [{"name": "t", "limits": {"spend_per_day": 5}}],
         "keys": [{"id": "k", "team": "t", "key": "sk-k"}],
     }
