@@ -103,7 +103,8 @@ def test_a_route_is_charged_at_the_deployment_that_served_and_reserves_at_the_de
 def test_a_spend_quota_over_a_route_without_a_price_is_a_config_error() -> None:
     raw: dict[str, Any] = {
         "models": [{"name": "local/n", "deployments": [{"name": "v", "provider": "vllm", "base_url": "http://h:1"}]},
-                   {"name": "openai/gpt-4o", "deployments": [{"name": "o", "provider": "openai", "api_key": "k"}]}],
+                   {"name": "openai/gpt-4o",
+                    "deployments": [{"name": "o", "provider": "openai", "api_key": "k"}]}],
         "teams": [{"name": "t", "limits": {"spend_per_day": 5}}],
         "keys": [{"id": "k", "team": "t", "key": "sk-k"}],
     }
