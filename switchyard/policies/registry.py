@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from switchyard.core.config import Config
 from switchyard.core.errors import InvalidRequest, NotFound
 from switchyard.core.settings import Limits
+from switchyard.policies.base import model_allowed
 from switchyard.policies.keys import KeyRing, digest, doc_names, stored_limits
 from switchyard.policies.store import Store
 
@@ -146,8 +147,9 @@ class Registry:
 
     async def create_key(self, team: str, *, key_id: str | None = None, models: Any = None,
                          limits: dict[str, Any] | None = None,
-                         expires_at: Any = None) -> tuple[str, dict[str, Any]]:
-        """Returns the raw key (shown this once; only its sha256 is stored) and the key's info."""
+                         expires_at: Any = None, created_by: str = "master") -> tuple[str, dict[str, Any]]:
+        """Returns the raw key (shown this once; only its sha256 is stored) and the key's info.
+        ``created_by``: ``master``, an admin token's id, or the user it was made for."""
         if team not in await self.team_names():
             raise NotFound(f"no team {team!r}", param="team")
         key_id = check_name(key_id, "id") if key_id is not None else f"key-{secrets.token_hex(6)}"
@@ -158,7 +160,7 @@ class Registry:
         doc = {"id": key_id, "team": team, "models": _check_models(models),
                "limits": merge_limits(Limits(), limits).model_dump(exclude_none=True),
                "revoked": False, "created_ms": int(time.time() * 1000),
-               "expires_ms": parse_expiry(expires_at)}
+               "expires_ms": parse_expiry(expires_at), "created_by": created_by}
         await self.store.put_doc(self.n["key"] + d, doc)
         await self.store.put_doc(self.n["keyid"] + key_id, {"digest": d})
         await self.store.add_member(self.n["keys"], key_id)
@@ -188,12 +190,13 @@ class Registry:
             models = doc.get("models", cfg.models)
             return {"id": key_id, "team": cfg.team, "source": "config", "models": models,
                     "limits": {k: v for k, v in limits.items() if v is not None},
-                    "revoked": bool(doc.get("revoked"))} | expiry
+                    "revoked": bool(doc.get("revoked")), "created_by": None} | expiry
         prev = doc.get("previous")
         grace = {"previous_valid_until": format_ms(prev["until_ms"])} if prev else {}
         return {"id": key_id, "team": doc["team"], "source": "admin", "models": doc.get("models"),
                 "limits": {k: v for k, v in doc.get("limits", {}).items() if v is not None},
-                "revoked": bool(doc.get("revoked")), "created_ms": doc.get("created_ms")} | expiry | grace
+                "revoked": bool(doc.get("revoked")), "created_ms": doc.get("created_ms"),
+                "created_by": doc.get("created_by")} | expiry | grace
 
     async def keys(self) -> list[dict[str, Any]]:
         ids = sorted(set(self._cfg_keys) | await self.store.members(self.n["keys"]))
@@ -258,6 +261,23 @@ class Registry:
         await self.store.put_doc(self.n["keyid"] + key_id, {"digest": d})
         self.keyring.forget()
         return raw, await self.key(key_id)
+
+    async def check_within_team(self, team: str, limits: dict[str, Any] | None, models: Any) -> None:
+        """A 400 when a key's ``limits`` go above its team's or ``models`` leave the team's
+        allow-list (what a team admin or member may set; an admin may set anything)."""
+        t = await self.team(team)
+        for field, ceiling in t["limits"].items():
+            v = (limits or {}).get(field)
+            if isinstance(ceiling, int | float) and not isinstance(ceiling, bool) and \
+                    isinstance(v, int | float) and not isinstance(v, bool) and v > ceiling:
+                raise InvalidRequest(f"limits.{field}: {v} is above team {team!r}'s {ceiling}",
+                                     param=f"limits.{field}")
+        allowed = t["models"]
+        if allowed is not None and models is not UNSET and models is not None:
+            outside = [m for m in _check_models(models) or [] if not model_allowed(m, frozenset(allowed))]
+            if outside:
+                raise InvalidRequest(f"models: {', '.join(map(str, outside[:5]))} not in team {team!r}'s "
+                                     "allow-list", param="models")
 
     async def revoke(self, key_id: str) -> dict[str, Any]:
         return await self.update_key(key_id, revoked=True)

@@ -42,6 +42,18 @@ class UsageFilter:
     limit: int = 100
     cursor: tuple[int, str] | None = None  # (ts in microseconds, ticket id) of the last row seen
     csv: bool = False
+    # Set by the admin API for an actor limited to teams or to its own keys: only these are read.
+    teams: tuple[str, ...] | None = None
+    keys: tuple[str, ...] | None = None
+
+    def team_list(self) -> list[str] | None:
+        """The teams to read (None: every team)."""
+        if self.team is not None:
+            return [self.team] if self.teams is None or self.team in self.teams else []
+        return list(self.teams) if self.teams is not None else None
+
+    def key_ok(self, key: str) -> bool:
+        return (self.key is None or key == self.key) and (self.keys is None or key in self.keys)
 
     def ledger_only(self) -> list[str]:
         """The parameters given that only the ledger can answer."""

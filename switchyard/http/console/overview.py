@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from switchyard.core.errors import InvalidRequest
 from switchyard.policies.store import DAY_MS, HOUR_MS, MINUTE_MS, SEP, refused
-from switchyard.policies.usage_filter import parse_filter
+from switchyard.policies.usage_filter import UsageFilter, parse_filter
 
 if TYPE_CHECKING:
     from switchyard.policies.factory import Policies
@@ -53,7 +55,9 @@ def _iso(t: dt.datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-async def overview(policies: Policies, rng: str, now: dt.datetime) -> dict[str, Any]:
+async def overview(policies: Policies, rng: str, now: dt.datetime, *, teams: tuple[str, ...] | None = None,
+                   keys: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """``teams``/``keys``: the caller reads only these (None: all, with the unauthenticated counts)."""
     if rng not in RANGES:
         raise InvalidRequest(f"range takes {', '.join(RANGES)}", param="range")
     window, ledger_bucket, store_bucket = RANGES[rng]
@@ -66,9 +70,13 @@ async def overview(policies: Policies, rng: str, now: dt.datetime) -> dict[str, 
         q = {"from": _iso(_floor(start, bucket)), "to": _iso(_floor(now, bucket) + _STEP[bucket])}
     usage = policies.usage
     g = "minute," if bucket == "minute" else ""  # the minute sums are their own source
-    series = await usage.query(parse_filter(q | {"group_by": bucket}))
-    by_model = await usage.query(parse_filter(q | {"group_by": g + "model"}))
-    by_team = await usage.query(parse_filter(q | {"group_by": g + "team"}))
+
+    def flt(query: dict[str, str]) -> UsageFilter:
+        return replace(parse_filter(query), teams=teams, keys=keys)
+
+    series = await usage.query(flt(q | {"group_by": bucket}))
+    by_model = await usage.query(flt(q | {"group_by": g + "model"}))
+    by_team = await usage.query(flt(q | {"group_by": g + "team"}))
     rows = {r[bucket]: r for r in series["data"]}
     empty = {k: 0 for k in series["total"]}
     return {"range": rng, "bucket": bucket, "source": usage.source, "from": q["from"], "to": q["to"],
@@ -76,9 +84,9 @@ async def overview(policies: Policies, rng: str, now: dt.datetime) -> dict[str, 
             "series": [{"t": b} | rows.get(b, empty) for b in _buckets(start, now, bucket)],
             "total": series["total"], "by_model": _merge(by_model["data"], "model"),
             "by_team": _merge(by_team["data"], "team"),
-            "refused": await _refused_by(policies, q, bucket, start),
-            "refused_now": await refused_now(policies, now),
-            "unauthenticated": await unauthenticated(policies, start, now, bucket)}
+            "refused": await _refused_by(policies, q, bucket, start, flt),
+            "refused_now": await refused_now(policies, now, flt),
+            "unauthenticated": await unauthenticated(policies, start, now, bucket) if teams is None else {}}
 
 
 def _merge(rows: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
@@ -94,17 +102,17 @@ def _merge(rows: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
     return [out[k] for k in sorted(out)]
 
 
-async def _refused_by(policies: Policies, q: dict[str, str], bucket: str,
-                      start: dt.datetime) -> list[dict[str, Any]]:
+async def _refused_by(policies: Policies, q: dict[str, str], bucket: str, start: dt.datetime,
+                      flt: Callable[[dict[str, str]], UsageFilter] = parse_filter) -> list[dict[str, Any]]:
     """Who was refused over the range: per team and key (and reason, with the ledger, or for
     the last hour from the store's newest records)."""
     if policies.ledger is not None:
         groups = ("minute," if bucket == "minute" else "") + "team,key,reason"
     elif bucket == "minute":  # the store's minute sums have no keys: its records do
-        return [{k: v for k, v in r.items() if k != "last"} for r in await _recent(policies, start)]
+        return [{k: v for k, v in r.items() if k != "last"} for r in await _recent(policies, start, flt)]
     else:
         groups = "team,key"
-    rows = (await policies.usage.query(parse_filter(q | {"group_by": groups})))["data"]
+    rows = (await policies.usage.query(flt(q | {"group_by": groups})))["data"]
     out: dict[tuple[str, ...], dict[str, Any]] = {}
     for r in rows:
         if not r["refused"]:
@@ -115,7 +123,8 @@ async def _refused_by(policies: Policies, q: dict[str, str], bucket: str,
     return sorted(out.values(), key=lambda x: (-x["refused"], x["team"], x["key"], x["reason"]))
 
 
-async def refused_now(policies: Policies, now: dt.datetime) -> list[dict[str, Any]]:
+async def refused_now(policies: Policies, now: dt.datetime,
+                      flt: Callable[[dict[str, str]], UsageFilter] = parse_filter) -> list[dict[str, Any]]:
     """Refusals in the last five minutes per team, key and reason, with the newest one's time."""
     since = now - NOW
     out: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -127,24 +136,27 @@ async def refused_now(policies: Policies, now: dt.datetime) -> list[dict[str, An
         acc["last"] = max(acc["last"], last)
 
     if policies.ledger is None:
-        return await _recent(policies, since)
+        return await _recent(policies, since, flt)
     q = {"from": _iso(_floor(since, "minute")), "to": _iso(_floor(now, "minute") + _STEP["minute"]),
          "group_by": "minute,team,key,reason"}
-    for r in (await policies.usage.query(parse_filter(q)))["data"]:
+    for r in (await policies.usage.query(flt(q)))["data"]:
         if r["refused"]:
             add(r["team"], r["key"], r["reason"], r["refused"], r["minute"])
     return sorted(out.values(), key=lambda x: (-x["refused"], x["team"], x["key"], x["reason"]))
 
 
-async def _recent(policies: Policies, since: dt.datetime) -> list[dict[str, Any]]:
+async def _recent(policies: Policies, since: dt.datetime,
+                  flt: Callable[[dict[str, str]], UsageFilter] = parse_filter) -> list[dict[str, Any]]:
     """Refusals since ``since`` from the store's newest records (``NOW_RECORDS`` per team)."""
     out: dict[tuple[str, str, str], dict[str, Any]] = {}
     floor_ms = int(since.timestamp() * 1000)
-    for team in await policies.registry.team_names():
+    scope = flt({})
+    teams = scope.team_list()
+    for team in teams if teams is not None else await policies.registry.team_names():
         for rec in await policies.store.records(team, NOW_RECORDS):
             if rec.ts_ms < floor_ms:
                 break  # newest first
-            if refused(rec.status, rec.attempts):
+            if refused(rec.status, rec.attempts) and scope.key_ok(rec.key_id):
                 last = _iso(dt.datetime.fromtimestamp(rec.ts_ms / 1000, dt.UTC))
                 acc = out.setdefault((team, rec.key_id, rec.reason), {
                     "team": team, "key": rec.key_id, "reason": rec.reason, "refused": 0, "last": last})

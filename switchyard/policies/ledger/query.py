@@ -37,6 +37,9 @@ def _where(f: UsageFilter, time_col: str, args: list[Any]) -> str:
     for col, v in (("team", f.team), ("key_id", f.key), ("model", f.model)):
         if v is not None:
             conds.append(f"{col} = {arg(v)}")
+    for col, vs in (("team", f.teams), ("key_id", f.keys)):
+        if vs is not None:
+            conds.append(f"{col} = ANY({arg(list(vs))}::text[])")
     if f.status:
         ranges = [f"status BETWEEN {arg(lo)} AND {arg(hi)}" for lo, hi in f.status]
         conds.append("(" + " OR ".join(ranges) + ")")
