@@ -158,10 +158,13 @@ def admin_router(registry: Registry, usage: UsageSource, auth: AdminAuth) -> Rou
         if not isinstance(b.get("team"), str):
             raise InvalidRequest("team is required (a string)", param="team")
         actor.check_team(b["team"], "keys.write")
-        await within(actor, b["team"], b.get("limits"), b.get("models"))
-        raw, info = await registry.create_key(b["team"], key_id=b.get("id"), models=b.get("models"),
-                                              limits=b.get("limits"), expires_at=b.get("expires_at"),
-                                              created_by=actor.user or actor.id)
+        if b["team"] not in await registry.team_names():
+            raise NotFound(f"no team {b['team'][:64]!r}", param="team")
+        limits, models, expires = await registry.apply_key_policy(
+            b["team"], b.get("limits"), b.get("models"), b.get("expires_at"))
+        await within(actor, b["team"], limits, models)
+        raw, info = await registry.create_key(b["team"], key_id=b.get("id"), models=models, limits=limits,
+                                              expires_at=expires, created_by=actor.user or actor.id)
         return {**info, "key": raw}
 
     @post("/keys/{key_id:str}/rotate", status_code=201)
@@ -222,6 +225,19 @@ def admin_router(registry: Registry, usage: UsageSource, auth: AdminAuth) -> Rou
     @patch("/teams/{name:str}")
     async def patch_team(name: FromPath[str], request: Request[Any, Any, Any]) -> dict[str, Any]:
         return await put_team.fn(name, request)
+
+    @put("/teams/{name:str}/key_policy")
+    async def put_key_policy(name: FromPath[str], request: Request[Any, Any, Any]) -> dict[str, Any]:
+        """The team's key policy (``Registry.set_key_policy``); a team admin's defaults stay within
+        the team's limits and allow-list."""
+        actor = actor_of(request)
+        actor.check_team(name, "policy.write")
+        b = await json_body(request)
+        if isinstance(b.get("defaults"), dict):
+            await within(actor, name, b["defaults"], b.get("models", UNSET))
+        elif "models" in b:
+            await within(actor, name, None, b["models"])
+        return await registry.set_key_policy(name, b)
 
     @get("/usage")
     async def get_usage(request: Request[Any, Any, Any]) -> Response[Any]:
@@ -284,7 +300,8 @@ def admin_router(registry: Registry, usage: UsageSource, auth: AdminAuth) -> Rou
     return Router(
         path="/admin", guards=[auth.guard],
         route_handlers=[me, create_key, rotate_key, list_keys, get_key, update_key, revoke_key,
-                        revoke_key_post, list_teams, get_team, put_team, patch_team, get_usage, get_records,
+                        revoke_key_post, list_teams, get_team, put_team, patch_team, put_key_policy,
+                        get_usage, get_records,
                         create_token, list_tokens, revoke_token],
         exception_handlers=ADMIN_ERRORS,
     )

@@ -112,7 +112,7 @@ class Registry:
         ml = doc["model_limits"] if "model_limits" in doc else (
             {m: v.model_dump() for m, v in cfg.model_limits.items()} if cfg else {})
         return {"name": name, "source": "config" if cfg else "admin", "limits": limits,
-                "models": models, "model_limits": ml}
+                "models": models, "model_limits": ml, "key_policy": doc.get("key_policy")}
 
     async def teams(self) -> list[dict[str, Any]]:
         return [await self.team(t) for t in await self.team_names()]
@@ -144,6 +144,59 @@ class Registry:
         await self.store.add_member(self.n["teams"], name)
         self.keyring.forget()
         return await self.team(name)
+
+    async def set_key_policy(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """The team's key policy: ``defaults`` (limits a new key gets unless it names its own),
+        ``max_expiry_days`` (the longest a key may live; a key without an expiry gets it), and
+        ``models`` (what a key may be allowed). Null clears a field; the rest stay."""
+        cur = await self.team(name)
+        policy = dict(cur["key_policy"] or {})
+        if "defaults" in body:
+            policy["defaults"] = merge_limits(Limits(), body["defaults"]).model_dump(exclude_none=True) \
+                if body["defaults"] is not None else None
+        if "max_expiry_days" in body:
+            days = body["max_expiry_days"]
+            if days is not None and (not isinstance(days, int) or isinstance(days, bool)
+                                     or not 1 <= days <= 3650):
+                raise InvalidRequest("max_expiry_days must be an integer from 1 to 3650, or null",
+                                     param="max_expiry_days")
+            policy["max_expiry_days"] = days
+        if "models" in body:
+            policy["models"] = _check_models(body["models"])
+        unknown = set(body) - {"defaults", "max_expiry_days", "models"}
+        if unknown:
+            raise InvalidRequest(f"key_policy takes defaults, max_expiry_days and models; not "
+                                 f"{', '.join(sorted(unknown))[:200]}", param=sorted(unknown)[0][:64])
+        doc = await self._team_doc(name) or {}
+        await self.store.put_doc(self.n["team"] + name, doc | {"key_policy": policy})
+        await self.store.add_member(self.n["teams"], name)
+        return await self.team(name)
+
+    async def apply_key_policy(self, team: str, limits: dict[str, Any] | None, models: Any,
+                               expires_at: Any) -> tuple[dict[str, Any] | None, Any, Any]:
+        """A new key's (limits, models, expires_at) under its team's key policy: defaults filled
+        in, or a 400 naming what the policy does not allow."""
+        policy = (await self.team(team))["key_policy"] or {}
+        if limits is None and policy.get("defaults"):
+            limits = dict(policy["defaults"])
+        allowed = policy.get("models")
+        if allowed is not None:
+            if models is None:
+                models = list(allowed)
+            outside = [m for m in _check_models(models) or [] if not model_allowed(m, frozenset(allowed))]
+            if outside:
+                raise InvalidRequest(f"models: {', '.join(map(str, outside[:5]))} not allowed by team "
+                                     f"{team!r}'s key policy", param="models")
+        days = policy.get("max_expiry_days")
+        if days is not None:
+            latest = int(time.time() * 1000) + days * 86_400_000
+            ms = parse_expiry(expires_at)
+            if ms is None:
+                expires_at = format_ms(latest)
+            elif ms > latest:
+                raise InvalidRequest(f"expires_at: team {team!r}'s key policy allows at most {days} days",
+                                     param="expires_at")
+        return limits, models, expires_at
 
     async def create_key(self, team: str, *, key_id: str | None = None, models: Any = None,
                          limits: dict[str, Any] | None = None,
