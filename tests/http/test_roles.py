@@ -8,6 +8,7 @@ viewer (alpha). Nothing of bravo may reach an actor limited to alpha: not its na
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -299,3 +300,24 @@ async def test_an_expired_token_is_refused(world: World) -> None:
 async def test_bad_token_requests_name_the_parameter(world: World, body: dict[str, Any], param: str) -> None:
     r = await world.c.post("/admin/tokens", headers=MASTER, json=body)
     assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+
+
+async def test_the_team_key_policy_shapes_new_keys(world: World) -> None:
+    c, ta, m = world.c, world.auth["team_admin"], world.auth["member"]
+    r = await c.put("/admin/teams/alpha/key_policy", headers=ta, json={"defaults": {"rpm": 1000}})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "limits.rpm", r.text
+    r = await c.put("/admin/teams/alpha/key_policy", headers=ta,
+                    json={"defaults": {"rpm": 10}, "max_expiry_days": 30, "models": ["openai/gpt-4o"]})
+    assert r.status_code == 200 and r.json()["key_policy"]["max_expiry_days"] == 30, r.text
+    r = await c.post("/admin/keys", headers=m, json={"team": "alpha"})
+    assert r.status_code == 201, r.text
+    key = r.json()
+    assert key["limits"] == {"rpm": 10} and key["models"] == ["openai/gpt-4o"] and key["created_by"] == "mia"
+    expires = dt.datetime.fromisoformat(key["expires_at"].replace("Z", "+00:00"))
+    assert dt.timedelta(days=29.9) < expires - dt.datetime.now(dt.UTC) <= dt.timedelta(days=30)
+    r = await c.post("/admin/keys", headers=m, json={"team": "alpha", "expires_at": "2099-01-01T00:00:00Z"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "expires_at", r.text
+    r = await c.post("/admin/keys", headers=m, json={"team": "alpha", "models": ["local/smol"]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "models", r.text
+    # A member cannot set the policy.
+    assert (await c.put("/admin/teams/alpha/key_policy", headers=m, json={})).status_code == 403
