@@ -25,6 +25,7 @@ from switchyard.core.errors import install_hint
 from switchyard.core.settings import (
     AUTO_KEY,
     MIN_MASTER_KEY,
+    AuditConfig,
     ConfigError,
     ConfigModel,
     Limits,
@@ -81,6 +82,7 @@ class Config(ConfigModel):
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     tracing: TracingConfig = Field(default_factory=TracingConfig)
+    audit: AuditConfig = Field(default_factory=AuditConfig)
     master_key: Secret = Field(None, description="guards /admin; usually env:NAME; auto: generated "
                                "on first start (master_key_file())")
     models: list[ModelConfig] = Field(default_factory=list)

@@ -174,6 +174,13 @@ class LoggingConfig(ConfigModel):
     access: bool = Field(True, description="one line per request, at its end")
 
 
+class AuditConfig(ConfigModel):
+    """The audit trail of admin changes (docs/policies.md, "Audit trail")."""
+
+    retention_days: int = Field(365, ge=1, le=36_500, description="days an audit entry is kept (read "
+                                "back); older ones are deleted from the ledger and no longer shown")
+
+
 class TracingConfig(ConfigModel):
     """OpenTelemetry traces over OTLP/HTTP (the ``otel`` extra); off while otlp_endpoint is unset."""
 

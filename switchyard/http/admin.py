@@ -165,13 +165,15 @@ def admin_router(registry: Registry, usage: UsageSource, auth: AdminAuth) -> Rou
         await within(actor, b["team"], limits, models)
         raw, info = await registry.create_key(b["team"], key_id=b.get("id"), models=models, limits=limits,
                                               expires_at=expires, created_by=actor.user or actor.id)
+        await auth.record(request, "key.create", info["id"], after=info, teams=[info["team"]])
         return {**info, "key": raw}
 
     @post("/keys/{key_id:str}/rotate", status_code=201)
     async def rotate_key(key_id: FromPath[str], request: Request[Any, Any, Any]) -> dict[str, Any]:
-        await key_in_reach(actor_of(request), key_id, "keys.write")
+        before = await key_in_reach(actor_of(request), key_id, "keys.write")
         b = await json_body(request)
         raw, info = await registry.rotate(key_id, grace_seconds=b.get("grace_seconds", 0))
+        await auth.record(request, "key.rotate", key_id, before=before, after=info, teams=[info["team"]])
         return {**info, "key": raw}
 
     @get("/keys")
@@ -192,18 +194,26 @@ def admin_router(registry: Registry, usage: UsageSource, auth: AdminAuth) -> Rou
         if revoked is not None and not isinstance(revoked, bool):
             raise InvalidRequest("revoked must be true or false", param="revoked")
         await within(actor, info["team"], b.get("limits"), b.get("models", UNSET))
-        return await registry.update_key(key_id, limits=b.get("limits"), models=b.get("models", UNSET),
-                                         revoked=revoked, expires_at=b.get("expires_at", UNSET))
+        if actor.role != "admin" and "expires_at" in b:
+            await registry.apply_key_policy(info["team"], {}, None, b["expires_at"])
+        after = await registry.update_key(key_id, limits=b.get("limits"), models=b.get("models", UNSET),
+                                          revoked=revoked, expires_at=b.get("expires_at", UNSET))
+        await auth.record(request, "key.update", key_id, before=info, after=after, teams=[info["team"]])
+        return after
+
+    async def revoke(key_id: str, request: Request[Any, Any, Any]) -> dict[str, Any]:
+        before = await key_in_reach(actor_of(request), key_id, "keys.write")
+        after = await registry.revoke(key_id)
+        await auth.record(request, "key.revoke", key_id, before=before, after=after, teams=[after["team"]])
+        return after
 
     @delete("/keys/{key_id:str}", status_code=200)
     async def revoke_key(key_id: FromPath[str], request: Request[Any, Any, Any]) -> dict[str, Any]:
-        await key_in_reach(actor_of(request), key_id, "keys.write")
-        return await registry.revoke(key_id)
+        return await revoke(key_id, request)
 
     @post("/keys/{key_id:str}/revoke", status_code=200)
     async def revoke_key_post(key_id: FromPath[str], request: Request[Any, Any, Any]) -> dict[str, Any]:
-        await key_in_reach(actor_of(request), key_id, "keys.write")
-        return await registry.revoke(key_id)
+        return await revoke(key_id, request)
 
     @get("/teams")
     async def list_teams(request: Request[Any, Any, Any]) -> dict[str, Any]:
@@ -219,8 +229,14 @@ def admin_router(registry: Registry, usage: UsageSource, auth: AdminAuth) -> Rou
     async def put_team(name: FromPath[str], request: Request[Any, Any, Any]) -> dict[str, Any]:
         actor_of(request).check_team(name, "teams.write")
         b = await json_body(request)
-        return await registry.update_team(name, limits=b.get("limits"), models=b.get("models", UNSET),
-                                          model_limits=b.get("model_limits"))
+        try:
+            before: dict[str, Any] | None = await registry.team(name)
+        except NotFound:
+            before = None
+        after = await registry.update_team(name, limits=b.get("limits"), models=b.get("models", UNSET),
+                                           model_limits=b.get("model_limits"))
+        await auth.record(request, "team.update", name, before=before, after=after, teams=[name])
+        return after
 
     @patch("/teams/{name:str}")
     async def patch_team(name: FromPath[str], request: Request[Any, Any, Any]) -> dict[str, Any]:
@@ -237,7 +253,11 @@ def admin_router(registry: Registry, usage: UsageSource, auth: AdminAuth) -> Rou
             await within(actor, name, b["defaults"], b.get("models", UNSET))
         elif "models" in b:
             await within(actor, name, None, b["models"])
-        return await registry.set_key_policy(name, b)
+        before = (await registry.team(name))["key_policy"]
+        after = await registry.set_key_policy(name, b)
+        await auth.record(request, "team.key_policy", name, before=before, after=after["key_policy"],
+                          teams=[name])
+        return after
 
     @get("/usage")
     async def get_usage(request: Request[Any, Any, Any]) -> Response[Any]:
@@ -273,6 +293,7 @@ def admin_router(registry: Registry, usage: UsageSource, auth: AdminAuth) -> Rou
             for t in teams:
                 actor.check_team(t, "tokens.write")
         token, info = await tokens.create(b, created_by=actor.id)
+        await auth.record(request, "token.create", info["id"], after=info, teams=info["teams"])
         return {**info, "token": token}
 
     def token_visible(actor: Actor, info: dict[str, Any]) -> bool:
@@ -295,13 +316,21 @@ def admin_router(registry: Registry, usage: UsageSource, auth: AdminAuth) -> Rou
         if info is None or not token_visible(actor, info):
             raise Forbidden(f"tokens.write on token {token_id[:64]!r}: not one of your teams' tokens",
                             param="token_id")
-        return await tokens.revoke(token_id)
+        after = await tokens.revoke(token_id)
+        await auth.record(request, "token.revoke", token_id, before=info, after=after, teams=after["teams"])
+        return after
+
+    @get("/audit")
+    async def get_audit(request: Request[Any, Any, Any]) -> dict[str, Any]:
+        """The audit trail, newest first (``switchyard.policies.audit``); GET only: no API
+        changes or removes an entry."""
+        return await auth.audit.read(request.query_params, actor_of(request).teams)
 
     return Router(
         path="/admin", guards=[auth.guard],
         route_handlers=[me, create_key, rotate_key, list_keys, get_key, update_key, revoke_key,
                         revoke_key_post, list_teams, get_team, put_team, patch_team, put_key_policy,
                         get_usage, get_records,
-                        create_token, list_tokens, revoke_token],
+                        create_token, list_tokens, revoke_token, get_audit],
         exception_handlers=ADMIN_ERRORS,
     )

@@ -27,8 +27,11 @@ from litestar.exceptions import NotAuthorizedException, PermissionDeniedExceptio
 from litestar.handlers import BaseRouteHandler
 
 from switchyard.core.errors import Forbidden, RateLimited
+from switchyard.core.logs import REQUEST
+from switchyard.core.propagation import REQUEST_ID
 from switchyard.http.sessions import COOKIE, CSRF_HEADER, Sessions, csrf_ok
 from switchyard.policies.admin_tokens import PREFIX, AdminTokens
+from switchyard.policies.audit import AuditLog
 from switchyard.policies.roles import MASTER, ROUTES, Actor
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -133,10 +136,12 @@ def actor_of(conn: ASGIConnection[Any, Any, Any, Any]) -> Actor:
 
 class AdminAuth:
     def __init__(self, master_key: str | None, sessions: Sessions, *, failures: Failures | None = None,
-                 proxies: Proxies | None = None, tokens: AdminTokens | None = None) -> None:
+                 proxies: Proxies | None = None, tokens: AdminTokens | None = None,
+                 audit: AuditLog | None = None) -> None:
         self.master_key = master_key
         self.sessions = sessions
         self.tokens = tokens if tokens is not None else AdminTokens(sessions.store)
+        self.audit = audit if audit is not None else AuditLog(sessions.store)
         self.failures = failures if failures is not None else Failures()
         self.proxies = proxies if proxies is not None else Proxies()
         self._expected = f"Bearer {master_key}".encode() if master_key else None
@@ -149,6 +154,15 @@ class AdminAuth:
         if self.master_key is None:
             return False
         return hmac.compare_digest(candidate.encode(), self.master_key.encode())
+
+    async def record(self, conn: ASGIConnection[Any, Any, Any, Any], action: str, target: str, *,
+                     before: Any = None, after: Any = None, teams: list[str] | None = None,
+                     actor: Actor | None = None) -> None:
+        """The change's one audit entry: who (the guard's actor unless given), from where."""
+        who = actor if actor is not None else actor_of(conn)
+        await self.audit.record(actor=who.as_dict(), action=action, target=target, before=before,
+                                after=after, client=self.proxies.client(conn.scope),
+                                request_id=REQUEST.get() or conn.headers.get(REQUEST_ID), teams=teams)
 
     async def guard(self, conn: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
         actor = await self.authenticate(conn)

@@ -98,7 +98,7 @@ def create_app(config: Config, *, router: Router | None = None,
     gw = Gateway(config, router, policies)
     auth = AdminAuth(config.master_key, Sessions(policies.store),  # /admin, /ui and /metrics
                      failures=Failures(config.server.auth_max_failures, config.server.auth_failure_window),
-                     proxies=Proxies(config.server.trusted_proxies))
+                     proxies=Proxies(config.server.trusted_proxies), audit=policies.audit)
 
     @get("/v1/models")
     async def models(request: Request[Any, Any, Any]) -> Response[Any]:

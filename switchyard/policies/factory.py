@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from switchyard.core.config import Config
+from switchyard.policies.audit import AuditLog
 from switchyard.policies.keys import KeyRing
 from switchyard.policies.limits import Limiter
 from switchyard.policies.memory import MemoryStore
@@ -45,6 +46,7 @@ class Policies:
     registry: Registry
     usage: UsageSource
     refusals: Refusals
+    audit: AuditLog
     ledger: Ledger | None = None
     owns_store: bool = True  # False once a reload handed the store on to the next Policies
 
@@ -82,5 +84,7 @@ def build_policies(config: Config, *, ns: str = "sy", key_cache_ttl: float = 1.0
 
         ledger = build_ledger(config.usage, store, registry.team_names)
         usage = ledger.usage
+    audit = AuditLog(store, sink=ledger.sink if ledger is not None else None,
+                     retention_days=config.audit.retention_days)
     return Policies(config=config, store=store, keys=keys, policy=policy, registry=registry,
-                    usage=usage, refusals=Refusals(store), ledger=ledger)
+                    usage=usage, refusals=Refusals(store), audit=audit, ledger=ledger)

@@ -68,7 +68,7 @@ class UsageFilter:
 MIN_YEAR, MAX_YEAR = 1970, 9998
 
 
-def _when(s: str, param: str) -> tuple[dt.datetime, bool]:
+def parse_when(s: str, param: str) -> tuple[dt.datetime, bool]:
     """A day (its midnight, UTC) or an RFC 3339 instant; True for an instant."""
     try:
         if len(s) == 10:
@@ -116,10 +116,10 @@ def parse_filter(q: Mapping[str, str], *, records: bool = False) -> UsageFilter:
     start = end = None
     instants = False
     if q.get("from"):
-        start, i = _when(q["from"], "from")
+        start, i = parse_when(q["from"], "from")
         instants |= i
     if q.get("to"):
-        end, i = _when(q["to"], "to")
+        end, i = parse_when(q["to"], "to")
         instants |= i
         if not i:
             end += dt.timedelta(days=1)  # a day is inclusive

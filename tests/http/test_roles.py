@@ -125,6 +125,9 @@ CASES: dict[tuple[str, str], tuple[str, str, Any, dict[str, int]]] = {
     ("GET", "/admin/tokens"): ("GET", "/admin/tokens", None,
                                {"master": 200, "admin": 200, "team_admin": 200, "member": 403, "viewer": 200,
                                 "viewer_alpha": 200}),
+    ("GET", "/admin/audit"): ("GET", "/admin/audit", None,
+                              {"master": 200, "admin": 200, "team_admin": 200, "member": 403, "viewer": 200,
+                               "viewer_alpha": 200}),
     ("DELETE", "/admin/tokens/{token_id}"): ("DELETE", "/admin/tokens/{member_token}", None,
                                              {"master": 200, "admin": 200, "team_admin": 200, "member": 403,
                                               "viewer": 403, "viewer_alpha": 403}),
@@ -133,7 +136,7 @@ CASES: dict[tuple[str, str], tuple[str, str, Any, dict[str, int]]] = {
 
 def test_every_admin_route_is_in_the_matrix():
     """A route added to the roles table without a case here fails this test."""
-    assert set(CASES) == set(ROUTES) - {("GET", "/admin/audit")}
+    assert set(CASES) == set(ROUTES)
     for role in ROLES:
         assert set(ROLES[role]) <= set(ROUTES.values()), role
 
@@ -175,12 +178,12 @@ async def test_cross_team_reads_are_refused(world: World, actor: str, path: str)
 @pytest.mark.parametrize("path", ["/admin/keys", "/admin/teams", "/admin/tokens", "/admin/usage",
                                   "/admin/usage?group_by=team,key", "/admin/usage/records",
                                   "/admin/usage/latency", "/admin/overview?range=24h",
-                                  "/admin/overview?range=30d", "/admin/me"])
+                                  "/admin/overview?range=30d", "/admin/me", "/admin/audit"])
 @pytest.mark.parametrize("actor", [*SCOPED, "bravo_admin"])
 async def test_unqualified_reads_hold_only_the_actors_team(world: World, actor: str, path: str) -> None:
     r = await world.c.get(path, headers=world.auth[actor])
-    if r.status_code == 403:  # a member reads no tokens
-        assert actor == "member" and path == "/admin/tokens"
+    if r.status_code == 403:  # a member reads no tokens, no audit trail
+        assert actor == "member" and path in ("/admin/tokens", "/admin/audit")
         return
     assert r.status_code == 200, r.text
     other = "alpha" if actor == "bravo_admin" else "bravo"

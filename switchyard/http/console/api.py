@@ -59,10 +59,13 @@ def console_api(gw: Gateway, router: GatewayRouter, policies: Policies, auth: Ad
         if not isinstance(name, str) or not name:
             raise InvalidRequest("deployment: give the deployment's name (group/deployment)",
                                  param="deployment")
+        before = next((target_snapshot(t, router.clock()) for t in router.targets if t.name == name), None)
         t = router.reset(name)
         if t is None:
             raise NotFound(f"deployment: no deployment {name[:200]!r}", param="deployment")
-        return target_snapshot(t, router.clock())
+        after = target_snapshot(t, router.clock())
+        await auth.record(request, "deployment.reset", name, before=before, after=after)
+        return after
 
     async def scope_of(request: Request[Any, Any, Any]) -> UsageFilter:
         """What the caller may read, as a filter's teams and keys (None: all)."""
