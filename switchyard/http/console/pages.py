@@ -20,6 +20,7 @@ from litestar.params import FromPath
 from switchyard.http.admin import error_response
 from switchyard.http.admin_auth import AdminAuth
 from switchyard.http.sessions import COOKIE, CSRF_HEADER, csrf_ok
+from switchyard.policies.roles import MASTER, Actor
 from switchyard.policies.store import StoreDown
 
 STATIC = Path(__file__).parent / "static"
@@ -37,6 +38,7 @@ SECURITY_HEADERS = {"content-security-policy": CSP, "x-content-type-options": "n
                     "cache-control": "no-store"}
 WRONG_KEY_DELAY_S = 0.5  # the same for every wrong key: guessing stays slow, timing says nothing
 MAX_FORM_BYTES = 4096
+NOBODY = Actor(id="anonymous", role="none", kind="anonymous")  # a failed sign-in's actor
 
 
 def _page(body: str, status: int = 200, cookies: list[Cookie] | None = None) -> Response[Any]:
@@ -74,10 +76,12 @@ def console_pages(auth: AdminAuth) -> Router:
         key = (form.get("master_key") or [""])[0]
         if len(raw) > MAX_FORM_BYTES or not auth.is_master_key(key):
             auth.failures.failed(addr)
+            await auth.record(request, "console.sign_in_failed", "master_key", actor=NOBODY)
             await asyncio.sleep(WRONG_KEY_DELAY_S)
             return signin_page("Wrong master key.", 401)
         auth.failures.succeeded(addr)
-        sid, _ = await sessions.create()
+        sid, _ = await sessions.create(MASTER.as_dict())
+        await auth.record(request, "console.sign_in", "master_key", actor=MASTER)
         # Secure when the client came over https, also through a TLS-terminating proxy we trust.
         cookie = Cookie(key=COOKIE, value=sid, path="/", httponly=True, samesite="strict",
                         secure=auth.proxies.scheme(request.scope) == "https", max_age=sessions.ttl_s)
@@ -91,6 +95,9 @@ def console_pages(auth: AdminAuth) -> Router:
             if not csrf_ok(session, request.headers.get(CSRF_HEADER)):
                 return error_response(403, "permission_error", f"sign out needs the {CSRF_HEADER} header")
             await sessions.end(sid)
+            who = Actor.from_dict(session.actor) if session.actor else MASTER
+            await auth.record(request, "console.sign_out", who.id, actor=who,
+                              teams=sorted(who.teams) if who.teams is not None else None)
         gone = Cookie(key=COOKIE, value="", path="/", httponly=True, samesite="strict", max_age=0,
                       secure=auth.proxies.scheme(request.scope) == "https")
         return Response("", status_code=303, headers=SECURITY_HEADERS | {"location": "/ui"}, cookies=[gone])
