@@ -28,6 +28,7 @@ from switchyard.core.settings import (
     AuditConfig,
     ConfigError,
     ConfigModel,
+    ConsoleConfig,
     Limits,
     LoggingConfig,
     MetricsConfig,
@@ -83,6 +84,7 @@ class Config(ConfigModel):
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     tracing: TracingConfig = Field(default_factory=TracingConfig)
     audit: AuditConfig = Field(default_factory=AuditConfig)
+    console: ConsoleConfig = Field(default_factory=ConsoleConfig)
     master_key: Secret = Field(None, description="guards /admin; usually env:NAME; auto: generated "
                                "on first start (master_key_file())")
     models: list[ModelConfig] = Field(default_factory=list)

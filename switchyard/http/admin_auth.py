@@ -29,6 +29,7 @@ from litestar.handlers import BaseRouteHandler
 from switchyard.core.errors import Forbidden, RateLimited
 from switchyard.core.logs import REQUEST
 from switchyard.core.propagation import REQUEST_ID
+from switchyard.http.oidc import Oidc, OidcError
 from switchyard.http.sessions import COOKIE, CSRF_HEADER, Sessions, csrf_ok
 from switchyard.policies.admin_tokens import PREFIX, AdminTokens
 from switchyard.policies.audit import AuditLog
@@ -137,11 +138,14 @@ def actor_of(conn: ASGIConnection[Any, Any, Any, Any]) -> Actor:
 class AdminAuth:
     def __init__(self, master_key: str | None, sessions: Sessions, *, failures: Failures | None = None,
                  proxies: Proxies | None = None, tokens: AdminTokens | None = None,
-                 audit: AuditLog | None = None) -> None:
+                 audit: AuditLog | None = None, oidc: Oidc | None = None,
+                 master_key_login: bool = True) -> None:
         self.master_key = master_key
         self.sessions = sessions
         self.tokens = tokens if tokens is not None else AdminTokens(sessions.store)
         self.audit = audit if audit is not None else AuditLog(sessions.store)
+        self.oidc = oidc  # single sign-on: the console's sign-in, and JWT access tokens on /admin
+        self.master_key_login = master_key_login
         self.failures = failures if failures is not None else Failures()
         self.proxies = proxies if proxies is not None else Proxies()
         self._expected = f"Bearer {master_key}".encode() if master_key else None
@@ -173,6 +177,17 @@ class AdminAuth:
         actor.reach(ability)
         conn.scope.setdefault("state", {})["actor"] = actor
 
+    async def _access_token(self, token: str, addr: str) -> Actor:
+        """The provider's JWT access token: checked against its keys, roles from the claims."""
+        assert self.oidc is not None
+        cfg = self.oidc.cfg
+        try:
+            claims = await self.oidc.verify(token, audience=cfg.audience or cfg.client_id)
+            return self.oidc.actor(claims)
+        except OidcError as e:
+            self.failures.failed(addr)
+            raise NotAuthorizedException(f"the access token was refused: {e}") from None
+
     async def authenticate(self, conn: ASGIConnection[Any, Any, Any, Any]) -> Actor:
         if self._expected is None:
             raise NotAuthorizedException("the admin API is disabled: no master_key is configured")
@@ -184,6 +199,8 @@ class AdminAuth:
                 self.failures.succeeded(addr)
                 return MASTER
             bearer = auth[7:] if auth[:7].lower() == "bearer " else ""
+            if self.oidc is not None and bearer.count(".") == 2 and not bearer.startswith(PREFIX):
+                return await self._access_token(bearer, addr)
             actor = await self.tokens.actor(bearer) if bearer.startswith(PREFIX) else None
             if actor is None:
                 self.failures.failed(addr)

@@ -78,6 +78,7 @@ class Actor:
     user: str | None = None  # whom a member acts for: the keys it creates are this user's
     email: str | None = None
     kind: str = "master"  # master | token | user
+    name: str | None = None  # a signed-in user's display name
 
     def reach(self, ability: str) -> str:
         """The reach of ``ability`` for this actor, or a 403 naming what is missing."""
@@ -111,13 +112,13 @@ class Actor:
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "kind": self.kind, "role": self.role,
                 "teams": sorted(self.teams) if self.teams is not None else None, "user": self.user,
-                "email": self.email}
+                "email": self.email, "name": self.name}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Actor:
         teams = d.get("teams")
         return cls(id=d["id"], role=d["role"], teams=frozenset(teams) if teams is not None else None,
-                   user=d.get("user"), email=d.get("email"), kind=d.get("kind", "master"))
+                   user=d.get("user"), email=d.get("email"), kind=d.get("kind", "master"), name=d.get("name"))
 
 
 MASTER = Actor(id="master", role="admin", kind="master")
