@@ -177,7 +177,7 @@ class Registry:
         """A new key's (limits, models, expires_at) under its team's key policy: defaults filled
         in, or a 400 naming what the policy does not allow."""
         policy = (await self.team(team))["key_policy"] or {}
-        if limits is None and policy.get("defaults"):
+        if not limits and policy.get("defaults"):
             limits = dict(policy["defaults"])
         allowed = policy.get("models")
         if allowed is not None:

@@ -67,16 +67,18 @@ async def test_sign_in_through_the_provider_in_chromium(browser):  # noqa: F811
         base = str(c.base_url).rstrip("/")
         async with oidc_provider(f"{base}/ui/oidc/callback", port=pport):
             page = await browser.new_page()
-            await page.goto(f"{base}/ui")
-            await page.click("#sso-link")
-            await expect(page.locator("input[name=login]")).to_be_visible()  # the provider's form
-            assert page.url.startswith(f"http://127.0.0.1:{pport}/")
-            await page.fill("input[name=login]", "tom")
-            await page.fill("input[name=password]", "anything")
-            await page.click("button[type=submit]")
-            await page.click("button[type=submit]")  # the provider's consent: Continue
-            await page.wait_for_url(f"{base}/ui")
-            await expect(page.locator("#signout")).to_be_visible()
+            await sign_in(page, base, pport, "tom")
+            # The console follows the role: tom's name and role, his team's pages only.
+            await expect(page.locator("#whoami")).to_have_text("Tom Lead · team admin (alpha)")
+            assert await page.locator("nav a").evaluate_all("as => as.map(a => a.dataset.page)") == \
+                ["overview", "keys", "usage", "audit"]
+            await expect(page.locator("body")).to_have_attribute("data-loaded", "overview")
+            assert "bravo" not in await page.locator("main").inner_text()
+            await page.click('nav a[data-page="keys"]')
+            await expect(page.locator("body")).to_have_attribute("data-loaded", "keys")
+            await expect(page.locator("#team-form")).to_be_hidden()
+            await expect(page.locator("#key-form")).to_be_visible()
+            assert "bravo" not in await page.locator("main").inner_text()
             me = await page.evaluate("fetch('/admin/me').then(r => r.json())")
             assert (me["id"], me["role"], me["teams"], me["email"], me["name"]) == \
                 ("tom", "team_admin", ["alpha"], "tom@example.com", "Tom Lead")
@@ -94,6 +96,45 @@ async def test_sign_in_through_the_provider_in_chromium(browser):  # noqa: F811
             assert [(e["action"], e["actor"], e["role"]) for e in audit[:2]] == \
                 [("console.sign_out", "tom", "team_admin"), ("console.sign_in", "tom", "team_admin")]
             assert audit[1]["email"] == "tom@example.com"
+
+
+async def sign_in(page: Any, base: str, pport: int, login: str) -> None:
+    """Through the provider's own pages: its login form (any password), then its consent."""
+    await page.goto(f"{base}/ui")
+    await page.click("#sso-link")
+    await expect(page.locator("input[name=login]")).to_be_visible()
+    assert page.url.startswith(f"http://127.0.0.1:{pport}/")
+    await page.fill("input[name=login]", login)
+    await page.fill("input[name=password]", "anything")
+    await page.click("button[type=submit]")
+    await page.click("button[type=submit]")  # the provider's consent: Continue
+    await page.wait_for_url(f"{base}/ui")
+    await expect(page.locator("#signout")).to_be_visible()
+
+
+async def test_a_member_creates_its_own_key_in_the_console(browser):  # noqa: F811
+    pport = free_port()
+    async with gateway(config(f"http://127.0.0.1:{pport}")) as c:
+        base = str(c.base_url).rstrip("/")
+        async with oidc_provider(f"{base}/ui/oidc/callback", port=pport):
+            page = await browser.new_page()
+            await sign_in(page, base, pport, "mia")
+            await expect(page.locator("#whoami")).to_have_text("Mia Member · member (alpha)")
+            assert await page.locator("nav a").evaluate_all("as => as.map(a => a.dataset.page)") == \
+                ["overview", "keys", "usage"]
+            await page.click('nav a[data-page="keys"]')
+            await expect(page.locator("body")).to_have_attribute("data-loaded", "keys")
+            await page.select_option("#key-form select[name=team]", "alpha")
+            await page.fill("#key-form input[name=id]", "mias-key")
+            await page.click("#create-key")
+            await expect(page.locator("#new-key")).to_contain_text("sk-sy-")
+            master = {"authorization": f"Bearer {MASTER}"}
+            key = (await c.get("/admin/keys/mias-key", headers=master)).json()
+            assert key["created_by"] == "mia" and key["team"] == "alpha"
+            # Her keys page lists her key only, not the team's config key.
+            await page.click("#new-key-done")
+            text = await page.locator("#page-keys").inner_text()
+            assert "mias-key" in text and "alpha-cfg" not in text
 
 
 async def test_a_state_that_is_not_this_browsers_is_refused(provider: Provider) -> None:
