@@ -150,6 +150,13 @@ async def test_a_state_that_is_not_this_browsers_is_refused(provider: Provider) 
         assert "sy_console" not in r.headers.get("set-cookie", "")
         audit = (await c.get("/admin/audit", headers={"authorization": f"Bearer {MASTER}"})).json()["data"]
         assert audit[0]["action"] == "console.sign_in_failed" and "state" in audit[0]["after"]["reason"]
+        # Refused callbacks count as failed sign-ins: the address is stopped before it floods the trail.
+        codes = [(await c.get("/ui/oidc/callback", params={"code": "x", "state": "s"})).status_code
+                 for _ in range(12)]
+        assert codes == [401] * 10 + [429] * 2  # (the master key's read above cleared the count)
+        store = c.app.gateway.policies.store  # type: ignore[attr-defined]  # the address is stopped now
+        entries = await store.audit_read(None, 100)
+        assert [e["action"] for e in entries] == ["console.sign_in_failed"] * 11  # none once stopped
 
 
 async def test_a_valid_id_token_passes(oidc: Oidc, provider: Provider) -> None:

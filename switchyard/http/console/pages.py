@@ -128,6 +128,12 @@ def console_pages(auth: AdminAuth) -> Router:
     async def oidc_callback(request: Request[Any, Any, Any]) -> Response[Any]:
         if oidc is None:
             return signin("Single sign-on is not configured (console.oidc).", 404)
+        addr = auth.proxies.client(request.scope)
+        wait = auth.failures.retry_after(addr)
+        if wait is not None:  # refused sign-ins count with wrong master keys: no flood of entries
+            page = signin(f"Too many refused sign-ins from this address; try again in {wait} s.", 429)
+            page.headers["retry-after"] = str(wait)
+            return page
         q = request.query_params
         gone = Cookie(key=STATE_COOKIE, value="", path="/ui/oidc", httponly=True, samesite="lax", max_age=0,
                       secure=auth.proxies.scheme(request.scope) == "https")
@@ -140,6 +146,7 @@ def console_pages(auth: AdminAuth) -> Router:
             claims = await oidc.finish(code=code, state=state, cookie_state=request.cookies.get(STATE_COOKIE))
             actor = oidc.actor(claims)
         except OidcError as e:
+            auth.failures.failed(addr)
             await auth.record(request, "console.sign_in_failed", "oidc", actor=NOBODY,
                               after={"reason": str(e)})
             page = signin(f"Single sign-on failed: {e}", 401)
