@@ -5,6 +5,7 @@ token and usage records, and an actor per role; and the matrix of what each acto
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -20,8 +21,8 @@ MASTER = {"authorization": "Bearer master-roles-0123456"}
 SCOPED = ("team_admin", "member", "viewer_alpha")  # the actors limited to team alpha
 
 
-def config() -> Any:
-    return parse_config({
+def config(**extra: Any) -> Any:
+    return parse_config(extra | {
         "master_key": "master-roles-0123456",
         "models": [{"name": "openai/gpt-4o", "deployments": [{"name": "d1", "base_url": "http://127.0.0.1:9"}]},
                    {"name": "local/smol", "deployments": [{"name": "d2", "base_url": "http://127.0.0.1:9"}]}],
@@ -42,7 +43,7 @@ class World:
 def record(team: str, key: str) -> UsageRecord:
     return UsageRecord(ts_ms=int(time.time() * 1000), key_id=key, team=team, model="openai/gpt-4o",
                        deployment="", prompt_tokens=0, completion_tokens=0, cached_tokens=0, cost_nano=0,
-                       status=429, latency_ms=1.0, reason="rate_limit:rpm")
+                       status=429, latency_ms=1.0, reason="rate_limit:rpm", ticket_id=uuid.uuid4().hex)
 
 
 async def make_token(c: httpx.AsyncClient, body: dict[str, Any], headers: dict[str, str] = MASTER) -> str:

@@ -11,10 +11,14 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+import httpx
 import pytest
 
+from switchyard.http.app import create_app
 from switchyard.policies.roles import ROLES, ROUTES
-from tests.http.roles_world import ACTORS, CASES, MASTER, SCOPED, World
+from tests.http.roles_world import ACTORS, CASES, MASTER, SCOPED, World, config, make_token, record
+from tests.policies.ledger.conftest import database_url, pg_server_url  # noqa: F401
+from tests.policies.ledger.helpers import wait_rows
 
 
 def test_every_admin_route_is_in_the_matrix():
@@ -207,3 +211,40 @@ async def test_the_team_key_policy_shapes_new_keys(world: World) -> None:
     assert r.status_code == 400 and r.json()["error"]["param"] == "models", r.text
     # A member cannot set the policy.
     assert (await c.put("/admin/teams/alpha/key_policy", headers=m, json={})).status_code == 403
+
+
+async def test_scoped_reads_from_the_ledger(database_url):  # noqa: F811
+    """With a usage ledger the same narrowing holds: its SQL filters by the actor's teams and keys."""
+    app = create_app(config(usage={"ledger": database_url, "interval": 0.05}))
+    policies = app.gateway.policies
+    await policies.start()
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://gw") as c:
+            tok = await make_token(c, {"role": "team_admin", "teams": ["alpha"]})
+            ta = {"authorization": f"Bearer {tok}"}
+            tok = await make_token(c, {"role": "member", "teams": ["alpha"], "user": "mia"})
+            mem = {"authorization": f"Bearer {tok}"}
+            r = await c.post("/admin/keys", headers=mem, json={"team": "alpha", "id": "mia-key"})
+            assert r.status_code == 201
+            for team, key in (("alpha", "alpha-cfg"), ("alpha", "mia-key"), ("bravo", "bravo-cfg")):
+                policies.store.refuse_nowait(team, record(team, key))
+            await wait_rows(database_url, 3)
+            r = await c.get("/admin/usage?group_by=team,key", headers=ta)
+            assert r.json()["source"] == "ledger"
+            assert {(u["team"], u["key"]) for u in r.json()["data"]} == {("alpha", "alpha-cfg"),
+                                                                          ("alpha", "mia-key")}
+            recs = (await c.get("/admin/usage/records", headers=ta)).json()["data"]
+            assert sorted(x["key_id"] for x in recs) == ["alpha-cfg", "mia-key"]
+            recs = (await c.get("/admin/usage/records", headers=mem)).json()["data"]
+            assert [x["key_id"] for x in recs] == ["mia-key"]
+            lat = (await c.get("/admin/usage/latency", headers=ta)).json()
+            assert lat["source"] == "ledger" and lat["samples"] == 2
+            for h in (ta, mem):
+                for path in ("/admin/usage?group_by=team,key,reason", "/admin/usage/records",
+                             "/admin/overview?range=24h", "/admin/overview?range=1h", "/admin/usage/latency"):
+                    r = await c.get(path, headers=h)
+                    assert r.status_code == 200 and "bravo" not in r.text, (path, r.text)
+            ov = (await c.get("/admin/overview?range=24h", headers=mem)).json()
+            assert ov["total"]["refused"] == 1 and [x["key"] for x in ov["refused"]] == ["mia-key"]
+    finally:
+        await policies.aclose()
