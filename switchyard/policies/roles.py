@@ -86,10 +86,10 @@ class Actor:
         if reach is None:
             raise Forbidden(
                 f"this needs {ability}, which the role(s) {', '.join(roles_with(ability))} have; "
-                f"you are {self.role}")
+                f"you are {self.role}", param=ability)
         if reach == GLOBAL and self.teams is not None:
             raise Forbidden(f"this needs {ability} over every team; you have "
-                                            f"{self.role} for named teams only")
+                            f"{self.role} for named teams only", param=ability)
         return reach
 
     def sees(self, team: str) -> bool:

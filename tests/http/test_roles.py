@@ -9,16 +9,21 @@ viewer (alpha). Nothing of bravo may reach an actor limited to alpha: not its na
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, get_args
 
 import httpx
 import pytest
 
+from switchyard.core.settings import Role
 from switchyard.http.app import create_app
 from switchyard.policies.roles import ROLES, ROUTES
 from tests.http.roles_world import ACTORS, CASES, MASTER, SCOPED, World, config, make_token, record
 from tests.policies.ledger.conftest import database_url, pg_server_url  # noqa: F401
 from tests.policies.ledger.helpers import wait_rows
+
+
+def test_the_configs_role_names_are_the_tables():
+    assert set(get_args(Role)) == set(ROLES)
 
 
 def test_every_admin_route_is_in_the_matrix():
@@ -39,6 +44,8 @@ async def test_matrix(world: World, actor: str, route: tuple[str, str]) -> None:
         err = r.json()["error"]
         assert err["type"] == "permission_error"
         assert "needs" in err["message"] or "not one of your" in err["message"], err
+        if "needs" in err["message"]:  # the role lacks the ability: the error names it
+            assert err["param"] == ROUTES[route] and ROUTES[route] in err["message"], err
     if actor in SCOPED:
         assert "bravo" not in r.text, (actor, route, r.text)
 
