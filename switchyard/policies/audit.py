@@ -90,7 +90,10 @@ class AuditLog:
         except ValueError:
             raise InvalidRequest("limit must be an integer", param="limit") from None
         lo = int(parse_when(q["from"], "from")[0].timestamp() * 1000) if q.get("from") else None
-        hi = int(parse_when(q["to"], "to")[0].timestamp() * 1000) if q.get("to") else None
+        hi = None
+        if q.get("to"):
+            end, instant = parse_when(q["to"], "to")
+            hi = int((end if instant else end + dt.timedelta(days=1)).timestamp() * 1000)  # a day: inclusive
         lo = max(lo or 0, int(time.time() * 1000) - self.retention_ms)
         match = {k: q[k] for k in ("actor", "action", "target") if q.get(k)}
         cursor = q.get("cursor") or None

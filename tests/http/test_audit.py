@@ -110,6 +110,10 @@ async def test_filters_and_cursor_pages(world: World) -> None:
             break
     assert seen == [e["target"] for e in got]
     assert await entries(c, **{"from": "2000-01-01", "to": "2000-01-02"}) == []
+    today = got[0]["at"][:10]
+    same_day = await entries(c, action="key.create", actor="master", **{"from": today, "to": today})
+    assert len(same_day) == len(got)  # a date is a whole day, to inclusive
+    assert await entries(c, **{"from": f"{today}T00:00:00Z", "to": f"{today}T00:00:00Z"}) == []
     r = await c.get("/admin/audit", headers=MASTER, params={"cursor": "nope"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "cursor"
     # A team admin of alpha reads alpha's entries and nothing else.
