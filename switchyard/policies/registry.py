@@ -319,8 +319,9 @@ class Registry:
         """A 400 when a key's ``limits`` go above its team's or ``models`` leave the team's
         allow-list (what a team admin or member may set; an admin may set anything)."""
         t = await self.team(team)
+        given = limits if isinstance(limits, dict) else {}  # not an object: merge_limits says so (400)
         for field, ceiling in t["limits"].items():
-            v = (limits or {}).get(field)
+            v = given.get(field)
             if isinstance(ceiling, int | float) and not isinstance(ceiling, bool) and \
                     isinstance(v, int | float) and not isinstance(v, bool) and v > ceiling:
                 raise InvalidRequest(f"limits.{field}: {v} is above team {team!r}'s {ceiling}",

@@ -143,6 +143,9 @@ async def test_team_admin_keys_stay_within_the_teams_limits_and_allow_list(world
     assert r.status_code == 400 and r.json()["error"]["param"] == "models", r.text
     r = await c.patch("/admin/keys/mia-key", headers=h, json={"limits": {"rpm": 101}})
     assert r.status_code == 400, r.text
+    for bad in ({"limits": 3}, {"limits": [1]}, {"models": "x"}, {"models": [1]}):
+        r = await c.post("/admin/keys", headers=h, json={"team": "alpha"} | bad)
+        assert r.status_code == 400 and r.json()["error"]["param"] in ("limits", "models"), r.text
     r = await c.post("/admin/keys", headers=h, json={"team": "alpha", "limits": {"rpm": 100},
                                                      "models": ["openai/gpt-4o"]})
     assert r.status_code == 201 and r.json()["created_by"].startswith("tok-"), r.text
