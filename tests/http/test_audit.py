@@ -5,6 +5,7 @@ secret in any; sign-ins, failed sign-ins and sign-outs too; GET is the only meth
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -169,3 +170,38 @@ async def test_with_a_ledger_entries_go_to_an_append_only_table(ledger_client, d
         assert await conn.fetchval("SELECT count(*) FROM audit_log WHERE actor = 'master'") == 3
     finally:
         await conn.close()
+
+
+async def test_tokens_sessions_and_the_trail_outlive_a_restart(redis_url: str) -> None:
+    """On a shared store (Redis here; the durable default store keeps the same documents) a new
+    gateway process finds the tokens, the roles they carry
+    and the audit trail the previous one wrote: nothing of it lives in the process."""
+    from switchyard.policies.factory import build_policies
+    from tests.http.roles_world import config
+
+    cfg = config(store={"url": redis_url, "timeout": 2.0})
+    ns = f"r{uuid.uuid4().hex[:10]}"
+
+    async def app_client() -> tuple[Any, httpx.AsyncClient]:
+        app = create_app(cfg, policies=build_policies(cfg, ns=ns))
+        return app, httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://gw")
+
+    app, c = await app_client()
+    r = await c.post("/admin/tokens", headers=MASTER, json={"role": "team_admin", "teams": ["alpha"]})
+    token = {"authorization": f"Bearer {r.json()['token']}"}
+    r = await c.post("/admin/keys", headers=token, json={"team": "alpha", "id": "kept"})
+    assert r.status_code == 201
+    await c.aclose()
+    await app.gateway.policies.aclose()
+
+    app, c = await app_client()  # the restart
+    try:
+        me = (await c.get("/admin/me", headers=token)).json()
+        assert (me["role"], me["teams"]) == ("team_admin", ["alpha"])
+        assert (await c.get("/admin/teams/bravo", headers=token)).status_code == 403
+        trail = (await c.get("/admin/audit", headers=MASTER)).json()["data"]
+        assert [e["action"] for e in trail] == ["key.create", "token.create"]
+        assert (await c.get("/admin/keys/kept", headers=token)).json()["created_by"] == me["id"]
+    finally:
+        await c.aclose()
+        await app.gateway.policies.aclose()
