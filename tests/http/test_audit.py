@@ -15,8 +15,9 @@ import pytest
 
 from switchyard.core.config import parse_config
 from switchyard.http.app import create_app
+from switchyard.policies.factory import build_policies
 from switchyard.policies.roles import ROUTES
-from tests.http.roles_world import CASES, MASTER, World
+from tests.http.roles_world import CASES, MASTER, World, config
 from tests.policies.ledger.conftest import database_url, pg_server_url  # noqa: F401
 
 CHANGES = [r for r in ROUTES if r[0] != "GET"]
@@ -172,13 +173,10 @@ async def test_with_a_ledger_entries_go_to_an_append_only_table(ledger_client, d
         await conn.close()
 
 
-async def test_tokens_sessions_and_the_trail_outlive_a_restart(redis_url: str) -> None:
+async def test_tokens_their_roles_and_the_trail_outlive_a_restart(redis_url: str) -> None:
     """On a shared store (Redis here; the durable default store keeps the same documents) a new
     gateway process finds the tokens, the roles they carry
     and the audit trail the previous one wrote: nothing of it lives in the process."""
-    from switchyard.policies.factory import build_policies
-    from tests.http.roles_world import config
-
     cfg = config(store={"url": redis_url, "timeout": 2.0})
     ns = f"r{uuid.uuid4().hex[:10]}"
 
