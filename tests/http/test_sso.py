@@ -79,6 +79,13 @@ async def test_sign_in_through_the_provider_in_chromium(browser):  # noqa: F811
             await expect(page.locator("#team-form")).to_be_hidden()
             await expect(page.locator("#key-form")).to_be_visible()
             assert "bravo" not in await page.locator("main").inner_text()
+            # The team lead sets the team's key policy in the console.
+            await page.select_option("#policy-team", "alpha")
+            await page.fill("#policy-form input[name=rpm]", "10")
+            await page.fill("#policy-form input[name=max_expiry_days]", "30")
+            await page.click("#save-policy")
+            await expect(page.locator('[data-policy="alpha"]')).to_have_text(
+                "defaults rpm 10; expiry at most 30 days")
             me = await page.evaluate("fetch('/admin/me').then(r => r.json())")
             assert (me["id"], me["role"], me["teams"], me["email"], me["name"]) == \
                 ("tom", "team_admin", ["alpha"], "tom@example.com", "Tom Lead")
@@ -93,9 +100,10 @@ async def test_sign_in_through_the_provider_in_chromium(browser):  # noqa: F811
             assert status == 401
             r = await c.get("/admin/audit", headers={"authorization": f"Bearer {MASTER}"})
             audit = r.json()["data"]
-            assert [(e["action"], e["actor"], e["role"]) for e in audit[:2]] == \
-                [("console.sign_out", "tom", "team_admin"), ("console.sign_in", "tom", "team_admin")]
-            assert audit[1]["email"] == "tom@example.com"
+            assert [(e["action"], e["actor"], e["role"]) for e in audit[:3]] == \
+                [("console.sign_out", "tom", "team_admin"), ("team.key_policy", "tom", "team_admin"),
+                 ("console.sign_in", "tom", "team_admin")]
+            assert audit[2]["email"] == "tom@example.com"
 
 
 async def sign_in(page: Any, base: str, pport: int, login: str) -> None:
@@ -124,6 +132,7 @@ async def test_a_member_creates_its_own_key_in_the_console(browser):  # noqa: F8
                 ["overview", "keys", "usage"]
             await page.click('nav a[data-page="keys"]')
             await expect(page.locator("body")).to_have_attribute("data-loaded", "keys")
+            await expect(page.locator("#policy-form")).to_be_hidden()
             await page.select_option("#key-form select[name=team]", "alpha")
             await page.fill("#key-form input[name=id]", "mias-key")
             await page.click("#create-key")

@@ -164,6 +164,7 @@ function applyRole(me) {
   // What the role cannot change is not offered either.
   document.getElementById("team-form").hidden = !can("teams.write");
   document.getElementById("key-form").hidden = !can("keys.write");
+  document.getElementById("policy-form").hidden = !can("policy.write");
   document.querySelectorAll(".global-only").forEach(e => { e.hidden = !global; });
 }
 
