@@ -7,7 +7,7 @@ CONFIG ?= config.example.yaml
 TORCH := torch==2.13.0
 BUILTIN_MODELS := deploy/builtin-models.txt
 
-.PHONY: serve test proxy lint bench clean chromium claude-code codex
+.PHONY: serve test proxy lint bench clean chromium claude-code codex oidc-provider
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -72,7 +72,16 @@ define npm_install
 	  || { rm -rf $$tmp; exit 1; }
 endef
 
-test: lint chromium claude-code codex
+# oidc-provider (npm; a certified OpenID provider) for the console's single sign-on tests
+# (tests/fakes/oidc.py runs it with node on loopback).
+OIDC_PROVIDER := oidc-provider@9.13.3
+oidc-provider: .cache/oidc-provider/node_modules/oidc-provider/lib/index.js
+
+.cache/oidc-provider/node_modules/oidc-provider/lib/index.js:
+	mkdir -p .cache/oidc-provider
+	npm install --prefix .cache/oidc-provider --no-audit --no-fund --loglevel=error $(OIDC_PROVIDER)
+
+test: lint chromium claude-code codex oidc-provider
 	$(PY) -m pytest -q -p no:cacheprovider
 
 # ruff; the layers (http > gateway > routing > providers | engine | policies > dialects > core,

@@ -30,8 +30,10 @@ from switchyard.core.settings import (
     AUTO_KEY,
     MIN_MASTER_KEY,
     AlertsConfig,
+    AuditConfig,
     ConfigError,
     ConfigModel,
+    ConsoleConfig,
     Limits,
     LoggingConfig,
     MetricsConfig,
@@ -90,6 +92,8 @@ class Config(ConfigModel):
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     tracing: TracingConfig = Field(default_factory=TracingConfig)
     alerts: AlertsConfig | None = None
+    audit: AuditConfig = Field(default_factory=AuditConfig)
+    console: ConsoleConfig = Field(default_factory=ConsoleConfig)
     master_key: Secret = Field(None, description="guards /admin; usually env:NAME; auto: generated "
                                "on first start (master_key_file())")
     models: list[ModelConfig] = Field(default_factory=list)

@@ -20,6 +20,7 @@ from pydantic import (
     ConfigDict,
     Field,
     field_validator,
+    model_validator,
 )
 
 from switchyard.core.errors import install_hint
@@ -274,6 +275,69 @@ class LoggingConfig(ConfigModel):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["json", "console"] = "json"
     access: bool = Field(True, description="one line per request, at its end")
+
+
+Role = Literal["admin", "team_admin", "member", "viewer"]  # switchyard.policies.roles.ROLES
+
+
+class OidcRoleRule(ConfigModel):
+    """A claim value that gives a role: ``groups`` containing ``value`` (or equal to it)."""
+
+    claim: str = "groups"
+    value: str
+    role: Role
+    teams: list[str] | None = Field(None, description="the teams it covers; absent: every team "
+                                    "(only for admin and viewer)")
+
+    @model_validator(mode="after")
+    def _teams(self) -> OidcRoleRule:
+        if self.teams is None and self.role not in ("admin", "viewer"):
+            raise ValueError(f"a {self.role} rule needs teams")
+        return self
+
+
+class OidcConfig(ConfigModel):
+    """Single sign-on for the console over OpenID Connect (docs/console.md)."""
+
+    issuer: str = Field(description="the provider's issuer URL; discovery reads "
+                        "<issuer>/.well-known/openid-configuration")
+    client_id: str
+    client_secret: Secret = Field(None, description="a confidential client's secret (env:NAME); "
+                                  "unset: a public client (PKCE only)")
+    redirect_uri: str | None = Field(None, description="<gateway>/ui/oidc/callback as registered at "
+                                     "the provider; unset: built from the request")
+    scopes: list[str] = Field(default_factory=lambda: ["openid", "email", "profile"])
+    algorithms: list[str] = Field(default_factory=lambda: ["RS256", "ES256", "PS256", "EdDSA"],
+                                  description="signature algorithms accepted (asymmetric only)")
+    audience: str | None = Field(None, description="the aud of access tokens accepted as Bearer on "
+                                 "/admin; unset: client_id")
+    roles: list[OidcRoleRule] = Field(default_factory=list, description="the first rule a user "
+                                      "matches gives its role; rules of that role add their teams")
+    name_claim: str = "name"
+    email_claim: str = "email"
+    jwks_cache_s: float = Field(300.0, ge=1, description="seconds the provider's keys are cached "
+                                "(an unknown key id fetches them again sooner)")
+
+    @field_validator("algorithms")
+    @classmethod
+    def _asymmetric(cls, v: list[str]) -> list[str]:
+        bad = [a for a in v if a.lower() == "none" or a.startswith("HS")]
+        if bad or not v:
+            raise ValueError(f"algorithms must be asymmetric signature algorithms; not {bad or 'empty'}")
+        return v
+
+
+class ConsoleConfig(ConfigModel):
+    master_key_login: bool = Field(True, description="the break-glass sign-in with the master key; "
+                                   "false turns it off (the admin API still takes the key)")
+    oidc: OidcConfig | None = None
+
+
+class AuditConfig(ConfigModel):
+    """The audit trail of admin changes (docs/policies.md, "Audit trail")."""
+
+    retention_days: int = Field(365, ge=1, le=36_500, description="days an audit entry is kept (read "
+                                "back); older ones are deleted from the ledger and no longer shown")
 
 
 class TracingConfig(ConfigModel):

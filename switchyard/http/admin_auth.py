@@ -1,7 +1,10 @@
-"""Who may call /admin: a script with ``Authorization: Bearer <master_key>``, or the console with
-its session cookie (and, on every state-changing call, the session's CSRF token in a header).
+"""Who may call /admin: a script with ``Authorization: Bearer <master_key>`` or ``Bearer <admin
+token>`` (``switchyard.policies.admin_tokens``), or the console with its session cookie (and, on
+every state-changing call, the session's CSRF token in a header). The caller becomes an
+``Actor``; the route's ability (``switchyard.policies.roles.ROUTES``) must be in its role, and the
+handlers narrow what it sees to its teams.
 
-Wrong master keys are counted per client address, across /admin and /ui/login: after
+Wrong master keys and tokens are counted per client address, across /admin and /ui/login: after
 ``max_failures`` within ``window_s`` that address gets 429 (with Retry-After) until the oldest
 failure leaves the window, whatever key it sends. Behind a reverse proxy the client address is
 read from X-Forwarded-For, but only when the connection comes from ``server.trusted_proxies``
@@ -23,8 +26,14 @@ from litestar.connection import ASGIConnection
 from litestar.exceptions import NotAuthorizedException, PermissionDeniedException
 from litestar.handlers import BaseRouteHandler
 
-from switchyard.core.errors import RateLimited
+from switchyard.core.errors import Forbidden, RateLimited
+from switchyard.core.logs import REQUEST
+from switchyard.core.propagation import REQUEST_ID
+from switchyard.http.oidc import Oidc, OidcError
 from switchyard.http.sessions import COOKIE, CSRF_HEADER, Sessions, csrf_ok
+from switchyard.policies.admin_tokens import PREFIX, AdminTokens
+from switchyard.policies.audit import AuditLog
+from switchyard.policies.roles import MASTER, ROUTES, Actor
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -120,11 +129,23 @@ class Failures:
                               headers={"Retry-After": str(wait)})
 
 
+def actor_of(conn: ASGIConnection[Any, Any, Any, Any]) -> Actor:
+    """The actor the guard let in."""
+    actor: Actor = conn.scope["state"]["actor"]
+    return actor
+
+
 class AdminAuth:
     def __init__(self, master_key: str | None, sessions: Sessions, *, failures: Failures | None = None,
-                 proxies: Proxies | None = None) -> None:
+                 proxies: Proxies | None = None, tokens: AdminTokens | None = None,
+                 audit: AuditLog | None = None, oidc: Oidc | None = None,
+                 master_key_login: bool = True) -> None:
         self.master_key = master_key
         self.sessions = sessions
+        self.tokens = tokens if tokens is not None else AdminTokens(sessions.store)
+        self.audit = audit if audit is not None else AuditLog(sessions.store)
+        self.oidc = oidc  # single sign-on: the console's sign-in, and JWT access tokens on /admin
+        self.master_key_login = master_key_login
         self.failures = failures if failures is not None else Failures()
         self.proxies = proxies if proxies is not None else Proxies()
         self._expected = f"Bearer {master_key}".encode() if master_key else None
@@ -138,22 +159,61 @@ class AdminAuth:
             return False
         return hmac.compare_digest(candidate.encode(), self.master_key.encode())
 
+    async def record(self, conn: ASGIConnection[Any, Any, Any, Any], action: str, target: str, *,
+                     before: Any = None, after: Any = None, teams: list[str] | None = None,
+                     actor: Actor | None = None) -> None:
+        """The change's one audit entry: who (the guard's actor unless given), from where."""
+        who = actor if actor is not None else actor_of(conn)
+        await self.audit.record(actor=who.as_dict(), action=action, target=target, before=before,
+                                after=after, client=self.proxies.client(conn.scope),
+                                request_id=REQUEST.get() or conn.headers.get(REQUEST_ID), teams=teams)
+
     async def guard(self, conn: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+        actor = await self.authenticate(conn)
+        method = conn.scope["method"]  # type: ignore[typeddict-item]  # guards HTTP routes only
+        ability = ROUTES.get((method, conn.scope.get("path_template", "")))
+        if ability is None:
+            raise Forbidden("this route is open to no role")
+        actor.reach(ability)
+        conn.scope.setdefault("state", {})["actor"] = actor
+
+    async def _access_token(self, token: str, addr: str) -> Actor:
+        """The provider's JWT access token: checked against its keys, roles from the claims."""
+        assert self.oidc is not None
+        cfg = self.oidc.cfg
+        try:
+            claims = await self.oidc.verify(token, audience=cfg.audience or cfg.client_id)
+            return self.oidc.actor(claims)
+        except OidcError as e:
+            self.failures.failed(addr)
+            raise NotAuthorizedException(f"the access token was refused: {e}") from None
+
+    async def authenticate(self, conn: ASGIConnection[Any, Any, Any, Any]) -> Actor:
         if self._expected is None:
             raise NotAuthorizedException("the admin API is disabled: no master_key is configured")
         auth = conn.headers.get("authorization")
         if auth is not None:
             addr = self.proxies.client(conn.scope)
             self.failures.check(addr)
-            if not hmac.compare_digest(auth.encode(), self._expected):
+            if hmac.compare_digest(auth.encode(), self._expected):
+                self.failures.succeeded(addr)
+                return MASTER
+            bearer = auth[7:] if auth[:7].lower() == "bearer " else ""
+            if self.oidc is not None and bearer.count(".") == 2 and not bearer.startswith(PREFIX):
+                return await self._access_token(bearer, addr)
+            actor = await self.tokens.actor(bearer) if bearer.startswith(PREFIX) else None
+            if actor is None:
                 self.failures.failed(addr)
-                raise NotAuthorizedException("the admin API needs Authorization: Bearer <master_key>")
-            self.failures.succeeded(addr)
-            return
+                raise NotAuthorizedException("the admin API needs Authorization: Bearer <master_key> or "
+                                             "a live admin token (this one is unknown, revoked or expired)"
+                                             if bearer.startswith(PREFIX) else
+                                             "the admin API needs Authorization: Bearer <master_key>")
+            return actor  # the address's wrong master keys still count: a token does not clear them
         session = await self.sessions.get(conn.cookies.get(COOKIE))
         if session is None:
             raise NotAuthorizedException("the admin API needs Authorization: Bearer <master_key>")
-        method = conn.scope["method"]  # type: ignore[typeddict-item]  # guards HTTP routes only
+        method = conn.scope["method"]  # type: ignore[typeddict-item]
         if method not in SAFE_METHODS and not csrf_ok(session, conn.headers.get(CSRF_HEADER)):
             raise PermissionDeniedException(f"a console call that changes state needs the {CSRF_HEADER} "
                                             "header of its session")
+        return Actor.from_dict(session.actor) if session.actor else MASTER

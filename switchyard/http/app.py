@@ -37,6 +37,7 @@ from switchyard.http.admin_auth import AdminAuth, Failures, Proxies
 from switchyard.http.asgi import Switchyard, endpoint_app, error_shape
 from switchyard.http.console import console_routes
 from switchyard.http.logs import settings as log_settings
+from switchyard.http.oidc import Oidc
 from switchyard.http.openapi import add_completion_paths, document_models
 from switchyard.http.scrape import CONTENT_TYPE, Exporter
 from switchyard.http.sessions import Sessions
@@ -98,7 +99,9 @@ def create_app(config: Config, *, router: Router | None = None,
     gw = Gateway(config, router, policies)
     auth = AdminAuth(config.master_key, Sessions(policies.store),  # /admin, /ui and /metrics
                      failures=Failures(config.server.auth_max_failures, config.server.auth_failure_window),
-                     proxies=Proxies(config.server.trusted_proxies))
+                     proxies=Proxies(config.server.trusted_proxies), audit=policies.audit,
+                     oidc=Oidc(config.console.oidc, policies.store) if config.console.oidc else None,
+                     master_key_login=config.console.master_key_login)
 
     @get("/v1/models")
     async def models(request: Request[Any, Any, Any]) -> Response[Any]:
@@ -218,6 +221,8 @@ def create_app(config: Config, *, router: Router | None = None,
             await asyncio.wait_for(gw.drain(), SETTLE_AFTER_CUT)
         await router.aclose()
         await policies.aclose()
+        if auth.oidc is not None:
+            await auth.oidc.aclose()
         if exporter is not None:
             await exporter.aclose()
         if access is not None:

@@ -168,6 +168,12 @@ class Reloadable:
             self.current, self._life, previous = new, life, self.config
             self.config = config
             self.reloads += 1
+            try:  # the operator who sent SIGHUP is not known here: the signal is the actor
+                await policies.audit.record(actor={"id": "sighup", "role": None}, action="config.reload",
+                                            target=str(self.path)[-200:],
+                                            after={"changed": changed_sections(previous, config)})
+            except Exception as e:  # the reload stands; a store that is down only loses the entry
+                log.error("reload: the audit entry was not written: %s", type(e).__name__)
             log.info("config reloaded", extra={"fields": {
                 "path": str(self.path), "models": [m.name for m in config.models],
                 "kept_deployments": sorted(backends), "store_kept": same_store,

@@ -37,11 +37,11 @@ class Principal:
     expires_ms: int | None = None  # wall-clock epoch ms after which the key is refused (401)
 
     def may_use(self, model: str) -> bool:
-        return all(allowed is None or _allowed(model, allowed)
+        return all(allowed is None or model_allowed(model, allowed)
                    for allowed in (self.key_models, self.team_models))
 
 
-def _allowed(model: str, allowed: frozenset[str]) -> bool:
+def model_allowed(model: str, allowed: frozenset[str]) -> bool:
     # Exactly what the list names, or "vendor/*" (the vendor's every model). No prefix rule: a
     # pinned deployment is checked under its group's name (``Route.group``), and under a
     # ``vendor/*`` route "vendor/allowed/other" is another upstream model, not "vendor/allowed".

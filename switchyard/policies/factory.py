@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from switchyard.core.config import Config
 from switchyard.policies.alerts import Alerts
+from switchyard.policies.audit import AuditLog
 from switchyard.policies.keys import KeyRing
 from switchyard.policies.limits import Limiter
 from switchyard.policies.memory import MemoryStore
@@ -64,6 +65,7 @@ class Policies:
     registry: Registry
     usage: UsageSource
     refusals: Refusals
+    audit: AuditLog
     ledger: Ledger | None = None
     alerts: Alerts | None = None  # webhooks as budgets fill (config.alerts)
     owns_store: bool = True  # False once a reload handed the store on to the next Policies
@@ -107,5 +109,7 @@ def build_policies(config: Config, *, ns: str = "sy", key_cache_ttl: float = 1.0
         ledger = build_ledger(config.usage, store, registry.team_names)
         usage = ledger.usage
     alerts = Alerts(config.alerts, store, registry) if config.alerts is not None else None
+    audit = AuditLog(store, sink=ledger.sink if ledger is not None else None,
+                     retention_days=config.audit.retention_days)
     return Policies(config=config, store=store, keys=keys, policy=policy, registry=registry,
-                    usage=usage, refusals=Refusals(store), ledger=ledger, alerts=alerts)
+                    usage=usage, refusals=Refusals(store), audit=audit, ledger=ledger, alerts=alerts)

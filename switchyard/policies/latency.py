@@ -54,7 +54,10 @@ def summary(latency: list[float], ttfb: list[float]) -> dict[str, Any]:
 
 
 async def latency(store: Store, registry: Registry, ledger: Ledger | None, *, window_s: int,
-                  team: str | None = None, model: str | None = None) -> dict[str, Any]:
+                  team: str | None = None, model: str | None = None,
+                  teams: tuple[str, ...] | None = None,
+                  keys: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """``teams``/``keys``: read only these (an admin actor limited to them); None: all."""
     since_ms = int(time.time() * 1000) - window_s * 1000
     if ledger is not None:
         args: list[Any] = [dt.datetime.fromtimestamp(since_ms / 1000, dt.UTC)]
@@ -63,6 +66,10 @@ async def latency(store: Store, registry: Registry, ledger: Ledger | None, *, wi
             if v is not None:
                 args.append(v)
                 conds.append(f"{col} = ${len(args)}")
+        for col, vs in (("team", teams), ("key_id", keys)):
+            if vs is not None:
+                args.append(list(vs))
+                conds.append(f"{col} = ANY(${len(args)}::text[])")
         sql = (f"SELECT latency_ms, ttfb_ms FROM usage_records WHERE {' AND '.join(conds)} "
                f"ORDER BY ts DESC LIMIT {SAMPLE}")
         async with ledger.sink.reading() as conn:
@@ -71,9 +78,13 @@ async def latency(store: Store, registry: Registry, ledger: Ledger | None, *, wi
             "ledger"
     else:
         lat, ttfb, source = [], [], "store"
-        for t in [team] if team else await registry.team_names():
+        names = [team] if team else list(teams) if teams is not None else await registry.team_names()
+        for t in names:
+            if teams is not None and t not in teams:
+                continue
             for rec in await store.records(t, SAMPLE):
-                if rec.ts_ms >= since_ms and (model is None or rec.model == model):
+                if rec.ts_ms >= since_ms and (model is None or rec.model == model) and \
+                        (keys is None or rec.key_id in keys):
                     lat.append(rec.latency_ms)
                     ttfb.append(rec.ttfb_ms)
     return {"window_s": window_s, "source": source} | summary(lat, ttfb)

@@ -16,12 +16,14 @@ from typing import Any
 
 from switchyard.policies.plan import KINDS, LIFETIME, NONE, Plan
 from switchyard.policies.store import (
+    AUDIT_KEPT,
     DAY_MS,
     HOUR_MS,
     MINUTE_MS,
     SEP,
     Admission,
     UsageRecord,
+    audit_id,
     dimension_keys_of,
     metric_values,
     month_of,
@@ -76,6 +78,8 @@ class MemoryStore:
         self._doc_exp: dict[str, int] = {}  # doc name -> expiry (ms) for docs put with a ttl
         self._sweep_at = 1024  # TTL docs held before the next sweep
         self._sets: dict[str, set[str]] = defaultdict(set)
+        self._audit: deque[tuple[str, dict[str, Any]]] = deque(maxlen=AUDIT_KEPT)
+        self._audit_last = (0, 0)  # (ms, seq) of the newest entry
         # Called with every settled record (the usage ledger's queue, when one is configured).
         self.journal: Callable[[UsageRecord], None] | None = None
 
@@ -288,6 +292,25 @@ class MemoryStore:
 
     async def members(self, set_name: str) -> set[str]:
         return set(self._sets.get(set_name, ()))
+
+    async def audit_append(self, entry: dict[str, Any]) -> str:
+        ms, seq = self._now(), 0
+        if ms <= self._audit_last[0]:  # same ms (or a clock step back): still after the last
+            ms, seq = self._audit_last[0], self._audit_last[1] + 1
+        self._audit_last = (ms, seq)
+        aid = audit_id(ms, seq)
+        self._audit.append((aid, copy.deepcopy(entry)))
+        return aid
+
+    async def audit_read(self, before: str | None, limit: int) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for aid, entry in reversed(self._audit):
+            if before is not None and aid >= before:
+                continue
+            out.append(copy.deepcopy(entry) | {"id": aid})
+            if len(out) >= limit:
+                break
+        return out
 
     async def aggregates(self, team: str, days: list[int],
                          dimensions: bool = False) -> dict[int, dict[str, int]]:

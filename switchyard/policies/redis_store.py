@@ -31,6 +31,7 @@ from redis.exceptions import NoScriptError, RedisError
 from switchyard.policies.plan import KINDS, Plan, resv_keys, tag
 from switchyard.policies.resp import ReplyError, RespConnection
 from switchyard.policies.store import (
+    AUDIT_KEPT,
     DAY_MS,
     HOUR_MS,
     MINUTE_MS,
@@ -39,6 +40,7 @@ from switchyard.policies.store import (
     StoreSlow,
     UsageRecord,
     agg_increments,
+    audit_id,
 )
 
 # Anything from the client is "the store is down" to the policy: never a 500. (redis-py's cluster
@@ -500,6 +502,27 @@ class RedisStore:
 
     async def members(self, set_name: str) -> set[str]:
         return {m.decode() for m in await self._call("SMEMBERS", set_name, slow=True)}
+
+    async def audit_append(self, entry: dict[str, Any]) -> str:
+        # A stream: Redis gives each entry an id after every earlier one; no command edits one.
+        sid = await self._call("XADD", f"{self.ns}:audit", "MAXLEN", "~", AUDIT_KEPT, "*",
+                               "e", json.dumps(entry))
+        ms, _, seq = (sid.decode() if isinstance(sid, bytes) else sid).partition("-")
+        return audit_id(int(ms), int(seq))
+
+    async def audit_read(self, before: str | None, limit: int) -> list[dict[str, Any]]:
+        top = "+"
+        if before is not None:
+            ms, _, seq = before.partition("-")
+            if not (ms.isdigit() and seq.isdigit()):
+                return []
+            top = f"({int(ms)}-{int(seq)}"
+        raw = await self._call("XREVRANGE", f"{self.ns}:audit", top, "-", "COUNT", limit, slow=True)
+        out = []
+        for sid, fields in raw:
+            ms, _, seq = sid.decode().partition("-")
+            out.append(json.loads(fields[b"e"]) | {"id": audit_id(int(ms), int(seq))})
+        return out
 
     async def aggregates(self, team: str, days: list[int],
                          dimensions: bool = False) -> dict[int, dict[str, int]]:

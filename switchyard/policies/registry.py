@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from switchyard.core.config import Config
 from switchyard.core.errors import InvalidRequest, NotFound
 from switchyard.core.settings import Limits
+from switchyard.policies.base import model_allowed
 from switchyard.policies.keys import KeyRing, digest, doc_names, stored_limits
 from switchyard.policies.store import Store
 
@@ -115,7 +116,8 @@ class Registry:
         eu = doc["end_user_limits"] if "end_user_limits" in doc else (
             cfg.end_user_limits.model_dump() if cfg and cfg.end_user_limits else None)
         return {"name": name, "source": "config" if cfg else "admin", "limits": limits,
-                "models": models, "model_limits": ml, "end_user_limits": eu, "tag_limits": tl}
+                "models": models, "model_limits": ml, "end_user_limits": eu, "tag_limits": tl,
+                "key_policy": doc.get("key_policy")}
 
     async def teams(self) -> list[dict[str, Any]]:
         return [await self.team(t) for t in await self.team_names()]
@@ -164,10 +166,64 @@ class Registry:
         self.keyring.forget()
         return await self.team(name)
 
+    async def set_key_policy(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """The team's key policy: ``defaults`` (limits a new key gets unless it names its own),
+        ``max_expiry_days`` (the longest a key may live; a key without an expiry gets it), and
+        ``models`` (what a key may be allowed). Null clears a field; the rest stay."""
+        cur = await self.team(name)
+        policy = dict(cur["key_policy"] or {})
+        if "defaults" in body:
+            policy["defaults"] = merge_limits(Limits(), body["defaults"]).model_dump(exclude_none=True) \
+                if body["defaults"] is not None else None
+        if "max_expiry_days" in body:
+            days = body["max_expiry_days"]
+            if days is not None and (not isinstance(days, int) or isinstance(days, bool)
+                                     or not 1 <= days <= 3650):
+                raise InvalidRequest("max_expiry_days must be an integer from 1 to 3650, or null",
+                                     param="max_expiry_days")
+            policy["max_expiry_days"] = days
+        if "models" in body:
+            policy["models"] = _check_models(body["models"])
+        unknown = set(body) - {"defaults", "max_expiry_days", "models"}
+        if unknown:
+            raise InvalidRequest(f"key_policy takes defaults, max_expiry_days and models; not "
+                                 f"{', '.join(sorted(unknown))[:200]}", param=sorted(unknown)[0][:64])
+        doc = await self._team_doc(name) or {}
+        await self.store.put_doc(self.n["team"] + name, doc | {"key_policy": policy})
+        await self.store.add_member(self.n["teams"], name)
+        return await self.team(name)
+
+    async def apply_key_policy(self, team: str, limits: dict[str, Any] | None, models: Any,
+                               expires_at: Any) -> tuple[dict[str, Any] | None, Any, Any]:
+        """A new key's (limits, models, expires_at) under its team's key policy: defaults filled
+        in, or a 400 naming what the policy does not allow."""
+        policy = (await self.team(team))["key_policy"] or {}
+        if not limits and policy.get("defaults"):
+            limits = dict(policy["defaults"])
+        allowed = policy.get("models")
+        if allowed is not None:
+            if models is None:
+                models = list(allowed)
+            outside = [m for m in _check_models(models) or [] if not model_allowed(m, frozenset(allowed))]
+            if outside:
+                raise InvalidRequest(f"models: {', '.join(map(str, outside[:5]))} not allowed by team "
+                                     f"{team!r}'s key policy", param="models")
+        days = policy.get("max_expiry_days")
+        if days is not None:
+            latest = int(time.time() * 1000) + days * 86_400_000
+            ms = parse_expiry(expires_at)
+            if ms is None:
+                expires_at = format_ms(latest)
+            elif ms > latest:
+                raise InvalidRequest(f"expires_at: team {team!r}'s key policy allows at most {days} days",
+                                     param="expires_at")
+        return limits, models, expires_at
+
     async def create_key(self, team: str, *, key_id: str | None = None, models: Any = None,
                          limits: dict[str, Any] | None = None,
-                         expires_at: Any = None) -> tuple[str, dict[str, Any]]:
-        """Returns the raw key (shown this once; only its sha256 is stored) and the key's info."""
+                         expires_at: Any = None, created_by: str = "master") -> tuple[str, dict[str, Any]]:
+        """Returns the raw key (shown this once; only its sha256 is stored) and the key's info.
+        ``created_by``: ``master``, an admin token's id, or the user it was made for."""
         if team not in await self.team_names():
             raise NotFound(f"no team {team!r}", param="team")
         key_id = check_name(key_id, "id") if key_id is not None else f"key-{secrets.token_hex(6)}"
@@ -178,7 +234,7 @@ class Registry:
         doc = {"id": key_id, "team": team, "models": _check_models(models),
                "limits": merge_limits(Limits(), limits).model_dump(exclude_none=True),
                "revoked": False, "created_ms": int(time.time() * 1000),
-               "expires_ms": parse_expiry(expires_at)}
+               "expires_ms": parse_expiry(expires_at), "created_by": created_by}
         await self.store.put_doc(self.n["key"] + d, doc)
         await self.store.put_doc(self.n["keyid"] + key_id, {"digest": d})
         await self.store.add_member(self.n["keys"], key_id)
@@ -208,12 +264,13 @@ class Registry:
             models = doc.get("models", cfg.models)
             return {"id": key_id, "team": cfg.team, "source": "config", "models": models,
                     "limits": {k: v for k, v in limits.items() if v is not None},
-                    "revoked": bool(doc.get("revoked"))} | expiry
+                    "revoked": bool(doc.get("revoked")), "created_by": None} | expiry
         prev = doc.get("previous")
         grace = {"previous_valid_until": format_ms(prev["until_ms"])} if prev else {}
         return {"id": key_id, "team": doc["team"], "source": "admin", "models": doc.get("models"),
                 "limits": {k: v for k, v in doc.get("limits", {}).items() if v is not None},
-                "revoked": bool(doc.get("revoked")), "created_ms": doc.get("created_ms")} | expiry | grace
+                "revoked": bool(doc.get("revoked")), "created_ms": doc.get("created_ms"),
+                "created_by": doc.get("created_by")} | expiry | grace
 
     async def keys(self) -> list[dict[str, Any]]:
         ids = sorted(set(self._cfg_keys) | await self.store.members(self.n["keys"]))
@@ -278,6 +335,24 @@ class Registry:
         await self.store.put_doc(self.n["keyid"] + key_id, {"digest": d})
         self.keyring.forget()
         return raw, await self.key(key_id)
+
+    async def check_within_team(self, team: str, limits: dict[str, Any] | None, models: Any) -> None:
+        """A 400 when a key's ``limits`` go above its team's or ``models`` leave the team's
+        allow-list (what a team admin or member may set; an admin may set anything)."""
+        t = await self.team(team)
+        given = limits if isinstance(limits, dict) else {}  # not an object: merge_limits says so (400)
+        for field, ceiling in t["limits"].items():
+            v = given.get(field)
+            if isinstance(ceiling, int | float) and not isinstance(ceiling, bool) and \
+                    isinstance(v, int | float) and not isinstance(v, bool) and v > ceiling:
+                raise InvalidRequest(f"limits.{field}: {v} is above team {team!r}'s {ceiling}",
+                                     param=f"limits.{field}")
+        allowed = t["models"]
+        if allowed is not None and models is not UNSET and models is not None:
+            outside = [m for m in _check_models(models) or [] if not model_allowed(m, frozenset(allowed))]
+            if outside:
+                raise InvalidRequest(f"models: {', '.join(map(str, outside[:5]))} not in team {team!r}'s "
+                                     "allow-list", param="models")
 
     async def revoke(self, key_id: str) -> dict[str, Any]:
         return await self.update_key(key_id, revoked=True)

@@ -124,6 +124,14 @@ MINUTES_KEPT_MS = 2 * HOUR_MS + MINUTE_MS  # a minute hash outlives its hour by 
 DIMENSION_DAYS = 35
 
 
+AUDIT_KEPT = 1_000_000  # audit entries a store keeps at most (the oldest go first)
+
+
+def audit_id(ms: int, seq: int) -> str:
+    """An audit entry's id: sortable as a string, newest last."""
+    return f"{ms:015d}-{seq:06d}"
+
+
 def refused(status: int, attempts: int) -> bool:
     """Refused by the gateway's own checks: a 4xx answered without calling any model."""
     return 400 <= status < 500 and attempts == 0
@@ -234,6 +242,16 @@ class Store(Protocol):
         ...
 
     async def members(self, set_name: str) -> set[str]: ...
+
+    async def audit_append(self, entry: dict[str, Any]) -> str:
+        """Append an audit entry (never changed or removed after: append-only); its id, which
+        sorts after every earlier entry's (as strings)."""
+        ...
+
+    async def audit_read(self, before: str | None, limit: int) -> list[dict[str, Any]]:
+        """Up to ``limit`` entries older than id ``before`` (None: the newest), newest first,
+        each with its ``id``."""
+        ...
 
     async def aggregates(self, team: str, days: list[int],
                          dimensions: bool = False) -> dict[int, dict[str, int]]:

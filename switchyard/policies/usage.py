@@ -60,7 +60,7 @@ class UsageQuery:
         start, end = f.start_day, f.end_day
         assert start is not None and end is not None
         days = list(range((start - _EPOCH).days, (end - _EPOCH).days + 1))
-        teams = [f.team] if f.team else await self.registry.team_names()
+        teams = f.team_list()
         groups: dict[tuple[str, ...], dict[str, int]] = defaultdict(lambda: defaultdict(int))
         total: dict[str, int] = defaultdict(int)
         # Tags, end users and sessions have sums of their own ("\x1e<dimension>:<value>" in the
@@ -68,7 +68,11 @@ class UsageQuery:
         dim = f.dimension()
         mark = f"{MARK}{dim}:" if dim else None
         want = getattr(f, dim) if dim else None
-        for t in teams:
+        if mark is not None and (f.key or f.keys is not None):
+            # The store's dimension sums are per (team, model): no key.
+            raise InvalidRequest(f"by {dim} the store keeps teams and models, not keys: add a ledger "
+                                 "(usage.ledger) for keys", param="key")
+        for t in teams if teams is not None else await self.registry.team_names():
             if mark is not None:
                 for day, fields in (await self.store.aggregates(t, days, dimensions=True)).items():
                     day_s = (_EPOCH + dt.timedelta(days=day)).isoformat()
@@ -90,7 +94,7 @@ class UsageQuery:
                 day_s = (_EPOCH + dt.timedelta(days=day)).isoformat()
                 for field, v in fields.items():
                     k, m, metric = field.split(SEP)
-                    if (f.key and k != f.key) or (f.model and m != f.model):
+                    if not f.key_ok(k) or (f.model and m != f.model):
                         continue
                     total[metric] += int(v)
                     if mark is None:
@@ -103,16 +107,16 @@ class UsageQuery:
 
     async def _minutes(self, f: UsageFilter) -> dict[str, Any]:
         # The minute sums are per (team, model): no key.
-        if f.key or "key" in f.group_by:
+        if f.key or f.keys is not None or "key" in f.group_by:
             raise InvalidRequest("by minute the store keeps teams and models, not keys: add a ledger "
                                  "(usage.ledger) for keys", param="key")
         assert f.start is not None and f.end is not None
         lo, hi = int(f.start.timestamp() * 1000), int(f.end.timestamp() * 1000)
         hours = list(range(lo // HOUR_MS, (hi - 1) // HOUR_MS + 1))[-3:]
-        teams = [f.team] if f.team else await self.registry.team_names()
+        teams = f.team_list()
         groups: dict[tuple[str, ...], dict[str, int]] = defaultdict(lambda: defaultdict(int))
         total: dict[str, int] = defaultdict(int)
-        for t in teams:
+        for t in teams if teams is not None else await self.registry.team_names():
             for field, v in (await self.store.minutes(t, hours)).items():
                 minute, m, metric = field.split(SEP)
                 at = int(minute) * MINUTE_MS
@@ -137,5 +141,7 @@ class UsageQuery:
                                  "(usage.ledger)", param=bad[0])
         if not f.team:
             raise InvalidRequest("team is required", param="team")
+        if f.team_list() == []:
+            return {"data": [], "next_cursor": None}
         recs = await self.store.records(f.team, f.limit)
-        return {"data": [dataclasses.asdict(r) for r in recs], "next_cursor": None}
+        return {"data": [dataclasses.asdict(r) for r in recs if f.key_ok(r.key_id)], "next_cursor": None}

@@ -52,6 +52,18 @@ class UsageFilter:
         each apart, per team, day and model; the ledger combines them."""
         given = [d for d in DIMENSIONS if d in self.group_by or getattr(self, d) is not None]
         return given[0] if given else None
+    # Set by the admin API for an actor limited to teams or to its own keys: only these are read.
+    teams: tuple[str, ...] | None = None
+    keys: tuple[str, ...] | None = None
+
+    def team_list(self) -> list[str] | None:
+        """The teams to read (None: every team)."""
+        if self.team is not None:
+            return [self.team] if self.teams is None or self.team in self.teams else []
+        return list(self.teams) if self.teams is not None else None
+
+    def key_ok(self, key: str) -> bool:
+        return (self.key is None or key == self.key) and (self.keys is None or key in self.keys)
 
     def ledger_only(self) -> list[str]:
         """The parameters given that only the ledger can answer."""
@@ -74,7 +86,7 @@ class UsageFilter:
 MIN_YEAR, MAX_YEAR = 1970, 9998
 
 
-def _when(s: str, param: str) -> tuple[dt.datetime, bool]:
+def parse_when(s: str, param: str) -> tuple[dt.datetime, bool]:
     """A day (its midnight, UTC) or an RFC 3339 instant; True for an instant."""
     try:
         if len(s) == 10:
@@ -122,10 +134,10 @@ def parse_filter(q: Mapping[str, str], *, records: bool = False) -> UsageFilter:
     start = end = None
     instants = False
     if q.get("from"):
-        start, i = _when(q["from"], "from")
+        start, i = parse_when(q["from"], "from")
         instants |= i
     if q.get("to"):
-        end, i = _when(q["to"], "to")
+        end, i = parse_when(q["to"], "to")
         instants |= i
         if not i:
             end += dt.timedelta(days=1)  # a day is inclusive

@@ -394,3 +394,18 @@ async def test_tags_end_users_and_sessions_are_summed_apart(store, limiter_for):
         for m, n in (("requests", 1), ("prompt_tokens", 100))}
     hour = tagged.ts_ms // 3_600_000
     assert not any("\x1e" in k or "search" in k for k in await store.minutes("ml", [hour - 1, hour]))
+
+
+async def test_audit_entries_append_in_order_and_page_newest_first(store):
+    ids = [await store.audit_append({"action": f"a{i}", "n": i}) for i in range(7)]
+    assert ids == sorted(ids) and len(set(ids)) == 7  # sortable, newest last, unique in one ms too
+    page = await store.audit_read(None, 3)
+    assert [e["n"] for e in page] == [6, 5, 4] and [e["id"] for e in page] == ids[:3:-1]
+    page = await store.audit_read(page[-1]["id"], 3)
+    assert [e["n"] for e in page] == [3, 2, 1]
+    page = await store.audit_read(page[-1]["id"], 3)
+    assert [e["n"] for e in page] == [0]
+    assert await store.audit_read(ids[0], 3) == []
+    # What was read is a copy: changing it changes nothing stored.
+    page[0]["action"] = "edited"
+    assert (await store.audit_read(ids[1], 1))[0]["action"] == "a0"

@@ -1,6 +1,6 @@
 """Admin reads for the console (and scripts): deployments, an overview, latency percentiles.
 
-Same guard as the rest of /admin (the master key, or a console session).
+Same guard as the rest of /admin; reads are narrowed to the caller's teams (and a member's keys).
 """
 
 from __future__ import annotations
@@ -13,8 +13,11 @@ from litestar import Request, Router, get, post
 
 from switchyard.core.errors import InvalidRequest, NotFound
 from switchyard.http.admin import ADMIN_ERRORS, json_body
+from switchyard.http.admin_auth import actor_of
 from switchyard.http.console.overview import RANGES, overview
 from switchyard.policies.latency import latency, parse_window
+from switchyard.policies.roles import OWN
+from switchyard.policies.usage_filter import UsageFilter
 from switchyard.routing.snapshot import target_snapshot
 
 if TYPE_CHECKING:
@@ -56,27 +59,45 @@ def console_api(gw: Gateway, router: GatewayRouter, policies: Policies, auth: Ad
         if not isinstance(name, str) or not name:
             raise InvalidRequest("deployment: give the deployment's name (group/deployment)",
                                  param="deployment")
+        before = next((target_snapshot(t, router.clock()) for t in router.targets if t.name == name), None)
         t = router.reset(name)
         if t is None:
             raise NotFound(f"deployment: no deployment {name[:200]!r}", param="deployment")
-        return target_snapshot(t, router.clock())
+        after = target_snapshot(t, router.clock())
+        await auth.record(request, "deployment.reset", name, before=before, after=after)
+        return after
+
+    async def scope_of(request: Request[Any, Any, Any]) -> UsageFilter:
+        """What the caller may read, as a filter's teams and keys (None: all)."""
+        actor = actor_of(request)
+        team = request.query_params.get("team") or None
+        if team is not None:
+            actor.check_team(team, "usage.read")
+        own = None
+        if actor.reach("usage.read") == OWN:
+            own = tuple(k["id"] for k in await policies.registry.keys() if actor.owns(k, "keys.read"))
+        return UsageFilter(team=team, teams=tuple(sorted(actor.teams)) if actor.teams is not None else None,
+                           keys=own)
 
     @get("/usage/latency")
     async def usage_latency(request: Request[Any, Any, Any]) -> dict[str, Any]:
         q = request.query_params
+        s = await scope_of(request)
         return await latency(policies.store, policies.registry, policies.ledger,
-                             window_s=parse_window(q.get("window")), team=q.get("team") or None,
-                             model=q.get("model") or None)
+                             window_s=parse_window(q.get("window")), team=s.team, teams=s.teams,
+                             keys=s.keys, model=q.get("model") or None)
 
     @get("/overview")
     async def get_overview(request: Request[Any, Any, Any]) -> dict[str, Any]:
         """Requests, tokens, spend and errors over a range, by bucket, model and team; latency
-        percentiles over the same window; requests in flight on this replica."""
+        percentiles over the same window; requests in flight on this replica. An actor limited to
+        teams (or its own keys) sees only those, and no count of requests without a key."""
         rng = request.query_params.get("range") or "24h"
-        out = await overview(policies, rng, dt.datetime.now(dt.UTC))
+        s = await scope_of(request)
+        out = await overview(policies, rng, dt.datetime.now(dt.UTC), teams=s.teams, keys=s.keys)
         lat = await latency(policies.store, policies.registry, policies.ledger,
-                            window_s=int(RANGES[rng][0].total_seconds()))
-        return out | {"latency": lat, "inflight": gw.inflight}
+                            window_s=int(RANGES[rng][0].total_seconds()), teams=s.teams, keys=s.keys)
+        return out | {"latency": lat, "inflight": gw.inflight if s.teams is None else None}
 
     return Router(path="/admin", guards=[auth.guard],
                   route_handlers=[deployments, reset_deployment, usage_latency, get_overview],

@@ -11,12 +11,14 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from switchyard.core.errors import InvalidRequest
 from switchyard.policies.alerts import budget_use, month_spend
 from switchyard.policies.store import DAY_MS, HOUR_MS, MINUTE_MS, SEP, refused
-from switchyard.policies.usage_filter import parse_filter
+from switchyard.policies.usage_filter import UsageFilter, parse_filter
 
 if TYPE_CHECKING:
     from switchyard.policies.factory import Policies
@@ -55,22 +57,30 @@ def _iso(t: dt.datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-async def overview(policies: Policies, rng: str, now: dt.datetime) -> dict[str, Any]:
+async def overview(policies: Policies, rng: str, now: dt.datetime, *, teams: tuple[str, ...] | None = None,
+                   keys: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """``teams``/``keys``: the caller reads only these (None: all, with the unauthenticated counts)."""
     if rng not in RANGES:
         raise InvalidRequest(f"range takes {', '.join(RANGES)}", param="range")
     window, ledger_bucket, store_bucket = RANGES[rng]
     ledger = policies.ledger is not None
     start = now - window
     bucket = ledger_bucket if ledger else store_bucket
+    if bucket == "minute" and keys is not None and not ledger:
+        bucket = "day"  # the store's minute sums have no keys: a reader of its own keys gets days
     if bucket == "day":
         q = {"from": start.date().isoformat(), "to": now.date().isoformat()}
     else:
         q = {"from": _iso(_floor(start, bucket)), "to": _iso(_floor(now, bucket) + _STEP[bucket])}
     usage = policies.usage
     g = "minute," if bucket == "minute" else ""  # the minute sums are their own source
-    series = await usage.query(parse_filter(q | {"group_by": bucket}))
-    by_model = await usage.query(parse_filter(q | {"group_by": g + "model"}))
-    by_team = await usage.query(parse_filter(q | {"group_by": g + "team"}))
+
+    def flt(query: dict[str, str]) -> UsageFilter:
+        return replace(parse_filter(query), teams=teams, keys=keys)
+
+    series = await usage.query(flt(q | {"group_by": bucket}))
+    by_model = await usage.query(flt(q | {"group_by": g + "model"}))
+    by_team = await usage.query(flt(q | {"group_by": g + "team"}))
     rows = {r[bucket]: r for r in series["data"]}
     empty = {k: 0 for k in series["total"]}
     return {"range": rng, "bucket": bucket, "source": usage.source, "from": q["from"], "to": q["to"],
@@ -78,25 +88,32 @@ async def overview(policies: Policies, rng: str, now: dt.datetime) -> dict[str, 
             "series": [{"t": b} | rows.get(b, empty) for b in _buckets(start, now, bucket)],
             "total": series["total"], "by_model": _merge(by_model["data"], "model"),
             "by_team": _merge(by_team["data"], "team"),
-            "errors": await errors_by(policies, q, bucket, start),
-            "refused": await _refused_by(policies, q, bucket, start),
-            "refused_now": await refused_now(policies, now),
-            "unauthenticated": await unauthenticated(policies, start, now, bucket),
-            **await budgets(policies, now)}
+            "errors": await errors_by(policies, q, start, flt),
+            "refused": await _refused_by(policies, q, bucket, start, flt),
+            "refused_now": await refused_now(policies, now, flt),
+            "unauthenticated": await unauthenticated(policies, start, now, bucket) if teams is None else {},
+            **await budgets(policies, now, teams=teams, keys=keys)}
 
 
 NEAR = 0.5  # budgets at least this full are listed
 NEAR_MAX = 50
 
 
-async def budgets(policies: Policies, now: dt.datetime) -> dict[str, Any]:
+async def budgets(policies: Policies, now: dt.datetime, *, teams: tuple[str, ...] | None = None,
+                  keys: tuple[str, ...] | None = None) -> dict[str, Any]:
     """The day's and month's quotas at least ``NEAR`` full, fullest first, and each team's spend
-    this month with its month-end projection at the pace so far (the store's daily sums)."""
+    this month with its month-end projection at the pace so far (the store's daily sums); for a
+    reader limited to teams, theirs only, and none for a reader of its own keys."""
+    if keys is not None:
+        return {"budgets": [], "month": []}
     today = now.date()
     use = await budget_use(policies.store, policies.registry, today)
-    near = sorted((u for u in use if u.fraction >= NEAR), key=lambda u: -u.fraction)[:NEAR_MAX]
+    near = sorted((u for u in use if u.fraction >= NEAR and (teams is None or u.team in teams)),
+                  key=lambda u: -u.fraction)[:NEAR_MAX]
+    month = [m for m in await month_spend(policies.store, policies.registry, today)
+             if teams is None or m["team"] in teams]
     return {"budgets": [dataclasses.asdict(u) | {"fraction": round(u.fraction, 4)} for u in near],
-            "month": await month_spend(policies.store, policies.registry, today)}
+            "month": month}
 
 
 def _merge(rows: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
@@ -112,17 +129,17 @@ def _merge(rows: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
     return [out[k] for k in sorted(out)]
 
 
-async def _refused_by(policies: Policies, q: dict[str, str], bucket: str,
-                      start: dt.datetime) -> list[dict[str, Any]]:
+async def _refused_by(policies: Policies, q: dict[str, str], bucket: str, start: dt.datetime,
+                      flt: Callable[[dict[str, str]], UsageFilter] = parse_filter) -> list[dict[str, Any]]:
     """Who was refused over the range: per team and key (and reason, with the ledger, or for
     the last hour from the store's newest records)."""
     if policies.ledger is not None:
         groups = ("minute," if bucket == "minute" else "") + "team,key,reason"
     elif bucket == "minute":  # the store's minute sums have no keys: its records do
-        return [{k: v for k, v in r.items() if k != "last"} for r in await _recent(policies, start)]
+        return [{k: v for k, v in r.items() if k != "last"} for r in await _recent(policies, start, flt)]
     else:
         groups = "team,key"
-    rows = (await policies.usage.query(parse_filter(q | {"group_by": groups})))["data"]
+    rows = (await policies.usage.query(flt(q | {"group_by": groups})))["data"]
     out: dict[tuple[str, ...], dict[str, Any]] = {}
     for r in rows:
         if not r["refused"]:
@@ -142,8 +159,8 @@ def side_of(status: int, deployment: str) -> str:
     return "refused" if status < 500 else "gateway"
 
 
-async def errors_by(policies: Policies, q: dict[str, str], bucket: str,
-                    start: dt.datetime) -> dict[str, Any]:
+async def errors_by(policies: Policies, q: dict[str, str], start: dt.datetime,
+                    flt: Callable[[dict[str, str]], UsageFilter] = parse_filter) -> dict[str, Any]:
     """The errors over the range by side, status and deployment, so that upstream failures
     show apart from refusals. The ledger groups them over the whole range; without it the
     store's newest records of each team are read (at most ``NOW_RECORDS`` each: ``sampled``
@@ -151,26 +168,29 @@ async def errors_by(policies: Policies, q: dict[str, str], bucket: str,
     out: dict[tuple[str, int, str], int] = defaultdict(int)
     sampled = False
     if policies.ledger is not None:
-        for r in (await policies.usage.query(parse_filter(q | {"group_by": "status,deployment"})))["data"]:
+        for r in (await policies.usage.query(flt(q | {"group_by": "status,deployment"})))["data"]:
             if r["errors"]:
                 dep = r["deployment"] or ""
                 out[(side_of(r["status"], dep), r["status"], dep)] += r["errors"]
     else:
         floor_ms = int(start.timestamp() * 1000)
-        for team in await policies.registry.team_names():
+        f = flt(q)
+        listed = f.team_list()  # [] (none of the reader's): nothing; None: every team
+        for team in listed if listed is not None else await policies.registry.team_names():
             recs = await policies.store.records(team, NOW_RECORDS)
             sampled |= len(recs) == NOW_RECORDS and recs[-1].ts_ms >= floor_ms
             for rec in recs:
                 if rec.ts_ms < floor_ms:
                     break  # newest first
-                if rec.status >= 400:
+                if rec.status >= 400 and f.key_ok(rec.key_id):
                     out[(side_of(rec.status, rec.deployment), rec.status, rec.deployment)] += 1
     ranked = sorted(out.items(), key=lambda kv: (-kv[1], kv[0]))
     rows = [{"side": k[0], "status": k[1], "deployment": k[2], "errors": n} for k, n in ranked]
     return {"data": rows, "sampled": sampled}
 
 
-async def refused_now(policies: Policies, now: dt.datetime) -> list[dict[str, Any]]:
+async def refused_now(policies: Policies, now: dt.datetime,
+                      flt: Callable[[dict[str, str]], UsageFilter] = parse_filter) -> list[dict[str, Any]]:
     """Refusals in the last five minutes per team, key and reason, with the newest one's time."""
     since = now - NOW
     out: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -182,24 +202,27 @@ async def refused_now(policies: Policies, now: dt.datetime) -> list[dict[str, An
         acc["last"] = max(acc["last"], last)
 
     if policies.ledger is None:
-        return await _recent(policies, since)
+        return await _recent(policies, since, flt)
     q = {"from": _iso(_floor(since, "minute")), "to": _iso(_floor(now, "minute") + _STEP["minute"]),
          "group_by": "minute,team,key,reason"}
-    for r in (await policies.usage.query(parse_filter(q)))["data"]:
+    for r in (await policies.usage.query(flt(q)))["data"]:
         if r["refused"]:
             add(r["team"], r["key"], r["reason"], r["refused"], r["minute"])
     return sorted(out.values(), key=lambda x: (-x["refused"], x["team"], x["key"], x["reason"]))
 
 
-async def _recent(policies: Policies, since: dt.datetime) -> list[dict[str, Any]]:
+async def _recent(policies: Policies, since: dt.datetime,
+                  flt: Callable[[dict[str, str]], UsageFilter] = parse_filter) -> list[dict[str, Any]]:
     """Refusals since ``since`` from the store's newest records (``NOW_RECORDS`` per team)."""
     out: dict[tuple[str, str, str], dict[str, Any]] = {}
     floor_ms = int(since.timestamp() * 1000)
-    for team in await policies.registry.team_names():
+    scope = flt({})
+    teams = scope.team_list()
+    for team in teams if teams is not None else await policies.registry.team_names():
         for rec in await policies.store.records(team, NOW_RECORDS):
             if rec.ts_ms < floor_ms:
                 break  # newest first
-            if refused(rec.status, rec.attempts):
+            if refused(rec.status, rec.attempts) and scope.key_ok(rec.key_id):
                 last = _iso(dt.datetime.fromtimestamp(rec.ts_ms / 1000, dt.UTC))
                 acc = out.setdefault((team, rec.key_id, rec.reason), {
                     "team": team, "key": rec.key_id, "reason": rec.reason, "refused": 0, "last": last})

@@ -47,6 +47,9 @@ def _where(f: UsageFilter, time_col: str, args: list[Any]) -> str:
             conds.append(f"{col} = {arg(v)}")
     if f.tag is not None:
         conds.append(f"{arg(f.tag)} = ANY(string_to_array(tags, ','))")
+    for col, vs in (("team", f.teams), ("key_id", f.keys)):
+        if vs is not None:
+            conds.append(f"{col} = ANY({arg(list(vs))}::text[])")
     if f.status:
         ranges = [f"status BETWEEN {arg(lo)} AND {arg(hi)}" for lo, hi in f.status]
         conds.append("(" + " OR ".join(ranges) + ")")

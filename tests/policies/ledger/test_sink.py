@@ -30,6 +30,12 @@ async def test_schema_is_versioned_and_applied_once(database_url):
         await conn.close()
 
 
+def test_each_migration_has_a_version_of_its_own():
+    # Two files of one version: the second would be skipped on every database the first reached.
+    versions = [v for v, _, _ in migrations()]
+    assert len(versions) == len(set(versions)) and versions == list(range(1, len(versions) + 1))
+
+
 async def test_a_batch_written_twice_is_stored_once(database_url):
     sink = PgSink(database_url)
     try:

@@ -34,7 +34,7 @@ async function loadOverview() {
   document.getElementById("stat-spend").replaceChildren(spend(t));
   document.getElementById("stat-latency").textContent = `${ms(o.latency.p50_ms)} / ${ms(o.latency.p95_ms)}`;
   document.getElementById("stat-ttfb").textContent = `${ms(o.latency.ttfb_p50_ms)} / ${ms(o.latency.ttfb_p95_ms)}`;
-  document.getElementById("stat-inflight").textContent = num(o.inflight);
+  document.getElementById("stat-inflight").textContent = o.inflight === null ? "—" : num(o.inflight);
   const labels = o.series.map(s => s.t);
   barChart(document.getElementById("chart-requests"), labels, [
     {name: "answered", cls: "s-ok", values: o.series.map(s => s.requests - s.errors)},
@@ -178,11 +178,31 @@ async function closeCircuit(name) {  // traffic flows to it again at once (this 
 
 // -- routing -------------------------------------------------------------------------------
 const PAGES = {overview: loadOverview, keys: () => window.KeysPage.load(), usage: () => loadUsage(true),
-               deployments: loadDeployments};
+               deployments: loadDeployments, audit: () => window.AuditPage.load(true)};
+let offered = Object.keys(PAGES);
+
+// The console follows the signed-in role (GET /admin/me): the pages it cannot use are not offered.
+function applyRole(me) {
+  const can = a => a in me.abilities;
+  const global = me.teams === null;
+  const pages = {overview: can("usage.read"), keys: can("keys.read"), usage: can("usage.read"),
+                 deployments: can("deployments.read") && global, audit: can("audit.read")};
+  offered = Object.keys(PAGES).filter(p => pages[p]);
+  document.querySelectorAll("nav a").forEach(a => { if (!pages[a.dataset.page]) a.remove(); });
+  const who = me.name || me.email || me.id;
+  document.getElementById("whoami").textContent =
+    `${who} · ${me.role.replace("_", " ")}${global ? "" : ` (${me.teams.join(", ")})`}`;
+  document.body.dataset.role = me.role;
+  // What the role cannot change is not offered either.
+  document.getElementById("team-form").hidden = !can("teams.write");
+  document.getElementById("key-form").hidden = !can("keys.write");
+  document.getElementById("policy-form").hidden = !can("policy.write");
+  document.querySelectorAll(".global-only").forEach(e => { e.hidden = !global; });
+}
 
 function show() {
   const page = (location.hash || "#overview").slice(1);
-  const name = page in PAGES ? page : "overview";
+  const name = offered.includes(page) ? page : offered[0];
   document.querySelectorAll(".page").forEach(s => { s.hidden = s.id !== `page-${name}`; });
   document.querySelectorAll("nav a").forEach(a => a.classList.toggle("on", a.dataset.page === name));
   clearInterval(depTimer);
@@ -203,6 +223,10 @@ document.getElementById("signout").addEventListener("click", () => guarded(async
   location.href = "/ui";
 }));
 window.KeysPage.init();
-window.addEventListener("hashchange", show);
-show();
+window.AuditPage.init();
+guarded(async () => {
+  applyRole(await api("GET", "/admin/me"));
+  window.addEventListener("hashchange", show);
+  show();
+});
 })();

@@ -123,9 +123,11 @@ async function load() {
       : el("span", {class: "state active", "data-team-state": t.name}, "active")],
     ["Spend today", t => quotaBar(cost(dayTeam[t.name]), t.limits.spend_per_day, "daily")],
     ["Spend this month", t => quotaBar(cost(monthTeam[t.name]), t.limits.spend_per_month, "monthly")],
+    ["Key policy", t => el("span", {"data-policy": t.name}, policyText(t.key_policy))],
   ], teams.data);
-  const sel = document.getElementById("key-team");
-  sel.replaceChildren(...teams.data.map(t => el("option", {value: t.name}, t.name)));
+  for (const id of ["key-team", "policy-team"]) {
+    document.getElementById(id).replaceChildren(...teams.data.map(t => el("option", {value: t.name}, t.name)));
+  }
   table(document.getElementById("keys-table"), [
     ["Key", k => k.id], ["Team", k => k.team], ["Source", k => k.source],
     ["Models in effect", k => el("span", {"data-key-models": k.id}, effectiveModels(k, teamOf[k.team]))],
@@ -143,6 +145,15 @@ async function load() {
       k.source === "admin" && !k.revoked ? el("button", {onclick: () => rotate(k), "data-rotate": k.id}, "Rotate") : "",
       k.revoked ? "" : el("button", {class: "danger", onclick: () => revoke(k), "data-revoke": k.id}, "Revoke"))],
   ], keys.data);
+}
+
+function policyText(p) {
+  if (!p) return "none";
+  const parts = [];
+  if (p.defaults && Object.keys(p.defaults).length) parts.push(`defaults ${limitsText(p.defaults)}`);
+  if (p.max_expiry_days) parts.push(`expiry at most ${p.max_expiry_days} days`);
+  if (p.models) parts.push(`models ${p.models.join(", ")}`);
+  return parts.join("; ") || "none";
 }
 
 function revoke(k) {
@@ -199,6 +210,19 @@ function init() {
     guarded(async () => {
       const r = await api("POST", "/admin/keys", body);
       showNewKey(r.id, r.key);
+      ev.target.reset();
+      await load();
+    });
+  });
+  document.getElementById("policy-form").addEventListener("submit", ev => {
+    ev.preventDefault();
+    const v = formValues(ev.target);
+    const defaults = limitsFrom(v, ["rpm", "tpm", "tokens_per_day", "spend_per_day"]);
+    for (const [k, x] of Object.entries(defaults)) if (x === null) delete defaults[k];
+    const body = {defaults: Object.keys(defaults).length ? defaults : null,
+                  max_expiry_days: v.max_expiry_days ? Number(v.max_expiry_days) : null, models: modelList(v.models)};
+    guarded(async () => {
+      await api("PUT", `/admin/teams/${encodeURIComponent(v.team)}/key_policy`, body);
       ev.target.reset();
       await load();
     });
