@@ -47,15 +47,6 @@ class Backend(Protocol):
 
 
 @runtime_checkable
-class CarriesOptional(Protocol):
-    """A backend that sends some of what the caller's API makes optional and a translation may
-    leave out (``CanonicalRequest.native.optional``, e.g. ``thinking.budget_tokens`` to a Gemini
-    thinking model): those are not named in the warning for requests it serves."""
-
-    carries: frozenset[str]
-
-
-@runtime_checkable
 class ReportsWindow(Protocol):
     """A backend whose upstream may report its context window (vLLM's ``/v1/models``)."""
 
