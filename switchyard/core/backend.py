@@ -43,6 +43,11 @@ class Backend(Protocol):
     @property
     def ready(self) -> bool: ...
 
+    @property
+    def load_error(self) -> str | None:
+        """Why a backend that loads in the background (the engine) failed to; None otherwise."""
+        ...
+
     async def aclose(self) -> None: ...
 
 

@@ -67,6 +67,7 @@ class UpstreamBackend:
                          if self.wire.caps.reports_window and not self.auth.signs else None)
 
     ready = True
+    load_error: str | None = None  # nothing loads in the background
 
     async def count_tokens(self, req: CanonicalRequest, *, exact: bool = False) -> int | None:
         """The upstream's own count when asked for the count itself (``exact``: count_tokens) and

@@ -324,7 +324,7 @@ class Router:
                     log.info("model ready", extra={"fields": {
                         "model": name, "seconds": round(time.monotonic() - started, 3),
                         "deployments": [t.deployment.name for t in targets]}})
-                elif any(getattr(t.backend, "load_error", None) for t in targets):
+                elif any(t.backend.load_error for t in targets):
                     del waiting[name]  # the backend logged why; it stays not ready
             if waiting:
                 await asyncio.sleep(0.05)
