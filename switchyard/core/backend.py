@@ -43,25 +43,12 @@ class Backend(Protocol):
     @property
     def ready(self) -> bool: ...
 
+    @property
+    def load_error(self) -> str | None:
+        """Why a backend that loads in the background (the engine) failed to; None otherwise."""
+        ...
+
     async def aclose(self) -> None: ...
-
-
-@runtime_checkable
-class CarriesOptional(Protocol):
-    """A backend that sends some of what the caller's API makes optional and a translation may
-    leave out (``CanonicalRequest.native.optional``, e.g. ``thinking.budget_tokens`` to a Gemini
-    thinking model): those are not named in the warning for requests it serves."""
-
-    carries: frozenset[str]
-
-
-@runtime_checkable
-class ReportsLoad(Protocol):
-    """A backend that loads a model in the background (the engine, the embedder): ``load_error``
-    says why the load failed, for good (None while loading or once ready). ``/ready`` and the
-    log name it rather than "loading" forever."""
-
-    load_error: str | None
 
 
 @runtime_checkable

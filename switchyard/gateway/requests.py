@@ -10,7 +10,6 @@ from typing import Any
 
 import msgspec
 
-from switchyard.core.backend import CarriesOptional
 from switchyard.core.canonical import CanonicalRequest
 from switchyard.core.errors import GatewayError, InvalidRequest, UnsupportedMediaType
 from switchyard.dialects.anthropic.wire import THINKING_BUDGET
@@ -128,8 +127,7 @@ def unsent_warning(req: CanonicalRequest, route: Route) -> str | None:
         # The native lane (a deployment that speaks the caller's API) forwards the body whole;
         # a translating one leaves out what it does not carry.
         if native is not None and t.native != native.api:
-            carried = t.backend.carries if isinstance(t.backend, CarriesOptional) else frozenset()
-            unsent.update(n for n in native.optional if n not in carried)
+            unsent.update(n for n in native.optional if n not in t.carries)
     said = [warning_header(sorted(dropped))] if dropped else []
     if unsent and native is not None:
         said.append(optional_warning([n for n in native.optional if n in unsent]))
@@ -146,6 +144,5 @@ def _controls_left_out(t: Target, controls: list[str]) -> list[str]:
     (OpenAI, Azure), and but the effort where it sends a thinking budget (Claude, Gemini)."""
     if t.caps.reasoning_controls:
         return []
-    carried = t.backend.carries if isinstance(t.backend, CarriesOptional) else frozenset()
-    budget = t.native == "anthropic" or THINKING_BUDGET in carried
+    budget = t.native == "anthropic" or THINKING_BUDGET in t.carries
     return [n for n in controls if not (budget and n.endswith("effort"))]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
@@ -21,6 +22,32 @@ from switchyard.core.errors import UpstreamError
 
 T = TypeVar("T")
 BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0)  # seconds between failed fetches
+
+
+def _on_thread(fn: Callable[[], T], name: str) -> asyncio.Future[T]:
+    """``fn()`` on a daemon thread of its own: a stalled token endpoint holds that thread (a
+    deployment fetches one at a time), never a worker of the loop's default executor, and never
+    keeps the process from exiting."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[T] = loop.create_future()
+
+    def settle(ok: bool, value: object) -> None:
+        if not fut.done():  # the task may have been cancelled meanwhile
+            if ok:
+                fut.set_result(value)  # type: ignore[arg-type]
+            else:
+                fut.set_exception(value)  # type: ignore[arg-type]
+
+    def run() -> None:
+        try:
+            out: tuple[bool, object] = (True, fn())
+        except Exception as e:
+            out = (False, e)
+        with contextlib.suppress(RuntimeError):  # the loop closed while we waited
+            loop.call_soon_threadsafe(settle, *out)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return fut
 
 
 class Refresher(Generic[T]):
@@ -83,7 +110,7 @@ class Refresher(Generic[T]):
         failed = 0
         while True:
             try:
-                value, expires = await asyncio.to_thread(self._fetch)
+                value, expires = await _on_thread(self._fetch, f"credentials-{self.deployment}")
             except Exception as e:  # the library's own errors, transport errors: named, never quoted
                 self.failure = type(e).__name__
                 delay = BACKOFF[min(failed, len(BACKOFF) - 1)]

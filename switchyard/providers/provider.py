@@ -59,8 +59,6 @@ class UpstreamBackend:
         self._per_call = {k: self._headers.pop(k) for k in list(self._headers)
                           if k.lower() in self.wire.native_headers}
         self._native = self.wire.native if self.wire.native_dialect else None
-        carries = self.wire.carries  # core.backend.CarriesOptional
-        self.carries: frozenset[str] = carries(self.upstream_model) if carries is not None else frozenset()
         self._targets: dict[tuple[str, bool, str], str] = {}
         self._scrub = Scrubber(deployment.api_key, deployment.aws_secret_access_key,
                                deployment.aws_session_token)
@@ -69,6 +67,7 @@ class UpstreamBackend:
                          if self.wire.caps.reports_window and not self.auth.signs else None)
 
     ready = True
+    load_error: str | None = None  # nothing loads in the background
 
     async def count_tokens(self, req: CanonicalRequest, *, exact: bool = False) -> int | None:
         """The upstream's own count when asked for the count itself (``exact``: count_tokens) and

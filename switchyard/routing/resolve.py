@@ -38,6 +38,15 @@ def native_of(dep: DeploymentConfig) -> str | None:
     return None if dep.backend == "engine" else wire_for(dep).native_dialect
 
 
+def carries_of(model: ModelConfig, dep: DeploymentConfig) -> frozenset[str]:
+    """What the caller's API makes optional that the deployment's row sends for its model
+    (``thinking.budget_tokens`` to a thinking model); the engine is never translated to."""
+    if dep.backend != "upstream":
+        return frozenset()
+    carries = wire_for(dep).carries
+    return carries(dep.model or model.name.split("/", 1)[-1]) if carries is not None else frozenset()
+
+
 @dataclass(slots=True, eq=False)
 class Target:
     """One deployment of a model group, with the backend that serves it and its health."""
@@ -48,6 +57,7 @@ class Target:
     health: Health
     caps: Caps = field(default_factory=Caps)
     native: str | None = None  # the caller dialect it takes as sent (providers.wire.Wire.native_dialect)
+    carries: frozenset[str] = frozenset()  # optional fields a translation sends (Wire.carries)
     name: str = ""
 
     def __post_init__(self) -> None:
@@ -141,7 +151,8 @@ class Resolver:
         for m in config.models:
             self.targets[m.name] = [
                 Target(m, d, given.get(f"{m.name}/{d.name}") or build_backend(m, d),
-                       Health(rc.cooldown_failures, rc.cooldown_seconds), caps_of(d), native_of(d))
+                       Health(rc.cooldown_failures, rc.cooldown_seconds), caps_of(d), native_of(d),
+                       carries=carries_of(m, d))
                 for d in m.deployments]
             vendor, name = m.name.split("/", 1)
             if name == "*":

@@ -21,7 +21,7 @@ import time
 from collections.abc import AsyncGenerator, Callable, Iterator
 from typing import TYPE_CHECKING
 
-from switchyard.core.backend import Backend, ReportsLoad
+from switchyard.core.backend import Backend
 from switchyard.core.canonical import CanonicalRequest, Chunk
 from switchyard.core.config import Config
 from switchyard.core.errors import GatewayError, RateLimited, Unavailable, UpstreamError
@@ -366,7 +366,7 @@ class Router:
     @staticmethod
     def load_error(t: Target) -> str | None:
         """Why ``t``'s model failed to load for good (None: loading, ready, or nothing to load)."""
-        return t.backend.load_error if isinstance(t.backend, ReportsLoad) else None
+        return t.backend.load_error
 
 
 __all__ = ["Health", "Route", "Router", "RunInfo", "Target"]

@@ -19,6 +19,7 @@ class Scripted:
     """A backend that plays one step per call: "ok", "stall", "fail" (502 first), "cut" (502 later)."""
 
     ready = True
+    load_error = None
 
     def __init__(self, *steps: str) -> None:
         self.steps = list(steps)
