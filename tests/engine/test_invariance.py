@@ -53,7 +53,7 @@ def warm_up(eng: Any, prompt: str) -> None:
     run(eng, CanonicalRequest(kind="chat", model="local/m", dialect="openai", max_tokens=6, messages=[
         {"role": "user", "content": [{"type": "text", "text": " ".join(words[:4])}]}]))
     run(eng, completion(prompt + " there lived", echo=True, max_tokens=0, logprobs=1))
-    run(eng, CanonicalRequest(kind="chat", model="local/m", dialect="openai", max_tokens=40, temperature=0.7,
+    run(eng, CanonicalRequest(kind="chat", model="local/m", dialect="openai", max_tokens=30, temperature=0.7,
                               messages=[{"role": "user", "content": "Weather in Paris?"}], tools=[WEATHER],
                               tool_choice="required"))
     run(eng, completion(" ".join(words[:5]), max_tokens=3, temperature=0.9))
@@ -63,12 +63,12 @@ def warm_up(eng: Any, prompt: str) -> None:
 def beside_mates(eng: Any, req: Any, early: list[str], late: list[str]) -> list[Any]:
     """``req`` admitted while ``early`` requests decode (sampled) and ``late`` ones (greedy, some
     long) join after it."""
-    mates = [submit(eng, completion(p, max_tokens=40, temperature=0.8)) for p in early]
+    mates = [submit(eng, completion(p, max_tokens=24, temperature=0.8)) for p in early]
     for _ in range(3):
         eng.step()
     rid = submit(eng, req)
     eng.step()
-    mates += [submit(eng, completion(p, max_tokens=30, temperature=0)) for p in late]
+    mates += [submit(eng, completion(p, max_tokens=16, temperature=0)) for p in late]
     while eng.busy:
         eng.step()
     for m in mates:
@@ -108,14 +108,16 @@ def test_tiny_greedy_and_seeded_do_not_depend_on_cache_or_batch(roomy_dir, dtype
 
 @pytest.mark.slow
 def test_smollm2_greedy_does_not_depend_on_cache_or_batch():
-    """The issue's sequence on the real model, in bfloat16 (the default on this Xeon)."""
+    """The issue's sequence on the real model, in bfloat16 (the default on this Xeon; alone and
+    beside six batch-mates it gave "a wise old wizard named Thorold" and "a wise old woman named
+    Elara"). One thread: a step of two threads on a shared machine stalls in OpenMP's barriers."""
     from switchyard.core.deployments import EngineConfig
     from switchyard.engine.loader import load
 
-    loaded = load(EngineConfig(dtype="bfloat16", threads=2))
+    loaded = load(EngineConfig(dtype="bfloat16", threads=1))
     early = [f"Story {i}: the dragon of mount {i} was" for i in range(3)]
     late = ["A long time ago", "You are a helpful assistant. Answer briefly and kindly. " * 4 + "Hi", "Hi"]
-    check(loaded, lambda: probe(max_tokens=32), PROMPT, early, late)
+    check(loaded, lambda: probe(max_tokens=16), PROMPT, early, late)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
