@@ -58,8 +58,8 @@ def wall_ms() -> int:
 # overview's errors and /admin/usage/records read without a ledger. Every request of a known key
 # is one, refused ones included, at ~0.6 KB of Python heap each (measured): the cap is what bounds
 # this buffer under load, ~6 MiB per busy team. It was 100,000 (~60 MiB per team), which a fuzz
-# or fault load of refusals filled: gateway RSS 185-239 MiB against 71-92 before refusals were
-# recorded. The aggregates (day and minute sums) count every request whatever this keeps.
+# or fault load fills fast since refusals are recorded too. The aggregates (day and minute sums)
+# count every request whatever this keeps.
 RECORDS_KEPT = 10_000
 
 
