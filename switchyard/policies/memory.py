@@ -57,9 +57,18 @@ def wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+# Usage records kept per team (the newest; older ones drop off): what "refused now", the
+# overview's errors and /admin/usage/records read without a ledger. Every request of a known key
+# is one, refused ones included, at ~0.6 KB of Python heap each (measured): the cap is what bounds
+# this buffer under load, ~6 MiB per busy team. It was 100,000 (~60 MiB per team), which a fuzz
+# or fault load fills fast since refusals are recorded too. The aggregates (day and minute sums)
+# count every request whatever this keeps.
+RECORDS_KEPT = 10_000
+
+
 class MemoryStore:
     def __init__(self, ns: str = "sy", clock: Callable[[], int] = wall_ms,
-                 max_records: int = 100_000) -> None:
+                 max_records: int | None = None) -> None:
         self.ns = ns
         self.client = None  # in-process: nothing shared across replicas
         self.timeout = 0.0
@@ -73,7 +82,8 @@ class MemoryStore:
         # (team, epoch hour) -> minute sums; hours older than the last two are dropped as new come.
         self._mins: dict[tuple[str, int], dict[str, int]] = defaultdict(lambda: defaultdict(int))
         self._unauth: dict[str, int] = defaultdict(int)
-        self._logs: dict[str, deque[UsageRecord]] = defaultdict(lambda: deque(maxlen=max_records))
+        kept = RECORDS_KEPT if max_records is None else max_records
+        self._logs: dict[str, deque[UsageRecord]] = defaultdict(lambda: deque(maxlen=kept))
         self._docs: dict[str, dict[str, Any]] = {}
         self._doc_exp: dict[str, int] = {}  # doc name -> expiry (ms) for docs put with a ttl
         self._sweep_at = 1024  # TTL docs held before the next sweep
