@@ -22,15 +22,17 @@ import hashlib
 import hmac
 import secrets
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 import httpx
-import jwt
 
 from switchyard.core.settings import OidcConfig
 from switchyard.policies.roles import Actor
 from switchyard.policies.store import Store
+
+if TYPE_CHECKING:
+    import jwt
 
 FLOW_TTL_S = 600  # a sign-in must come back from the provider within ten minutes
 REFETCH_S = 10.0  # an unknown key id fetches the JWKS again at most this often
@@ -46,6 +48,13 @@ def _sha(s: str) -> str:
     return hashlib.sha256(s.encode()).hexdigest()
 
 
+def _jwt() -> Any:
+    """PyJWT (with cryptography: ~15 MiB), imported only where single sign-on is configured."""
+    import jwt
+
+    return jwt
+
+
 class Oidc:
     def __init__(self, cfg: OidcConfig, store: Store, *, client: httpx.AsyncClient | None = None) -> None:
         self.cfg = cfg
@@ -53,7 +62,7 @@ class Oidc:
         self.issuer = cfg.issuer.rstrip("/")
         self._client = client or httpx.AsyncClient(timeout=10.0)
         self._meta: dict[str, Any] | None = None
-        self._keys: dict[str, jwt.PyJWK] = {}
+        self._keys: dict[str, jwt.PyJWK] = {}  # by key id
         self._keys_at = 0.0
         self.refetch_s = REFETCH_S
         self._lock = asyncio.Lock()
@@ -82,6 +91,7 @@ class Oidc:
 
     async def _fetch_keys(self) -> None:
         meta = await self.metadata()
+        jwt = _jwt()
         try:
             r = await self._client.get(meta["jwks_uri"])
             r.raise_for_status()
@@ -106,6 +116,7 @@ class Oidc:
     async def verify(self, token: str, *, audience: str, nonce: str | None = None) -> dict[str, Any]:
         """The token's claims once its signature, issuer, audience, expiry, algorithm and (for an
         ID token) nonce hold; else OidcError."""
+        jwt = _jwt()
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError:

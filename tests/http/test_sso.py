@@ -7,6 +7,8 @@ key sign-in turned off."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -272,3 +274,12 @@ async def test_only_asymmetric_algorithms_may_be_configured() -> None:
     for algs in (["none"], ["HS256"], []):
         with pytest.raises(ValueError, match="asymmetric"):
             OidcConfig.model_validate(oidc_cfg("http://x", algorithms=algs))
+
+
+def test_without_single_sign_on_pyjwt_is_not_loaded() -> None:
+    """PyJWT and cryptography (~15 MiB of memory) are imported only where console.oidc is set."""
+    code = ("import sys, switchyard.http.app; from switchyard.http.app import create_app; "
+            "from tests.http.roles_world import config; create_app(config()); "
+            "print(sorted(m for m in ('jwt', 'cryptography') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stderr[-2000:]
