@@ -22,6 +22,7 @@ from pydantic import (
 
 from switchyard.core.deployments import ModelConfig
 from switchyard.core.errors import install_hint
+from switchyard.core.guardrails import GuardrailConfig
 from switchyard.core.settings import (
     AUTO_KEY,
     MIN_MASTER_KEY,
@@ -45,6 +46,7 @@ class TeamConfig(ConfigModel):
     models: list[str] | None = Field(None, description="allowlist; missing = every model")
     limits: Limits = Field(default_factory=Limits)
     model_limits: dict[str, Limits] = Field(default_factory=dict, description="per (team, model)")
+    guardrails: list[GuardrailConfig] = Field(default_factory=list, description="after the model's")
 
 
 class KeyConfig(ConfigModel):
@@ -57,6 +59,7 @@ class KeyConfig(ConfigModel):
     strict: bool = Field(False, description="unknown parameters are a 400 instead of a warning")
     default_model: str | None = None
     timeout: float | None = Field(None, gt=0, description="default per-request deadline, seconds")
+    guardrails: list[GuardrailConfig] = Field(default_factory=list, description="after the team's")
 
 
     @field_validator("sha256")

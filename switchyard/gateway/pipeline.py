@@ -38,6 +38,8 @@ from switchyard.gateway.requests import (
 )
 from switchyard.gateway.streaming import Tally, gather
 from switchyard.gateway.types import SSE, Endpoint, Responder, Tracer
+from switchyard.guards.rules import Guardrails
+from switchyard.guards.run import GUARDRAILS_HEADER, GuardRun
 from switchyard.policies.base import Outcome, Principal
 from switchyard.policies.factory import Policies
 from switchyard.policies.limits import DEFAULT_COMPLETION_RESERVE
@@ -66,6 +68,7 @@ class Gateway:
         self.config = config
         self.router = router
         self.policies = policies
+        self.guardrails = Guardrails(config)  # resolved here, once: a request pays one check when off
         # Called with every finished request's context (access log, metrics, tracing).
         self.observers: list[Callable[[RequestContext], None]] = []
         self.tracing: Tracer | None = None  # set when tracing.otlp_endpoint is configured
@@ -182,6 +185,10 @@ class Gateway:
         ctx.requested_model = model_name(req.model)
         ctx.stream = req.stream
         route = ctx.route = self._route(req, principal)
+        plan = self.guardrails.any and self.guardrails.plan(route.group, principal.team, principal.key_id)
+        if plan:
+            ctx.guards = GuardRun(plan)
+            req = await ctx.guards.request(req)
         timeout = req.timeout if req.timeout is not None else principal.timeout
         if timeout is not None:
             ctx.deadline = ctx.started + timeout
@@ -256,6 +263,8 @@ class Gateway:
         if ctx.warning:
             headers["x-switchyard-warning"] = ctx.warning
         chunks = self.router.stream(req, ctx.route, ctx.run)
+        if ctx.guards is not None and ctx.guards.answers():
+            chunks = ctx.guards.answer(chunks)
         task = asyncio.current_task()
         assert task is not None
         out.watch(task)
@@ -300,6 +309,7 @@ class Gateway:
             await self.send_error(ctx, out, e, headers)
             return
         headers.update(ctx.run.headers())
+        _guarded(ctx, headers)
         body = msgspec.json.encode(renderer.completion(gather(got, tally.usage())))
         ctx.status = 200
         await out.whole(200, headers, body)
@@ -317,6 +327,7 @@ class Gateway:
             await self.send_error(ctx, out, e, headers)
             return
         headers.update(ctx.run.headers())
+        _guarded(ctx, headers)
         headers["cache-control"] = "no-cache"
         ctx.status = 200
         await out.start(200, headers, SSE)
@@ -362,7 +373,9 @@ class Gateway:
                          headers: dict[str, str] | None = None) -> None:
         status, body = error_bytes(ctx.shape, e, ctx.dialect_named)
         ctx.status, ctx.error_type, ctx.error = status, e.type, e
-        await out.whole(status, {**(headers or {}), **e.headers}, body)
+        headers = {**(headers or {}), **e.headers}
+        _guarded(ctx, headers)
+        await out.whole(status, headers, body)
 
     async def _settle(self, ctx: RequestContext) -> None:
         ticket, tally, run = ctx.ticket, ctx.tally, ctx.run
@@ -384,6 +397,12 @@ def _reason(ctx: RequestContext) -> str:
     if ctx.error is not None:
         return reason_of(ctx.error)
     return {499: "client_closed", 500: "internal_error"}.get(ctx.status or 499, "")
+def _guarded(ctx: RequestContext, headers: dict[str, str]) -> None:
+    """Names the guards that acted on the request (before its answer started)."""
+    if ctx.guards is not None and (acted := ctx.guards.header()):
+        headers[GUARDRAILS_HEADER] = acted
+
+
 def _bill(tally: Tally, e: GatewayError) -> None:
     """An upstream that failed after reporting usage (a JSON answer to a stream) is billed it."""
     if e.billed is not None:
