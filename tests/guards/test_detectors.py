@@ -92,9 +92,14 @@ def test_names_default_to_the_detectors() -> None:
     assert GuardrailConfig(name="pii", detectors=["email"]).label == "pii"
 
 
-def test_presidio_without_its_extra_is_refused_at_start() -> None:
-    """presidio-analyzer is not installed here (it needs spaCy and a language model): a guard that
-    lists it fails at start with the extra to install, not on the first request."""
+def test_presidio_without_its_extra_is_refused_at_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without presidio-analyzer (made unimportable here) a guard that lists it fails at start,
+    naming the extra to install, not on the first request."""
+    import sys
+
+    from switchyard.guards import presidio
     from switchyard.guards.rules import Guardrails
+    monkeypatch.setitem(sys.modules, "presidio_analyzer", None)
+    presidio.analyzer.cache_clear()
     with pytest.raises(ConfigError, match=r"presidio extra: pip install 'switchyard-gateway\[presidio\]'"):
         Guardrails(parse_config(guard(detectors=["presidio"], direction="request")))
