@@ -53,9 +53,13 @@ class GuardRun:
             self.fired.append(f)
 
     def header(self) -> str | None:
-        """``x-switchyard-guardrails``: ``<name>:<action>`` of each guard that acted, once each."""
-        seen = dict.fromkeys(f"{g}:{a}" for g, a, _, _ in self.fired)
-        return ",".join(seen) or None
+        """``x-switchyard-guardrails``: ``<name>:<action>`` of each guard that acted, once each, in
+        the order they run (model, team, key)."""
+        order: dict[str, int] = {}
+        for i, r in enumerate(self.plan.rules):
+            order.setdefault(r.name, i)
+        fired = sorted(self.fired, key=lambda f: order.get(f[0], 0))
+        return ",".join(dict.fromkeys(f"{g}:{a}" for g, a, _, _ in fired)) or None
 
     def _placeholder(self, det: Detector | str, value: str) -> str:
         tag = det.tag if isinstance(det, Detector) else det
