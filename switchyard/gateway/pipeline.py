@@ -264,7 +264,7 @@ class Gateway:
             headers["x-switchyard-warning"] = ctx.warning
         chunks = self.router.stream(req, ctx.route, ctx.run)
         if ctx.guards is not None and ctx.guards.answers():
-            chunks = ctx.guards.answer(chunks)
+            chunks = ctx.guards.answer(chunks, req.stream)
         task = asyncio.current_task()
         assert task is not None
         out.watch(task)

@@ -117,30 +117,55 @@ class GuardRun:
         """Whether the answer must pass through ``answer``."""
         return bool(self.plan.response) or bool(self.restores)
 
-    async def answer(self, chunks: AsyncGenerator[Chunk, None]) -> AsyncGenerator[Chunk, None]:
-        """``chunks`` with each choice's text (and reasoning) filtered as it streams, held back only
-        while a match may be forming; tool call arguments filtered per piece."""
+    async def answer(self, chunks: AsyncGenerator[Chunk, None], stream: bool) -> AsyncGenerator[Chunk, None]:
+        """``chunks`` with each choice's text, reasoning and tool call arguments filtered, held back
+        only while a match may be forming. A streamed call's arguments are held per call and let go
+        when the next call begins or the choice finishes (so each call's pieces stay in its own
+        block); a whole answer's calls are read whole."""
         entries = self.plan.response + (((PLACEHOLDER, _RESTORE),) if self.restores else ())
         act = self._act("response")
-        holders: dict[tuple[int, bool], Holder[Rule]] = {}
 
-        def feed(index: int, reasoning: bool, text: str, final: bool) -> str:
-            h = holders.get((index, reasoning))
+        def in_json(h: Hit[Rule], m: str) -> str:  # a value put back in a JSON string is written as one
+            return json.dumps(act(h, m))[1:-1]
+
+        holders: dict[tuple[int, str | int], Holder[Rule]] = {}
+        calls: dict[int, list[int]] = {}  # choice -> its calls' stream indexes, in order
+
+        def feed(index: int, what: str | int, text: str, final: bool) -> str:
+            h = holders.get((index, what))
             if h is None:
                 if not text:
                     return ""
-                h = holders[(index, reasoning)] = Holder(entries, act)
+                h = holders[(index, what)] = Holder(entries, in_json if isinstance(what, int) else act)
             return h.feed(text, final)
 
-        def args(c: dict[str, Any]) -> dict[str, Any]:
+        def rest(index: int, k: int) -> dict[str, Any] | None:
+            left = feed(index, k, "", True)
+            return {"index": k, "function": {"arguments": left}} if left else None
+
+        def args(index: int, c: dict[str, Any]) -> list[dict[str, Any]]:
             fn = c.get("function")
+            k = c.get("index")
+            out: list[dict[str, Any]] = []
+            if stream and isinstance(k, int):
+                seen = calls.setdefault(index, [])
+                if k not in seen:  # a new call: the ones before it are complete
+                    out += [r for j in seen if (r := rest(index, j)) is not None]
+                    seen.append(k)
             if not isinstance(fn, dict) or not isinstance(fn.get("arguments"), str) or not fn["arguments"]:
-                return c
-            text = fn["arguments"]
-            hits, _ = scan(entries, text)
-            # A value put back inside a JSON string is written as one.
-            return {**c, "function": {**fn, "arguments": apply(
-                text, hits, lambda h, m: json.dumps(act(h, m))[1:-1])}} if hits else c
+                return [*out, c]
+            if stream and isinstance(k, int):
+                text = feed(index, k, fn["arguments"], False)
+            else:
+                hits, _ = scan(entries, fn["arguments"])
+                text = apply(fn["arguments"], hits, in_json)
+            return [*out, c if text == fn["arguments"] else {**c, "function": {**fn, "arguments": text}}]
+
+        def tools(ch: Chunk, final: bool) -> list[dict[str, Any]] | None:
+            out = [d for c in ch.tool_calls or () for d in args(ch.index, c)]
+            if final:
+                out += [r for k in calls.pop(ch.index, ()) if (r := rest(ch.index, k)) is not None]
+            return out or ch.tool_calls
 
         try:
             async for ch in chunks:
@@ -148,14 +173,15 @@ class GuardRun:
                 counted = ch.tokens if ch.tokens is not None else int(
                     bool(ch.text or ch.tool_calls or ch.thinking or ch.reasoning))
                 yield replace(
-                    ch, text=feed(ch.index, False, ch.text, final),
-                    reasoning=feed(ch.index, True, ch.reasoning, final),
-                    tool_calls=[args(c) for c in ch.tool_calls] if ch.tool_calls else ch.tool_calls,
+                    ch, text=feed(ch.index, "text", ch.text, final),
+                    reasoning=feed(ch.index, "reasoning", ch.reasoning, final),
+                    tool_calls=tools(ch, final),
                     logprobs=None, tokens=counted)  # a logprob names its token: it would show the text
-            for (index, reasoning), h in holders.items():
-                rest = h.feed("", final=True)
-                if rest:
-                    yield (Chunk(index=index, tokens=0, reasoning=rest) if reasoning
-                           else Chunk(index=index, tokens=0, text=rest))
+            for index in {i for i, _ in holders}:  # an answer that ended without a finish
+                left = [r for k in calls.pop(index, ()) if (r := rest(index, k)) is not None]
+                text, reasoning = feed(index, "text", "", True), feed(index, "reasoning", "", True)
+                if left or text or reasoning:
+                    yield Chunk(index=index, tokens=0, text=text, reasoning=reasoning,
+                                tool_calls=left or None)
         finally:
             await chunks.aclose()

@@ -150,3 +150,43 @@ async def test_no_guard_no_work() -> None:
                 {"role": "user", "content": MAIL}]}, headers={"authorization": f"Bearer {KEY}"})
     assert r.status_code == 200 and "x-switchyard-guardrails" not in r.headers
     assert up.requests[-1].body["messages"][0]["content"] == MAIL
+
+
+def mail_tool(value: str) -> dict[str, object]:
+    return {"tools": [{"type": "function", "function": {"name": "mail", "parameters": {
+        "type": "object", "properties": {"to": {"type": "string", "enum": [value]}}, "required": ["to"]}}}],
+        "tool_choice": {"type": "function", "function": {"name": "mail"}}}
+
+
+def streamed_args(body: str) -> str:
+    out = []
+    for line in body.splitlines():
+        if line.startswith("data: {"):
+            ev = json.loads(line[6:])
+            if (ev.get("delta") or {}).get("type") == "input_json_delta":
+                out.append(ev["delta"]["partial_json"])
+            for c in ev.get("choices") or []:
+                out += [(d.get("function") or {}).get("arguments") or ""
+                        for d in (c.get("delta") or {}).get("tool_calls") or []]
+    return "".join(out)
+
+
+async def test_tool_call_arguments_split_across_deltas_are_redacted_and_restored() -> None:
+    """The fake streams a call's arguments in two halves: the address is cut in two."""
+    out = [{"name": "out", "detectors": ["email"], "direction": "response"}]
+    back = [{"name": "pii", "detectors": ["email"], "restore": True, "direction": "request"}]
+    ask = {"model": MODEL, "max_tokens": 30, "messages": [{"role": "user", "content": f"mail {MAIL}"}]}
+    async with FakeUpstream() as up, serve(guarded(up.url, model=out, team=back)) as gw:
+        whole = await gw.post("/v1/chat/completions", json={**ask, **mail_tool("ann.lee@example.org")})
+        chat = await gw.post("/v1/chat/completions", json={**ask, **mail_tool("ann.lee@example.org"),
+                                                            "stream": True})
+        # The upstream calls the tool with the placeholder it was given: the caller gets its own value.
+        claude = await gw.post("/v1/messages", headers=ANTHROPIC, json={
+            **ask, "stream": True, "tools": [{"name": "mail", "input_schema": {
+                "type": "object", "properties": {"to": {"type": "string", "enum": ["[EMAIL_1]"]}},
+                "required": ["to"]}}], "tool_choice": {"type": "tool", "name": "mail"}})
+    assert up.requests[0].body["messages"][0]["content"] == "mail [EMAIL_1]"
+    call = whole.json()["choices"][0]["message"]["tool_calls"][0]
+    assert json.loads(call["function"]["arguments"]) == {"to": "[EMAIL_2]"}
+    assert json.loads(streamed_args(chat.text)) == {"to": "[EMAIL_2]"} and "ann.lee" not in chat.text
+    assert json.loads(streamed_args(claude.text)) == {"to": MAIL}
