@@ -67,7 +67,8 @@ class GuardrailConfig(ConfigModel):
                       "span must fit")
     webhook: str | None = Field(None, description="an operator's check (docs/guardrails.md)")
     timeout: float = Field(2.0, gt=0, le=60, description="webhook: seconds before on_error applies")
-    on_error: Literal["allow", "deny"] = Field("deny", description="webhook: when it fails or is late")
+    on_error: Literal["allow", "deny"] = Field("deny", description="webhook: when it fails or is late "
+                                               "(allow: fail open; deny: fail closed)")
 
     @field_validator("detectors")
     @classmethod
@@ -86,7 +87,11 @@ class GuardrailConfig(ConfigModel):
     @model_validator(mode="after")
     def _consistent(self) -> GuardrailConfig:
         if self.webhook is not None:
-            raise ValueError("webhook guards are not available yet (docs/guardrails.md)")
+            if self.detectors or self.restore:
+                raise ValueError("a webhook guard takes no detectors and no restore")
+            if not self.webhook.startswith(("http://", "https://")):
+                raise ValueError("webhook must be an http:// or https:// URL")
+            return self
         if not self.detectors:
             raise ValueError("give detectors (or a webhook)")
         if self.restore and self.action != "redact":
@@ -104,4 +109,6 @@ class GuardrailConfig(ConfigModel):
 
     @property
     def label(self) -> str:
+        if self.webhook is not None:
+            return self.name or "webhook"
         return self.name or "+".join(d if isinstance(d, str) else d.name for d in self.detectors)

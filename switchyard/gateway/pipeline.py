@@ -187,7 +187,8 @@ class Gateway:
         route = ctx.route = self._route(req, principal)
         plan = self.guardrails.any and self.guardrails.plan(route.group, principal.team, principal.key_id)
         if plan:
-            ctx.guards = GuardRun(plan)
+            ctx.guards = GuardRun(plan, {"model": route.group, "team": principal.team,
+                                         "key_id": principal.key_id, "request_id": ctx.id})
             req = await ctx.guards.request(req)
         timeout = req.timeout if req.timeout is not None else principal.timeout
         if timeout is not None:
@@ -262,9 +263,10 @@ class Gateway:
         headers = dict(ctx.ticket.headers)
         if ctx.warning:
             headers["x-switchyard-warning"] = ctx.warning
-        chunks = self.router.stream(req, ctx.route, ctx.run)
+        route = ctx.route
+        chunks = self.router.stream(req, route, ctx.run)
         if ctx.guards is not None and ctx.guards.answers():
-            chunks = ctx.guards.answer(chunks, req.stream)
+            chunks = ctx.guards.answer(chunks, req.stream, lambda r: self.router.stream(r, route, ctx.run))
         task = asyncio.current_task()
         assert task is not None
         out.watch(task)

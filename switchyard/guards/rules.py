@@ -31,6 +31,9 @@ class Rule:
     restore: bool
     detectors: tuple[Detector, ...]
     presidio: bool = False  # also ask Presidio (requests only; the presidio extra)
+    webhook: str | None = None  # an operator's service asked for a verdict instead
+    timeout: float = 2.0
+    fail_open: bool = False  # on_error: allow
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +45,8 @@ class Plan:
     response: tuple[tuple[Detector, Rule], ...] = field(init=False)
     restore: bool = field(init=False)  # some request redaction gives its values back
     presidio: tuple[Rule, ...] = field(init=False)
+    ask_request: tuple[Rule, ...] = field(init=False)  # webhooks asked about the request
+    ask_response: tuple[Rule, ...] = field(init=False)  # ... and about the answer
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -52,6 +57,8 @@ class Plan:
         set_(self, "response", tuple((d, r) for r in ranked if r.response for d in r.detectors))
         set_(self, "restore", any(r.restore for r in self.rules))
         set_(self, "presidio", tuple(r for r in self.rules if r.presidio))
+        set_(self, "ask_request", tuple(r for r in self.rules if r.webhook and r.request))
+        set_(self, "ask_response", tuple(r for r in self.rules if r.webhook and r.response))
 
     @property
     def hold(self) -> int:
@@ -71,7 +78,8 @@ def rule(g: GuardrailConfig, where: str) -> Rule:
         dets.append(det)
     return Rule(name=g.label, action=g.action, request=g.direction != "response",
                 response=g.direction != "request", restore=g.restore, detectors=tuple(dets),
-                presidio=PRESIDIO in g.detectors)
+                presidio=PRESIDIO in g.detectors, webhook=g.webhook, timeout=g.timeout,
+                fail_open=g.on_error == "allow")
 
 
 class Guardrails:

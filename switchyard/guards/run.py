@@ -19,7 +19,8 @@ from switchyard.core.errors import InvalidRequest
 from switchyard.guards.detectors import Detector, detector
 from switchyard.guards.rules import Plan, Rule
 from switchyard.guards.scan import Hit, Holder, apply, scan
-from switchyard.guards.texts import rewrite, texts
+from switchyard.guards.texts import put, rewrite, texts
+from switchyard.guards.webhook import Verdict, ask
 
 # What a redaction leaves, and what restore looks for in the answer.
 PLACEHOLDER = detector("placeholder", r"\[[A-Z][A-Z0-9_]{0,40}_\d{1,6}\]")
@@ -35,11 +36,26 @@ class GuardBlocked(InvalidRequest):
         self.reason = f"guardrail:{rule}"
 
 
-class GuardRun:
-    __slots__ = ("counts", "fired", "plan", "restores", "values")
+class GuardDenied(InvalidRequest):
+    """A webhook's deny, with its reason (or, failing closed, that it failed)."""
 
-    def __init__(self, plan: Plan) -> None:
+    def __init__(self, rule: str, reason: str, where: str) -> None:
+        super().__init__(f"guardrail {rule} denied the {where}" + (f": {reason}" if reason else ""))
+        self.reason = f"guardrail:{rule}"
+
+
+Restart = Callable[[CanonicalRequest], AsyncGenerator[Chunk, None]]
+
+
+class GuardRun:
+    __slots__ = ("about", "counts", "fired", "plan", "restores", "values", "verdict")
+
+    def __init__(self, plan: Plan, about: dict[str, str] | None = None) -> None:
         self.plan = plan
+        self.about = about or {}  # model, team, key_id, request_id: what a webhook is told
+        # The request webhooks' verdict, asked beside the upstream call: None (go on), a request
+        # to send instead, or the error to answer with.
+        self.verdict: asyncio.Task[CanonicalRequest | GuardDenied | None] | None = None
         self.values: dict[tuple[str, str], str] = {}  # (tag, value) -> its placeholder
         self.restores: dict[str, str] = {}  # placeholder -> the caller's value
         self.counts: dict[str, int] = {}
@@ -47,8 +63,8 @@ class GuardRun:
 
     # -- what fired -----------------------------------------------------------------------
 
-    def _note(self, rule: Rule, det: str, where: str) -> None:
-        f = (rule.name, rule.action, det, where)
+    def _note(self, rule: Rule, det: str, where: str, action: str | None = None) -> None:
+        f = (rule.name, action or rule.action, det, where)
         if f not in self.fired:
             self.fired.append(f)
 
@@ -100,7 +116,31 @@ class GuardRun:
                 hits = self._with_presidio(hits, found[text])
             return apply(text, hits, act) if hits else text
 
-        return rewrite(req, edit)
+        req = rewrite(req, edit)
+        if self.plan.ask_request:
+            self.verdict = asyncio.create_task(self._ask(req))
+        return req
+
+    async def _ask(self, req: CanonicalRequest) -> CanonicalRequest | GuardDenied | None:
+        """Each request webhook in turn (a modify is what the next one sees)."""
+        changed = None
+        for rule in self.plan.ask_request:
+            v = await ask(rule, "request", texts(req), self.about)
+            denied = self._heard(rule, v, "request")
+            if denied is not None:
+                return denied
+            if v.action == "modify" and v.texts is not None:
+                req = changed = put(req, v.texts)
+        return changed
+
+    def _heard(self, rule: Rule, v: Verdict, where: str) -> GuardDenied | None:
+        """Notes a webhook's verdict; the error to answer with when it refuses (or, failing
+        closed, failed)."""
+        if v.action != "allow":
+            self._note(rule, "webhook", where, v.action)
+        if v.action == "deny" or (v.action == "error" and not rule.fail_open):
+            return GuardDenied(rule.name, v.reason if v.action == "deny" else "its webhook failed", where)
+        return None
 
     def _with_presidio(self, hits: list[Hit[Rule]], found: list[tuple[int, int, str]]) -> list[Hit[Rule]]:
         rule = self.plan.presidio[0]
@@ -115,9 +155,70 @@ class GuardRun:
 
     def answers(self) -> bool:
         """Whether the answer must pass through ``answer``."""
-        return bool(self.plan.response) or bool(self.restores)
+        return bool(self.plan.response or self.restores or self.verdict or self.plan.ask_response)
 
-    async def answer(self, chunks: AsyncGenerator[Chunk, None], stream: bool) -> AsyncGenerator[Chunk, None]:
+    async def answer(self, chunks: AsyncGenerator[Chunk, None], stream: bool,
+                     restart: Restart | None = None) -> AsyncGenerator[Chunk, None]:
+        """The answer the caller may read: nothing before the request webhooks' verdict (the
+        upstream call runs beside them; a modify sends the changed request instead, through
+        ``restart``), then the detectors' filter, then the answer webhooks' verdict."""
+        current = chunks
+        try:
+            if self.verdict is not None:
+                current = await self._after_verdict(chunks, restart)
+            filtered = self._filter(current, stream)
+            if self.plan.ask_response:
+                filtered = self._asked(filtered)
+            async for ch in filtered:
+                yield ch
+        finally:
+            await current.aclose()
+            if current is not chunks:
+                await chunks.aclose()
+
+    async def _after_verdict(self, chunks: AsyncGenerator[Chunk, None],
+                             restart: Restart | None) -> AsyncGenerator[Chunk, None]:
+        assert self.verdict is not None
+        first = asyncio.ensure_future(anext(chunks, None))  # the upstream call goes on beside
+        try:
+            verdict = await self.verdict
+        except BaseException:  # the caller left (or a bug): the upstream call stops too
+            first.cancel()
+            await asyncio.wait([first])
+            raise
+        if verdict is None:
+            return _then(first, chunks)
+        first.cancel()
+        await asyncio.wait([first])
+        if not first.cancelled():
+            first.exception()  # the upstream's error, if it failed: not the caller's answer now
+        await chunks.aclose()
+        if isinstance(verdict, GuardDenied):
+            raise verdict
+        assert restart is not None
+        return restart(verdict)
+
+    async def _asked(self, chunks: AsyncGenerator[Chunk, None]) -> AsyncGenerator[Chunk, None]:
+        """The whole answer, held until each answer webhook has said allow (or modify)."""
+        got = [ch async for ch in chunks]
+        choices = sorted({ch.index for ch in got if ch.text})
+        said = ["".join(ch.text for ch in got if ch.index == i) for i in choices]
+        for rule in self.plan.ask_response:
+            v = await ask(rule, "response", said, self.about)
+            denied = self._heard(rule, v, "response")
+            if denied is not None:
+                raise denied
+            if v.action == "modify" and v.texts is not None:
+                said = v.texts
+        new = dict(zip(choices, said, strict=True))
+        for ch in got:
+            if ch.text and ch.index in new:  # a choice's text goes out whole, in its first chunk
+                ch = replace(ch, text=new.pop(ch.index))
+            elif ch.text:
+                ch = replace(ch, text="")
+            yield ch
+
+    async def _filter(self, chunks: AsyncGenerator[Chunk, None], stream: bool) -> AsyncGenerator[Chunk, None]:
         """``chunks`` with each choice's text, reasoning and tool call arguments filtered, held back
         only while a match may be forming. A streamed call's arguments are held per call and let go
         when the next call begins or the choice finishes (so each call's pieces stay in its own
@@ -185,3 +286,13 @@ class GuardRun:
                                 tool_calls=left or None)
         finally:
             await chunks.aclose()
+
+
+async def _then(first: asyncio.Future[Chunk | None],
+                rest: AsyncGenerator[Chunk, None]) -> AsyncGenerator[Chunk, None]:
+    ch = await first
+    if ch is None:
+        return
+    yield ch
+    async for ch in rest:
+        yield ch

@@ -91,3 +91,9 @@ def texts(req: CanonicalRequest) -> list[str]:
 
     rewrite(req, note)
     return seen
+
+
+def put(req: CanonicalRequest, new: list[str]) -> CanonicalRequest:
+    """``req`` with its texts (as ``texts`` lists them) replaced by ``new``, in order."""
+    given = iter(new)
+    return rewrite(req, lambda _t: next(given))
