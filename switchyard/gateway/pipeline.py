@@ -158,7 +158,8 @@ class Gateway:
         self.policies.refusals.refused(
             p, model=model, status=ctx.status or e.status,
             reason=reason_of(e), latency_ms=ctx.latency * 1000, request_id=ctx.id, endpoint=ctx.endpoint,
-            dialect=ctx.dialect, requested_model=ctx.requested_model)
+            dialect=ctx.dialect, requested_model=ctx.requested_model,
+            guardrails=ctx.guards.header() or "" if ctx.guards is not None else "")
 
     # -- steps before admission ------------------------------------------------------------
 
@@ -389,7 +390,8 @@ class Gateway:
             deployment=run.deployment or "", latency_ms=ctx.latency * 1000,
             ttfb_ms=-1.0 if ttfb is None else ttfb * 1000, attempts=run.attempts, cut=ctx.cut,
             request_id=ctx.id, endpoint=ctx.endpoint, dialect=ctx.dialect,
-            requested_model=ctx.requested_model, reason=_reason(ctx))
+            requested_model=ctx.requested_model, reason=_reason(ctx),
+            guardrails=ctx.guards.header() or "" if ctx.guards is not None else "")
         ctx.usage = outcome.usage
         await self.policies.policy.settle(ticket, outcome)
         ctx.settled_at = time.monotonic()

@@ -282,7 +282,7 @@ class Limiter:
                           ticket_id=ticket.id, endpoint=outcome.endpoint, dialect=outcome.dialect,
                           requested_model=outcome.requested_model, attempts=outcome.attempts,
                           ttfb_ms=round(outcome.ttfb_ms, 3), cut=outcome.cut, reason=outcome.reason,
-                          cache_write_tokens=usage.cache_write_tokens)
+                          cache_write_tokens=usage.cache_write_tokens, guardrails=outcome.guardrails)
         kw: dict[str, Any] = dict(plan=plan, admitted_ms=ticket.admitted_ms,
                                   token_delta=usage.total_tokens - ticket.reserved_tokens,
                                   spend_delta=cost - ticket.reserved_spend, lease_id=ticket.lease_id,

@@ -72,6 +72,8 @@ class UsageRecord:
     # rate_limit:rpm, quota:spend_day, bad_request:<param> (``switchyard.policies.refusals``).
     reason: str = ""
     cache_write_tokens: int = 0  # prompt tokens written to the upstream's prompt cache (in prompt_tokens)
+    # The guardrails that acted, "<name>:<action>,..." as x-switchyard-guardrails says (never the text).
+    guardrails: str = ""
 
     def as_fields(self) -> dict[str, str]:
         return {k: _str(getattr(self, k)) for k in self.__dataclass_fields__}
@@ -99,7 +101,7 @@ _FIELD_TYPES: dict[str, type] = {
     **dict.fromkeys(("latency_ms", "ttfb_ms"), float),
     "cut": bool,
     **dict.fromkeys(("key_id", "team", "model", "deployment", "request_id", "ticket_id", "endpoint",
-                     "dialect", "requested_model", "reason"), str),
+                     "dialect", "requested_model", "reason", "guardrails"), str),
 }
 
 

@@ -14,9 +14,9 @@ ANTHROPIC = {"anthropic-version": "2023-06-01"}
 
 
 def guarded(url: str, model: list[dict[str, Any]] | None = None, team: list[dict[str, Any]] | None = None,
-            key: list[dict[str, Any]] | None = None) -> Config:
+            key: list[dict[str, Any]] | None = None, access_log: bool = False) -> Config:
     return parse_config({
-        "logging": {"access": False}, "master_key": MASTER,
+        "logging": {"access": access_log}, "master_key": MASTER,
         "models": [{"name": MODEL, "guardrails": model or [],
                     "deployments": [{"name": "d1", "dialect": "openai", "base_url": url}]},
                    {"name": "vendor/embed", "mode": "embedding", "guardrails": model or [],
