@@ -20,7 +20,7 @@ from switchyard.core.errors import InvalidRequest
 
 # "minute": the last two hours only (the store and the ledger keep minutes no longer).
 STORE_GROUPS = ("team", "key", "model", "day", "minute")
-LEDGER_GROUPS = (*STORE_GROUPS, "hour", "deployment", "status", "reason")
+LEDGER_GROUPS = (*STORE_GROUPS, "hour", "deployment", "status", "reason", "guardrail")
 MAX_DAYS = 400
 MAX_LIMIT = 10_000
 _CLASSES = {"1xx": (100, 199), "2xx": (200, 299), "3xx": (300, 399), "4xx": (400, 499),

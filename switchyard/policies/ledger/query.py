@@ -22,7 +22,16 @@ _METRICS = ("requests", "errors", "refused", "prompt_tokens", "completion_tokens
             "cost_nano", "cache_write_tokens")
 _RECORD = ("ts_ms", "key_id", "team", "model", "deployment", "prompt_tokens", "completion_tokens",
            "cached_tokens", "cost_nano", "status", "latency_ms", "request_id", "ticket_id", "endpoint",
-           "dialect", "requested_model", "attempts", "ttfb_ms", "cut", "reason", "cache_write_tokens")
+           "dialect", "requested_model", "attempts", "ttfb_ms", "cut", "reason", "cache_write_tokens",
+           "guardrails")
+# group_by=guardrail reads the records (the rollups keep no guard): one row per guard and action
+# that acted, from the comma-separated list each record carries.
+_RAW_GROUP_SQL = {**_GROUP_SQL, "guardrail": "g.guardrail",
+                  "day": "to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD')",
+                  "hour": "to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:00:00\"Z\"')",
+                  "minute": "to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:00\"Z\"')"}
+_RAW_SUMS = ("count(*) AS requests, count(*) FILTER (WHERE status >= 400) AS errors, "
+             "count(*) FILTER (WHERE status BETWEEN 400 AND 499 AND attempts = 0) AS refused")
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
@@ -70,6 +79,8 @@ class LedgerUsage:
 
     async def query(self, f: UsageFilter) -> dict[str, Any]:
         args: list[Any] = []
+        if "guardrail" in f.group_by:
+            return await self._guarded(f)
         # By minute: the minute rollup (the last two days; no deployment), else the hourly one.
         table, time_col = ("usage_minute", "minute") if "minute" in f.group_by else ("usage_hourly", "hour")
         if table == "usage_minute" and "deployment" in f.group_by:
@@ -90,6 +101,23 @@ class LedgerUsage:
             data.append({g: r[f"g{i}"] for i, g in enumerate(f.group_by)} | _row(dict(r)))
             for k in total:
                 total[k] += r[k] or 0
+        return {"from": _day_or_instant(f.start, f, False), "to": _day_or_instant(f.end, f, True),
+                "group_by": list(f.group_by), "data": data, "total": _row(total)}
+
+    async def _guarded(self, f: UsageFilter) -> dict[str, Any]:
+        args: list[Any] = []
+        where = _where(f, "ts", args)
+        groups = [f"{_RAW_GROUP_SQL[g]} AS g{i}" for i, g in enumerate(f.group_by)]
+        sums = [_RAW_SUMS] + [f"sum({m})::bigint AS {m}" for m in _METRICS if m not in
+                              ("requests", "errors", "refused")] + ["sum(latency_ms) AS latency_ms"]
+        order = ", ".join(f"g{i}" for i in range(len(groups)))
+        sql = (f"SELECT {', '.join(groups + sums)} FROM usage_records, "
+               "unnest(string_to_array(guardrails, ',')) AS g(guardrail) "
+               f"WHERE guardrails <> '' AND {where} GROUP BY {order} ORDER BY {order}")
+        async with self.sink.reading() as conn:
+            rows = await conn.fetch(sql, *args)
+        data = [{g: r[f"g{i}"] for i, g in enumerate(f.group_by)} | _row(dict(r)) for r in rows]
+        total = {k: sum(r[k] or 0 for r in rows) for k in (*_METRICS, "latency_ms")}
         return {"from": _day_or_instant(f.start, f, False), "to": _day_or_instant(f.end, f, True),
                 "group_by": list(f.group_by), "data": data, "total": _row(total)}
 
