@@ -1,5 +1,6 @@
 """The console's overview (``GET /admin/overview``): usage over a range by bucket, model and team,
-the requests refused and who they belong to, and the requests that named no valid key.
+the requests refused and who they belong to, the requests that named no valid key, and the
+guardrails that acted.
 
 Every figure is a grouped read of an aggregate (the ledger's rollups, or the store's day and
 minute sums), never a scan of requests, except "refused now", which reads the newest records of
@@ -78,7 +79,26 @@ async def overview(policies: Policies, rng: str, now: dt.datetime) -> dict[str, 
             "by_team": _merge(by_team["data"], "team"),
             "refused": await _refused_by(policies, q, bucket, start),
             "refused_now": await refused_now(policies, now),
-            "unauthenticated": await unauthenticated(policies, start, now, bucket)}
+            "unauthenticated": await unauthenticated(policies, start, now, bucket),
+            "guardrails": await guardrails(policies, q, start)}
+
+
+async def guardrails(policies: Policies, q: dict[str, str], start: dt.datetime) -> list[dict[str, Any]]:
+    """Requests each guardrail acted on over the range, per ``<guard>:<action>`` (docs/guardrails.md):
+    from the ledger's records, else from the store's newest records (``NOW_RECORDS`` per team)."""
+    if policies.ledger is not None:
+        rows = (await policies.usage.query(parse_filter(q | {"group_by": "guardrail"})))["data"]
+        counts = {r["guardrail"]: r["requests"] for r in rows}
+    else:
+        counts = defaultdict(int)
+        floor_ms = int(start.timestamp() * 1000)
+        for team in await policies.registry.team_names():
+            for rec in await policies.store.records(team, NOW_RECORDS):
+                if rec.ts_ms < floor_ms:
+                    break  # newest first
+                for g in filter(None, rec.guardrails.split(",")):
+                    counts[g] += 1
+    return [{"guardrail": g, "requests": n} for g, n in sorted(counts.items(), key=lambda x: (-x[1], x[0]))]
 
 
 def _merge(rows: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
