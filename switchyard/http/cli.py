@@ -13,6 +13,7 @@ from pathlib import Path
 from switchyard.core.config import load_config
 from switchyard.core.settings import ConfigError
 from switchyard.dialects.passthrough import check_config
+from switchyard.guards.rules import Guardrails
 from switchyard.http.logs import FORMAT_ENV, FORMATS, LEVEL_ENV, LEVELS
 from switchyard.http.logs import settings as log_settings
 from switchyard.http.version import package_version
@@ -54,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(path)
         check_config(config)  # what only the dialect tables know (fields a caller may not pass)
+        Guardrails(config)  # what only the detector table knows (each built-in's span)
     except ConfigError as e:
         print(f"switchyard: bad config\n{e}", file=sys.stderr)
         return 2
@@ -81,7 +83,9 @@ def _reload(args: argparse.Namespace) -> int:
     """SIGHUP to the server; it validates the file again itself and logs what it did."""
     if args.config is not None:
         try:
-            check_config(load_config(args.config))
+            config = load_config(args.config)
+            check_config(config)
+            Guardrails(config)
         except ConfigError as e:
             print(f"switchyard: bad config, nothing signalled\n{e}", file=sys.stderr)
             return 2

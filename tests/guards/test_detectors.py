@@ -4,7 +4,10 @@ checked at config load."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from switchyard.core.config import parse_config
 from switchyard.core.guardrails import BUILT_IN_DETECTORS, GuardrailConfig
@@ -103,3 +106,12 @@ def test_presidio_without_its_extra_is_refused_at_start(monkeypatch: pytest.Monk
     presidio.analyzer.cache_clear()
     with pytest.raises(ConfigError, match=r"presidio extra: pip install 'switchyard-gateway\[presidio\]'"):
         Guardrails(parse_config(guard(detectors=["presidio"], direction="request")))
+
+
+def test_check_config_names_a_built_in_that_does_not_fit_the_hold(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from switchyard.http.cli import main
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(guard(detectors=["secret"], hold=1000)))
+    assert main(["check-config", str(path)]) == 2
+    assert "models.0.guardrails.0: detector 'secret' can span 8154 characters" in capsys.readouterr().err
