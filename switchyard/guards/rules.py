@@ -60,11 +60,6 @@ class Plan:
         set_(self, "ask_request", tuple(r for r in self.rules if r.webhook and r.request))
         set_(self, "ask_response", tuple(r for r in self.rules if r.webhook and r.response))
 
-    @property
-    def hold(self) -> int:
-        """The most characters an answer's stream may hold back."""
-        return max((d.span for d, _ in self.response), default=0)
-
 
 def rule(g: GuardrailConfig, where: str) -> Rule:
     dets: list[Detector] = []
