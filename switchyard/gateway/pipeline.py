@@ -115,6 +115,8 @@ class Gateway:
         try:
             req = await self._prepare(ctx, ep, headers, raw)
             if ep.counts:  # count_tokens: checked as a completion is, up to admission; not charged
+                if ctx.guards is not None:
+                    ctx.guards.close()
                 ctx.status = 200
                 await out.whole(200, {}, msgspec.json.encode({"input_tokens": ctx.run.prompt_tokens}))
                 return
@@ -134,6 +136,8 @@ class Gateway:
     async def _after_refusal(self, ctx: RequestContext, e: GatewayError) -> None:
         """A request that failed before its upstream call: admitted, it gives its reservation back
         (the settlement records it); refused before admission, it is recorded as a refusal."""
+        if ctx.guards is not None:
+            ctx.guards.close()
         if ctx.ticket is not None:
             if not ctx.ticket.settled:
                 if ctx.tally is None:

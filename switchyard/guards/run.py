@@ -133,6 +133,11 @@ class GuardRun:
                 req = changed = put(req, v.texts)
         return changed
 
+    def close(self) -> None:
+        """A request that ends without its upstream call: its webhooks need not answer."""
+        if self.verdict is not None:
+            self.verdict.cancel()
+
     def _heard(self, rule: Rule, v: Verdict, where: str) -> GuardDenied | None:
         """Notes a webhook's verdict; the error to answer with when it refuses (or, failing
         closed, failed)."""
