@@ -274,15 +274,29 @@ class GuardRun:
             return out or ch.tool_calls
 
         try:
+            # Until something can be shown, chunks wait here whole (their tokens and role carried
+            # to the first one that goes): a stream's headers leave with its first chunk, so they
+            # name the guards that acted on what it begins with.
+            held_tokens, role = 0, None
             async for ch in chunks:
                 final = ch.finish_reason is not None
                 counted = ch.tokens if ch.tokens is not None else int(
                     bool(ch.text or ch.tool_calls or ch.thinking or ch.reasoning))
-                yield replace(
+                out = replace(
                     ch, text=feed(ch.index, "text", ch.text, final),
                     reasoning=feed(ch.index, "reasoning", ch.reasoning, final),
                     tool_calls=tools(ch, final),
                     logprobs=None, tokens=counted)  # a logprob names its token: it would show the text
+                if held_tokens >= 0:  # nothing has gone yet
+                    if not (out.text or out.reasoning or out.tool_calls or out.finish_reason or out.usage
+                            or out.thinking or out.embeddings is not None):
+                        held_tokens, role = held_tokens + counted, role or out.role
+                        continue
+                    out.tokens, out.role = counted + held_tokens, out.role or role
+                    held_tokens = -1
+                yield out
+            if held_tokens > 0:  # an answer that showed nothing still produced these
+                yield Chunk(tokens=held_tokens)
             for index in {i for i, _ in holders}:  # an answer that ended without a finish
                 left = [r for k in calls.pop(index, ()) if (r := rest(index, k)) is not None]
                 text, reasoning = feed(index, "text", "", True), feed(index, "reasoning", "", True)

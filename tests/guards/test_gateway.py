@@ -115,9 +115,18 @@ async def test_answers_are_redacted_whole_and_streamed() -> None:
         up.script.append(Behaviour(pieces=["use AKIAIOSF", "ODNN7EXA", "MPLE now"]))
         stream = await gw.post("/v1/chat/completions", json={"model": MODEL, "stream": True, "messages": [
             {"role": "user", "content": "hi"}]})
+        # A stream's headers leave with its first chunk, which waits for the first text it can show.
+        up.script.append(Behaviour(pieces=["AKIA", "IOSFODNN7EXAMPLE", " is it"]))
+        first = await gw.post("/v1/chat/completions", json={"model": MODEL, "stream": True, "messages": [
+            {"role": "user", "content": "hi"}], "stream_options": {"include_usage": True}})
     assert whole.json()["choices"][0]["message"]["content"] == "use [SECRET_1] now"
     assert whole.headers["x-switchyard-guardrails"] == "out:redact"
     assert streamed_text(stream.text) == "use [SECRET_1] now" and AWS[4:12] not in stream.text
+    assert streamed_text(first.text) == "[SECRET_1] is it"
+    assert first.headers["x-switchyard-guardrails"] == "out:redact"
+    events = [json.loads(line[6:]) for line in first.text.splitlines() if line.startswith("data: {")]
+    assert events[0]["choices"][0]["delta"]["role"] == "assistant"  # carried to the first chunk shown
+    assert events[-1]["usage"]["completion_tokens"] == 3  # as the upstream said: nothing lost
 
 
 async def test_mask_and_restore_round_trips_whole_and_streamed() -> None:
