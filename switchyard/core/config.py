@@ -25,6 +25,7 @@ from pydantic import (
 
 from switchyard.core.deployments import BUILT_IN_BACKENDS, BUILT_IN_MODELS, DeploymentConfig, ModelConfig
 from switchyard.core.errors import install_hint
+from switchyard.core.guardrails import GuardrailConfig
 from switchyard.core.prices import unpriced_routes
 from switchyard.core.settings import (
     AUTO_KEY,
@@ -55,6 +56,7 @@ class TeamConfig(ConfigModel):
     model_limits: dict[str, Limits] = Field(default_factory=dict, description="per (team, model)")
     end_user_limits: Limits | None = Field(None, description="for each end user of the team")
     tag_limits: dict[str, Limits] = Field(default_factory=dict, description="per tag of the team's requests")
+    guardrails: list[GuardrailConfig] = Field(default_factory=list, description="after the model's")
 
 
 class KeyConfig(ConfigModel):
@@ -67,6 +69,7 @@ class KeyConfig(ConfigModel):
     strict: bool = Field(False, description="unknown parameters are a 400 instead of a warning")
     default_model: str | None = None
     timeout: float | None = Field(None, gt=0, description="default per-request deadline, seconds")
+    guardrails: list[GuardrailConfig] = Field(default_factory=list, description="after the team's")
 
 
     @field_validator("sha256")

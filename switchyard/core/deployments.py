@@ -15,6 +15,7 @@ from pydantic import (
     model_validator,
 )
 
+from switchyard.core.guardrails import GuardrailConfig
 from switchyard.core.headers import denied_header, header_problem
 from switchyard.core.settings import ConfigModel, Price, Secret, resolve_secret
 
@@ -241,6 +242,8 @@ class ModelConfig(ConfigModel):
     context_fallback: str | None = None
     price: Price = Field(default_factory=Price)
     tokenizer: str | None = Field(None, description="tiktoken encoding for prompt counting")
+    guardrails: list[GuardrailConfig] = Field(default_factory=list, description="run first, then the "
+                                              "team's and the key's (docs/guardrails.md)")
     mode: Literal["chat", "embedding"] | None = Field(
         None, description="what /v1/models lists it as (its `mode`, LiteLLM's word); null: embedding "
         "when its deployments are the built-in embedder or a name (the route's, an upstream model's) "

@@ -22,6 +22,7 @@ from switchyard.routing.resolve import RunInfo
 if TYPE_CHECKING:
     from switchyard.core.canonical import Usage
     from switchyard.core.errors import GatewayError
+    from switchyard.guards.run import GuardRun
     from switchyard.policies.base import Principal, Ticket
     from switchyard.routing.resolve import Route
 
@@ -70,6 +71,7 @@ class RequestContext:
     settled_at: float | None = None
     span: object = None  # the request's trace span (gateway.tracing), when tracing is on
     trace_id: str | None = None  # its trace id (32 hex digits), for the access log
+    guards: GuardRun | None = None  # the guardrails that apply to it, when any do
 
     @property
     def latency(self) -> float:

@@ -40,6 +40,8 @@ from switchyard.gateway.requests import (
 )
 from switchyard.gateway.streaming import Tally, gather
 from switchyard.gateway.types import SSE, Endpoint, Responder, Tracer
+from switchyard.guards.rules import Guardrails
+from switchyard.guards.run import GUARDRAILS_HEADER, GuardRun
 from switchyard.policies.attribution import read_attribution
 from switchyard.policies.base import Outcome, Principal
 from switchyard.policies.factory import Policies
@@ -76,6 +78,7 @@ class Gateway:
         self.config = config
         self.router = router
         self.policies = policies
+        self.guardrails = Guardrails(config)  # resolved here, once: a request pays one check when off
         # Called with every finished request's context (access log, metrics, tracing).
         self.observers: list[Callable[[RequestContext], None]] = []
         self.tracing: Tracer | None = None  # set when tracing.otlp_endpoint is configured
@@ -122,6 +125,8 @@ class Gateway:
         try:
             req = await self._prepare(ctx, ep, headers, raw)
             if ep.counts:  # count_tokens: checked as a completion is, up to admission; not charged
+                if ctx.guards is not None:
+                    ctx.guards.close()
                 ctx.status = 200
                 await out.whole(200, {}, msgspec.json.encode({"input_tokens": ctx.run.prompt_tokens}))
                 return
@@ -141,6 +146,8 @@ class Gateway:
     async def _after_refusal(self, ctx: RequestContext, e: GatewayError) -> None:
         """A request that failed before its upstream call: admitted, it gives its reservation back
         (the settlement records it); refused before admission, it is recorded as a refusal."""
+        if ctx.guards is not None:
+            ctx.guards.close()
         if ctx.ticket is not None:
             if not ctx.ticket.settled:
                 if ctx.tally is None:
@@ -165,7 +172,8 @@ class Gateway:
         self.policies.refusals.refused(
             p, model=model, status=ctx.status or e.status,
             reason=reason_of(e), latency_ms=ctx.latency * 1000, request_id=ctx.id, endpoint=ctx.endpoint,
-            dialect=ctx.dialect, requested_model=ctx.requested_model)
+            dialect=ctx.dialect, requested_model=ctx.requested_model,
+            guardrails=ctx.guards.header() or "" if ctx.guards is not None else "")
 
     # -- steps before admission ------------------------------------------------------------
 
@@ -193,6 +201,11 @@ class Gateway:
         ctx.attribution = read_attribution(headers, req.user, body, self.config.usage.tags)
         ctx.stream = req.stream
         route = ctx.route = self._route(req, principal)
+        plan = self.guardrails.any and self.guardrails.plan(route.group, principal.team, principal.key_id)
+        if plan:
+            ctx.guards = GuardRun(plan, {"model": route.group, "team": principal.team,
+                                         "key_id": principal.key_id, "request_id": ctx.id})
+            req = await ctx.guards.request(req)
         timeout = req.timeout if req.timeout is not None else principal.timeout
         if timeout is not None:
             ctx.deadline = ctx.started + timeout
@@ -271,7 +284,10 @@ class Gateway:
         headers = dict(ctx.ticket.headers)
         if ctx.warning:
             headers["x-switchyard-warning"] = ctx.warning
-        chunks = self.router.stream(req, ctx.route, ctx.run)
+        route = ctx.route
+        chunks = self.router.stream(req, route, ctx.run)
+        if ctx.guards is not None and ctx.guards.answers():
+            chunks = ctx.guards.answer(chunks, req.stream, lambda r: self.router.stream(r, route, ctx.run))
         task = asyncio.current_task()
         assert task is not None
         out.watch(task)
@@ -318,6 +334,7 @@ class Gateway:
         headers.update(ctx.run.headers())
         usage = tally.usage()
         headers[COST_HEADER] = cost_text(ctx, usage)
+        _guarded(ctx, headers)
         body = msgspec.json.encode(renderer.completion(gather(got, usage)))
         ctx.status = 200
         await out.whole(200, headers, body)
@@ -335,6 +352,7 @@ class Gateway:
             await self.send_error(ctx, out, e, headers)
             return
         headers.update(ctx.run.headers())
+        _guarded(ctx, headers)
         headers["cache-control"] = "no-cache"
         ctx.status = 200
         await out.start(200, headers, SSE)
@@ -383,7 +401,9 @@ class Gateway:
                          headers: dict[str, str] | None = None) -> None:
         status, body = error_bytes(ctx.shape, e, ctx.dialect_named)
         ctx.status, ctx.error_type, ctx.error = status, e.type, e
-        await out.whole(status, {**(headers or {}), **e.headers}, body)
+        headers = {**(headers or {}), **e.headers}
+        _guarded(ctx, headers)
+        await out.whole(status, headers, body)
 
     async def _settle(self, ctx: RequestContext) -> None:
         ticket, tally, run = ctx.ticket, ctx.tally, ctx.run
@@ -395,7 +415,8 @@ class Gateway:
             deployment=run.deployment or "", latency_ms=ctx.latency * 1000,
             ttfb_ms=-1.0 if ttfb is None else ttfb * 1000, attempts=run.attempts, cut=ctx.cut,
             request_id=ctx.id, endpoint=ctx.endpoint, dialect=ctx.dialect,
-            requested_model=ctx.requested_model, reason=_reason(ctx))
+            requested_model=ctx.requested_model, reason=_reason(ctx),
+            guardrails=ctx.guards.header() or "" if ctx.guards is not None else "")
         ctx.usage = outcome.usage
         await self.policies.policy.settle(ticket, outcome)
         ctx.settled_at = time.monotonic()
@@ -413,6 +434,12 @@ def _reason(ctx: RequestContext) -> str:
     if ctx.error is not None:
         return reason_of(ctx.error)
     return {499: "client_closed", 500: "internal_error"}.get(ctx.status or 499, "")
+def _guarded(ctx: RequestContext, headers: dict[str, str]) -> None:
+    """Names the guards that acted on the request (before its answer started)."""
+    if ctx.guards is not None and (acted := ctx.guards.header()):
+        headers[GUARDRAILS_HEADER] = acted
+
+
 def _bill(tally: Tally, e: GatewayError) -> None:
     """An upstream that failed after reporting usage (a JSON answer to a stream) is billed it."""
     if e.billed is not None:

@@ -15,6 +15,7 @@ from switchyard.core.config import load_config
 from switchyard.core.prices import unpriced_routes
 from switchyard.core.settings import ConfigError
 from switchyard.dialects.passthrough import check_config
+from switchyard.guards.rules import Guardrails
 from switchyard.http import verdict
 from switchyard.http.logs import FORMAT_ENV, FORMATS, LEVEL_ENV, LEVELS
 from switchyard.http.logs import settings as log_settings
@@ -70,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(path)
         check_config(config)  # what only the dialect tables know (fields a caller may not pass)
+        Guardrails(config)  # what only the detector table knows (each built-in's span)
     except ConfigError as e:
         print(f"switchyard: bad config\n{e}", file=sys.stderr)
         return 2
@@ -104,7 +106,9 @@ def _reload(args: argparse.Namespace) -> int:
     the server (or any worker) kept its running config."""
     if args.config is not None:
         try:
-            check_config(load_config(args.config))
+            config = load_config(args.config)
+            check_config(config)
+            Guardrails(config)
         except ConfigError as e:
             print(f"switchyard: bad config, nothing signalled\n{e}", file=sys.stderr)
             return 2

@@ -53,6 +53,8 @@ COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "retries": ("Upstream attempts after a request's first", ("model",)),
     "fallbacks": ("Requests served by a fallback group", ("model", "fallback")),
     "streams_cut": ("Streams that ended before their last event", ("model",)),
+    "guardrail_actions": ("Requests a guardrail acted on, by guard, action and direction (never "
+                          "what it matched)", ("guardrail", "action", "direction")),
 }
 PER_KEY = ("requests", "tokens", "spend_usd")  # these get a ``key`` label with metrics.per_key
 HISTOGRAMS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -108,6 +110,10 @@ class Recorder:
         latency = ctx.latency
         hists = self.hists
         _observe(hists["request_duration_seconds"], (group, dep, cls), latency)
+        if ctx.guards is not None:
+            acted = c["guardrail_actions"]
+            for g in {(g, a, where) for g, a, _, where in ctx.guards.fired}:
+                acted[g] = acted.get(g, 0) + 1
         if p is None or route is None:
             return  # refused before a model was named: nothing more to count
         self._admission(ctx, team)

@@ -24,6 +24,7 @@ from switchyard.core.config import Config, load_config
 from switchyard.core.deployments import BUILT_IN_BACKENDS
 from switchyard.core.settings import ConfigError
 from switchyard.dialects.passthrough import check_config
+from switchyard.guards.rules import Guardrails
 from switchyard.http.app import create_app
 from switchyard.http.asgi import Switchyard
 from switchyard.http.verdict import write_verdict
@@ -38,6 +39,7 @@ def load_checked(path: str | Path) -> Config:
     """The config file as ``check-config`` validates it (ConfigError naming file, field, reason)."""
     config = load_config(path)
     check_config(config)
+    Guardrails(config)  # each built-in detector's span against its guard's hold
     return config
 
 

@@ -99,6 +99,7 @@ class Outcome:
     dialect: str = ""
     requested_model: str = ""
     reason: str = ""  # what failed, for an error (``switchyard.policies.refusals.reason_of``)
+    guardrails: str = ""  # the guards that acted, "<name>:<action>,..." (never what they matched)
 
 
 class Policy(Protocol):

@@ -321,7 +321,8 @@ class Limiter:
                           ttfb_ms=round(outcome.ttfb_ms, 3), cut=outcome.cut, reason=outcome.reason,
                           cache_write_tokens=usage.cache_write_tokens, unpriced=priced is None,
                           tags=",".join(ticket.attribution.tags), end_user=ticket.attribution.end_user,
-                          session=ticket.attribution.session)
+                          session=ticket.attribution.session,
+                          guardrails=outcome.guardrails)
         kw: dict[str, Any] = dict(plan=plan, admitted_ms=ticket.admitted_ms,
                                   token_delta=usage.total_tokens - ticket.reserved_tokens,
                                   spend_delta=cost - ticket.reserved_spend, lease_id=ticket.lease_id,

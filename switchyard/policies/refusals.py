@@ -104,14 +104,14 @@ class Refusals:
 
     def refused(self, p: Principal, *, model: str, status: int, reason: str, latency_ms: float,
                 request_id: str = "", endpoint: str = "", dialect: str = "",
-                requested_model: str = "") -> None:
+                requested_model: str = "", guardrails: str = "") -> None:
         if self._skipping():
             return
         rec = UsageRecord(ts_ms=now_ms(), key_id=p.key_id, team=p.team, model=model, deployment="",
                           prompt_tokens=0, completion_tokens=0, cached_tokens=0, cost_nano=0,
                           status=status, latency_ms=round(latency_ms, 3), request_id=request_id,
                           ticket_id="r" + os.urandom(9).hex(), endpoint=endpoint, dialect=dialect,
-                          requested_model=requested_model[:200], reason=reason)
+                          requested_model=requested_model[:200], reason=reason, guardrails=guardrails)
         try:
             pending = self.store.refuse_nowait(p.team, rec)
         except Exception:

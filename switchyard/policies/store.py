@@ -78,6 +78,8 @@ class UsageRecord:
     tags: str = ""  # comma list (policies.attribution)
     end_user: str = ""
     session: str = ""
+    # The guardrails that acted, "<name>:<action>,..." as x-switchyard-guardrails says (never the text).
+    guardrails: str = ""
 
     def as_fields(self) -> dict[str, str]:
         return {k: _str(getattr(self, k)) for k in self.__dataclass_fields__}
@@ -105,7 +107,8 @@ _FIELD_TYPES: dict[str, type] = {
     **dict.fromkeys(("latency_ms", "ttfb_ms"), float),
     **dict.fromkeys(("cut", "unpriced"), bool),
     **dict.fromkeys(("key_id", "team", "model", "deployment", "request_id", "ticket_id", "endpoint",
-                     "dialect", "requested_model", "reason", "tags", "end_user", "session"), str),
+                     "dialect", "requested_model", "reason", "tags", "end_user", "session",
+                     "guardrails"), str),
 }
 
 

@@ -20,7 +20,7 @@ from switchyard.core.errors import InvalidRequest
 
 # "minute": the last two hours only (the store and the ledger keep minutes no longer).
 STORE_GROUPS = ("team", "key", "model", "day", "minute", "tag", "end_user", "session")
-LEDGER_GROUPS = (*STORE_GROUPS, "hour", "deployment", "status", "reason")
+LEDGER_GROUPS = (*STORE_GROUPS, "hour", "deployment", "status", "reason", "guardrail")
 DIMENSIONS = ("tag", "end_user", "session")  # policies.attribution
 MAX_DAYS = 400
 MAX_LIMIT = 10_000

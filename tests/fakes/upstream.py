@@ -39,6 +39,8 @@ class Behaviour:
     # write it (in the message, or streamed a word per delta, under ``reasoning_field``)
     reasoning: str | None = None
     reasoning_field: str = "reasoning_content"
+    pieces: list[str] | None = None  # the answer streamed in exactly these pieces (overrides text)
+    echo: bool = False  # chat: answer with the last message's text, as the gateway sent it
 
 
 @dataclass
@@ -145,12 +147,17 @@ class FakeUpstream:
                 status=400)
         words = (b.text.split(" ") if b.text is not None else [f"w{i}" for i in range(n_tokens)])
         pieces = [w if i == 0 else " " + w for i, w in enumerate(words)]
+        if b.echo:
+            last = (body.get("messages") or [{}])[-1].get("content")
+            pieces = [last if isinstance(last, str) else json.dumps(last)]
+        if b.pieces is not None:
+            pieces = list(b.pieces)
         n = body.get("n") or 1
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": len(pieces) * n,
                  "total_tokens": prompt_tokens + len(pieces) * n}
         if b.cached_tokens:
             usage["prompt_tokens_details"] = {"cached_tokens": b.cached_tokens}  # type: ignore[assignment]
-        finish = "length" if b.text is None else "stop"
+        finish = "length" if b.text is None and b.pieces is None and not b.echo else "stop"
         if not body.get("stream"):
             call = _tool_call(body) if chat else None
             if call is not None:

@@ -1,5 +1,6 @@
 """The console's overview (``GET /admin/overview``): usage over a range by bucket, model and team,
-the requests refused and who they belong to, and the requests that named no valid key.
+the requests refused and who they belong to, the requests that named no valid key, and the
+guardrails that acted.
 
 Every figure is a grouped read of an aggregate (the ledger's rollups, or the store's day and
 minute sums), never a scan of requests, except "refused now", which reads the newest records of
@@ -92,6 +93,7 @@ async def overview(policies: Policies, rng: str, now: dt.datetime, *, teams: tup
             "refused": await _refused_by(policies, q, bucket, start, flt),
             "refused_now": await refused_now(policies, now, flt),
             "unauthenticated": await unauthenticated(policies, start, now, bucket) if teams is None else {},
+            "guardrails": await guardrails(policies, q, start, flt),
             **await budgets(policies, now, teams=teams, keys=keys)}
 
 
@@ -114,6 +116,29 @@ async def budgets(policies: Policies, now: dt.datetime, *, teams: tuple[str, ...
              if teams is None or m["team"] in teams]
     return {"budgets": [dataclasses.asdict(u) | {"fraction": round(u.fraction, 4)} for u in near],
             "month": month}
+
+
+async def guardrails(policies: Policies, q: dict[str, str], start: dt.datetime,
+                     flt: Callable[[dict[str, str]], UsageFilter] = parse_filter) -> list[dict[str, Any]]:
+    """Requests each guardrail acted on over the range, per ``<guard>:<action>`` (docs/guardrails.md):
+    from the ledger's records, else from the store's newest records (``NOW_RECORDS`` per team)."""
+    if policies.ledger is not None:
+        rows = (await policies.usage.query(flt(q | {"group_by": "guardrail"})))["data"]
+        counts = {r["guardrail"]: r["requests"] for r in rows}
+    else:
+        counts = defaultdict(int)
+        floor_ms = int(start.timestamp() * 1000)
+        scope = flt(q)
+        listed = scope.team_list()  # [] (none of the reader's): nothing; None: every team
+        for team in listed if listed is not None else await policies.registry.team_names():
+            for rec in await policies.store.records(team, NOW_RECORDS):
+                if rec.ts_ms < floor_ms:
+                    break  # newest first
+                if not scope.key_ok(rec.key_id):
+                    continue
+                for g in filter(None, rec.guardrails.split(",")):
+                    counts[g] += 1
+    return [{"guardrail": g, "requests": n} for g, n in sorted(counts.items(), key=lambda x: (-x[1], x[0]))]
 
 
 def _merge(rows: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:

@@ -23,7 +23,13 @@ _METRICS = ("requests", "errors", "refused", "prompt_tokens", "completion_tokens
 _RECORD = ("ts_ms", "key_id", "team", "model", "deployment", "prompt_tokens", "completion_tokens",
            "cached_tokens", "cost_nano", "status", "latency_ms", "request_id", "ticket_id", "endpoint",
            "dialect", "requested_model", "attempts", "ttfb_ms", "cut", "reason", "cache_write_tokens",
-           "unpriced", "tags", "end_user", "session")
+           "unpriced", "tags", "end_user", "session", "guardrails")
+# group_by=guardrail reads the records (the rollups keep no guard): one row per guard and action
+# that acted, from the comma-separated list each record carries.
+_RAW_GROUP_SQL = {**_GROUP_SQL, "guardrail": "g.guardrail",
+                  "day": "to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD')",
+                  "hour": "to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:00:00\"Z\"')",
+                  "minute": "to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:00\"Z\"')"}
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 # The rollups' sums, from raw records.
 _RECORD_SUMS = ("count(*) AS requests", "count(*) FILTER (WHERE status >= 400) AS errors",
@@ -82,9 +88,14 @@ class LedgerUsage:
         self.sink = sink
 
     async def query(self, f: UsageFilter) -> dict[str, Any]:
+        if "guardrail" in f.group_by and f.dimension() is not None:
+            raise InvalidRequest("group_by=guardrail cannot be combined with tag, end_user or session",
+                                 param="group_by")
         if f.dimension() is not None:
             return await self._by_records(f)
         args: list[Any] = []
+        if "guardrail" in f.group_by:
+            return await self._guarded(f)
         # By minute: the minute rollup (the last two days; no deployment), else the hourly one.
         table, time_col = ("usage_minute", "minute") if "minute" in f.group_by else ("usage_hourly", "hour")
         if table == "usage_minute" and "deployment" in f.group_by:
@@ -139,6 +150,21 @@ class LedgerUsage:
                 for r in rows if r["requests"]]
         return {"from": _day_or_instant(f.start, f, False), "to": _day_or_instant(f.end, f, True),
                 "group_by": list(f.group_by), "data": data, "total": _row(dict(total or {}))}
+    async def _guarded(self, f: UsageFilter) -> dict[str, Any]:
+        args: list[Any] = []
+        where = _where(f, "ts", args)
+        groups = [f"{_RAW_GROUP_SQL[g]} AS g{i}" for i, g in enumerate(f.group_by)]
+        sums = [*_RECORD_SUMS, "sum(latency_ms) AS latency_ms"]
+        order = ", ".join(f"g{i}" for i in range(len(groups)))
+        sql = (f"SELECT {', '.join(groups + sums)} FROM usage_records, "
+               "unnest(string_to_array(guardrails, ',')) AS g(guardrail) "
+               f"WHERE guardrails <> '' AND {where} GROUP BY {order} ORDER BY {order}")
+        async with self.sink.reading() as conn:
+            rows = await conn.fetch(sql, *args)
+        data = [{g: r[f"g{i}"] for i, g in enumerate(f.group_by)} | _row(dict(r)) for r in rows]
+        total = {k: sum(r[k] or 0 for r in rows) for k in (*_METRICS, "latency_ms")}
+        return {"from": _day_or_instant(f.start, f, False), "to": _day_or_instant(f.end, f, True),
+                "group_by": list(f.group_by), "data": data, "total": _row(total)}
 
     async def records(self, f: UsageFilter) -> dict[str, Any]:
         args: list[Any] = []

@@ -24,7 +24,7 @@ log = logging.getLogger("switchyard.ledger")
 COLUMNS = ("ticket_id", "ts", "request_id", "key_id", "team", "model", "requested_model", "deployment",
            "endpoint", "dialect", "status", "prompt_tokens", "completion_tokens", "cached_tokens",
            "cost_nano", "latency_ms", "ttfb_ms", "attempts", "cut", "reason", "cache_write_tokens",
-           "unpriced", "tags", "end_user", "session")
+           "unpriced", "tags", "end_user", "session", "guardrails")
 # The batch travels as one JSON array of records' fields, as strings, exactly as the store keeps
 # them (``UsageRecord.as_fields``): PostgreSQL converts them, so the gateway's process does
 # next to no work per row. Fields a record lacks (older records) take their defaults.
@@ -32,14 +32,15 @@ _FIELDS = ("ticket_id text, ts_ms bigint, request_id text, key_id text, team tex
            "requested_model text, deployment text, endpoint text, dialect text, status smallint, "
            "prompt_tokens bigint, completion_tokens bigint, cached_tokens bigint, cost_nano bigint, "
            "latency_ms float8, ttfb_ms float8, attempts smallint, cut boolean, reason text, "
-           "cache_write_tokens bigint, unpriced boolean, tags text, end_user text, session text")
+           "cache_write_tokens bigint, unpriced boolean, tags text, end_user text, session text, "
+           "guardrails text")
 _VALUES = ("ticket_id, 'epoch'::timestamptz + ts_ms * interval '1 millisecond', "
            "coalesce(request_id, ''), key_id, team, model, coalesce(requested_model, ''), "
            "coalesce(deployment, ''), coalesce(endpoint, ''), coalesce(dialect, ''), status, "
            "prompt_tokens, completion_tokens, coalesce(cached_tokens, 0), cost_nano, latency_ms, "
            "coalesce(ttfb_ms, -1), coalesce(attempts, 0), coalesce(cut, false), coalesce(reason, ''), "
            "coalesce(cache_write_tokens, 0), coalesce(unpriced, false), coalesce(tags, ''), "
-           "coalesce(end_user, ''), coalesce(session, '')")
+           "coalesce(end_user, ''), coalesce(session, ''), coalesce(guardrails, '')")
 _GROUP = "hour, team, key_id, model, deployment, status, reason"
 _MGROUP = "minute, team, key_id, model, status, reason"
 _SUMS = ("prompt_tokens", "completion_tokens", "cached_tokens", "cost_nano", "latency_ms",

@@ -75,6 +75,8 @@ async function loadOverview() {
     ...(reasons ? [["Reason", r => el("code", {}, r.reason)]] : []), ["Refused", r => num(r.refused)]], o.refused);
   table(document.getElementById("ov-unauth"), [["Reason", r => el("code", {}, r[0])], ["Requests", r => num(r[1])]],
         Object.entries(o.unauthenticated));
+  table(document.getElementById("ov-guardrails"), [["Guardrail", r => el("code", {}, r.guardrail)],
+    ["Requests", r => num(r.requests)]], o.guardrails || []);
 }
 
 // Spend, flagged with the requests that had no price (not in the sum): never a plain $0.
