@@ -25,6 +25,7 @@ from switchyard.core.errors import install_hint
 from switchyard.core.settings import (
     AUTO_KEY,
     MIN_MASTER_KEY,
+    CacheConfig,
     ConfigError,
     ConfigModel,
     Limits,
@@ -45,6 +46,7 @@ class TeamConfig(ConfigModel):
     models: list[str] | None = Field(None, description="allowlist; missing = every model")
     limits: Limits = Field(default_factory=Limits)
     model_limits: dict[str, Limits] = Field(default_factory=dict, description="per (team, model)")
+    cache: CacheConfig | None = Field(None, description="the response cache for its keys (docs/cache.md)")
 
 
 class KeyConfig(ConfigModel):
@@ -57,6 +59,7 @@ class KeyConfig(ConfigModel):
     strict: bool = Field(False, description="unknown parameters are a 400 instead of a warning")
     default_model: str | None = None
     timeout: float | None = Field(None, gt=0, description="default per-request deadline, seconds")
+    cache: CacheConfig | None = Field(None, description="the response cache for this key (docs/cache.md)")
 
 
     @field_validator("sha256")

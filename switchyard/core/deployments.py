@@ -16,7 +16,7 @@ from pydantic import (
 )
 
 from switchyard.core.headers import denied_header, header_problem
-from switchyard.core.settings import ConfigModel, Price, Secret, resolve_secret
+from switchyard.core.settings import CacheConfig, ConfigModel, Price, Secret, resolve_secret
 
 OPENAI_FAMILY: tuple[str, ...] = ("openai", "vllm", "llamacpp", "mistralrs", "fireworks", "sgp")
 
@@ -234,6 +234,8 @@ class ModelConfig(ConfigModel):
         None, description="what /v1/models lists it as (its `mode`, LiteLLM's word); null: embedding "
         "when its deployments are the built-in embedder or a name (the route's, an upstream model's) "
         "holds \"embed\", else chat")
+    cache: CacheConfig | None = Field(None, description="the response cache for this model (docs/cache.md); "
+                                      "a team's or a key's own rule wins")
 
     @field_validator("name")
     @classmethod

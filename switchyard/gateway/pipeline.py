@@ -30,6 +30,8 @@ from switchyard.dialects.errors import error_bytes, error_json
 from switchyard.dialects.parse import parse_request
 from switchyard.dialects.registry import ANSWERS, DIALECT_HEADER, sniff_completion_dialect
 from switchyard.dialects.render import Renderer
+from switchyard.gateway.cache import HEADER as CACHE_HEADER
+from switchyard.gateway.cache import Lane, lane_for
 from switchyard.gateway.context import RequestContext
 from switchyard.gateway.requests import (
     decode_body,
@@ -116,6 +118,14 @@ class Gateway:
                 await out.whole(200, {}, msgspec.json.encode({"input_tokens": ctx.run.prompt_tokens}))
                 return
             req = await self._admit(ctx, req)
+            # The response cache's rule: the key's or its team's (chosen when the key was read),
+            # else the model's. Off, it costs this one check.
+            p, route = ctx.principal, ctx.route
+            assert p is not None and route is not None
+            rule = p.cache or route.model.cache
+            lane = None
+            if rule is not None and rule.mode != "off":
+                lane = await lane_for(ctx, req, rule, self.policies.answers, headers)
         except GatewayError as e:
             await self.send_error(ctx, out, e)
             await self._after_refusal(ctx, e)
@@ -126,7 +136,7 @@ class Gateway:
             await self.send_error(ctx, out, INTERNAL)
             await self._after_refusal(ctx, INTERNAL)
             return
-        await self._run(ctx, req, out)
+        await self._run(ctx, req, out, lane)
 
     async def _after_refusal(self, ctx: RequestContext, e: GatewayError) -> None:
         """A request that failed before its upstream call: admitted, it gives its reservation back
@@ -250,12 +260,21 @@ class Gateway:
 
     # -- after admission: one owner, one finally ---------------------------------------------
 
-    async def _run(self, ctx: RequestContext, req: CanonicalRequest, out: Responder) -> None:
+    async def _run(self, ctx: RequestContext, req: CanonicalRequest, out: Responder,
+                   lane: Lane | None = None) -> None:
         assert ctx.ticket is not None and ctx.route is not None and ctx.tally is not None
         headers = dict(ctx.ticket.headers)
         if ctx.warning:
             headers["x-switchyard-warning"] = ctx.warning
-        chunks = self.router.stream(req, ctx.route, ctx.run)
+        route = ctx.route
+        if lane is None:
+            headers[CACHE_HEADER] = "bypass"
+            chunks = self.router.stream(req, route, ctx.run)
+        else:
+            ctx.cache = lane.state
+            headers[CACHE_HEADER] = lane.state
+            headers.update(lane.headers)
+            chunks = lane.chunks(lambda: self.router.stream(req, route, ctx.run))
         task = asyncio.current_task()
         assert task is not None
         out.watch(task)
@@ -263,8 +282,10 @@ class Gateway:
         try:
             if req.stream:
                 await self._stream(ctx, renderer, chunks, headers, out)
+                if lane is not None and ctx.status == 200 and not ctx.cut and await lane.keep(True):
+                    ctx.cache = "stored"  # after the fact: the stream's header said miss
             else:
-                await self._whole(ctx, renderer, chunks, headers, out)
+                await self._whole(ctx, renderer, chunks, headers, out, lane)
         except asyncio.CancelledError:
             task.uncancel()
             if out.gone:
@@ -286,7 +307,7 @@ class Gateway:
             await self._settle(ctx)
 
     async def _whole(self, ctx: RequestContext, renderer: Renderer, chunks: AsyncGenerator[Chunk, None],
-                     headers: dict[str, str], out: Responder) -> None:
+                     headers: dict[str, str], out: Responder, lane: Lane | None = None) -> None:
         tally = ctx.tally
         assert tally is not None
         got: list[Chunk] = []
@@ -300,6 +321,8 @@ class Gateway:
             await self.send_error(ctx, out, e, headers)
             return
         headers.update(ctx.run.headers())
+        if lane is not None and lane.hit is None and await lane.keep(False, got):
+            ctx.cache = headers[CACHE_HEADER] = "stored"
         body = msgspec.json.encode(renderer.completion(gather(got, tally.usage())))
         ctx.status = 200
         await out.whole(200, headers, body)
@@ -369,12 +392,15 @@ class Gateway:
         assert ticket is not None and tally is not None
         ttfb = ctx.ttfb
         ctx.settle_at = time.monotonic()
+        usage = _charged(tally, ctx.status)
+        hit = ctx.cache == "hit"  # no upstream call: nothing charged, the original's usage saved
         outcome = Outcome(
-            usage=_charged(tally, ctx.status), status=ctx.status or 499, called=run.attempts > 0,
+            usage=Usage() if hit else usage, status=ctx.status or 499, called=hit or run.attempts > 0,
             deployment=run.deployment or "", latency_ms=ctx.latency * 1000,
             ttfb_ms=-1.0 if ttfb is None else ttfb * 1000, attempts=run.attempts, cut=ctx.cut,
             request_id=ctx.id, endpoint=ctx.endpoint, dialect=ctx.dialect,
-            requested_model=ctx.requested_model, reason=_reason(ctx))
+            requested_model=ctx.requested_model, reason=_reason(ctx), cache_hit=hit,
+            saved=usage if hit else None)
         ctx.usage = outcome.usage
         await self.policies.policy.settle(ticket, outcome)
         ctx.settled_at = time.monotonic()

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from switchyard.core.config import Config
+from switchyard.policies.cache import Answers, open_answers
 from switchyard.policies.keys import KeyRing
 from switchyard.policies.limits import Limiter
 from switchyard.policies.memory import MemoryStore
@@ -45,6 +46,7 @@ class Policies:
     registry: Registry
     usage: UsageSource
     refusals: Refusals
+    answers: Answers  # the response cache (docs/cache.md)
     ledger: Ledger | None = None
     owns_store: bool = True  # False once a reload handed the store on to the next Policies
 
@@ -82,5 +84,8 @@ def build_policies(config: Config, *, ns: str = "sy", key_cache_ttl: float = 1.0
 
         ledger = build_ledger(config.usage, store, registry.team_names)
         usage = ledger.usage
+    answers = open_answers(store.client, ns=ns, timeout=config.store.timeout,
+                           max_bytes=config.store.cache_max_bytes,
+                           max_entry_bytes=config.store.cache_max_entry_bytes)
     return Policies(config=config, store=store, keys=keys, policy=policy, registry=registry,
-                    usage=usage, refusals=Refusals(store), ledger=ledger)
+                    usage=usage, refusals=Refusals(store), answers=answers, ledger=ledger)

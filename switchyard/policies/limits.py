@@ -283,6 +283,9 @@ class Limiter:
                           requested_model=outcome.requested_model, attempts=outcome.attempts,
                           ttfb_ms=round(outcome.ttfb_ms, 3), cut=outcome.cut, reason=outcome.reason,
                           cache_write_tokens=usage.cache_write_tokens)
+        if outcome.cache_hit and outcome.saved is not None:
+            rec.cache_hit, rec.saved_tokens = True, outcome.saved.total_tokens
+            rec.saved_nano = self.pricing.cost(ticket.model, outcome.saved)
         kw: dict[str, Any] = dict(plan=plan, admitted_ms=ticket.admitted_ms,
                                   token_delta=usage.total_tokens - ticket.reserved_tokens,
                                   spend_delta=cost - ticket.reserved_spend, lease_id=ticket.lease_id,
