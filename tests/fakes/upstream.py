@@ -36,6 +36,7 @@ class Behaviour:
     # write it (in the message, or streamed a word per delta, under ``reasoning_field``)
     reasoning: str | None = None
     reasoning_field: str = "reasoning_content"
+    finish: str | None = None  # the finish_reason to give (e.g. content_filter); default: length/stop
 
 
 @dataclass
@@ -136,7 +137,7 @@ class FakeUpstream:
         n = body.get("n") or 1
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": len(pieces) * n,
                  "total_tokens": prompt_tokens + len(pieces) * n}
-        finish = "length" if b.text is None else "stop"
+        finish = b.finish or ("length" if b.text is None else "stop")
         if not body.get("stream"):
             call = _tool_call(body) if chat else None
             if call is not None:
