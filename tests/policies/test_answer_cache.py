@@ -1,0 +1,123 @@
+"""The response cache's storage (switchyard.policies.cache) on a real Redis and in memory: TTL,
+the byte budget and its eviction, the size limit; and its key."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+from redis.asyncio import Redis
+
+from switchyard.core.canonical import CanonicalRequest, Chunk, Usage
+from switchyard.core.settings import CacheConfig
+from switchyard.policies.base import Principal
+from switchyard.policies.cache import (
+    MemoryAnswers,
+    RedisAnswers,
+    cache_key,
+    decode_entry,
+    encode_entry,
+    scope_of,
+    storable,
+)
+
+
+def redis_answers(url: str, max_bytes: int, max_entry: int = 10_000) -> RedisAnswers:
+    return RedisAnswers(Redis.from_url(url), ns=f"t{uuid.uuid4().hex[:8]}", timeout=2.0,
+                        max_bytes=max_bytes, max_entry_bytes=max_entry)
+
+
+async def test_redis_keeps_its_byte_budget_evicting_the_oldest(redis_url):
+    c = redis_answers(redis_url, max_bytes=3 * (1000 + 96))
+    for i in range(5):
+        assert await c.put(f"k{i}", bytes([i]) * 1000, 60_000)
+    assert await c.get("k0") is None and await c.get("k1") is None
+    assert [await c.get(f"k{i}") for i in (2, 3, 4)] == [bytes([i]) * 1000 for i in (2, 3, 4)]
+    assert await c.used_bytes() == 3 * 1096
+    assert await c.put("k4", b"x" * 10, 60_000)  # replacing an entry counts its new size only
+    assert await c.used_bytes() == 2 * 1096 + 106
+    await c.client.aclose()
+
+
+async def test_redis_entries_expire_and_leave_the_budget(redis_url):
+    c = redis_answers(redis_url, max_bytes=100_000)
+    assert await c.put("short", b"a" * 500, 50)
+    await asyncio.sleep(0.1)
+    assert await c.get("short") is None
+    assert await c.put("next", b"b" * 100, 60_000)  # the insert forgets what expired
+    assert await c.used_bytes() == 196
+    await c.client.aclose()
+
+
+async def test_an_answer_over_the_size_limit_is_not_kept(redis_url):
+    c = redis_answers(redis_url, max_bytes=100_000, max_entry=1000)
+    assert not await c.put("big", b"x" * 1001, 60_000)
+    assert await c.get("big") is None
+    m = MemoryAnswers(100_000, 1000)
+    assert not await m.put("big", b"x" * 1001, 60_000) and await m.get("big") is None
+    await c.client.aclose()
+
+
+async def test_a_store_that_fails_is_a_miss_not_an_error():
+    c = RedisAnswers(Redis.from_url("redis://127.0.0.1:1/0"), ns="x", timeout=0.2, max_bytes=10_000,
+                     max_entry_bytes=1000)
+    assert await c.get("k") is None
+    assert not await c.put("k", b"v", 1000)
+
+
+async def test_memory_evicts_the_least_recently_used():
+    m = MemoryAnswers(max_bytes=2 * (100 + 96), max_entry_bytes=1000)
+    await m.put("a", b"a" * 100, 60_000)
+    await m.put("b", b"b" * 100, 60_000)
+    assert await m.get("a")  # a is now the most recent
+    await m.put("c", b"c" * 100, 60_000)
+    assert await m.get("b") is None and await m.get("a") and await m.get("c")
+    assert m.bytes == 2 * 196
+
+
+def test_the_key_holds_scope_route_and_what_changes_the_answer():
+    req = CanonicalRequest(kind="chat", model="alias", dialect="chat", temperature=0,
+                           messages=[{"role": "user", "content": "hi"}])
+    alice = Principal(key_id="k1", team="t")
+    bob = Principal(key_id="k2", team="t")
+    carol = Principal(key_id="k3", team="u")
+    team = CacheConfig(scope="team")
+    base = cache_key(req, "v/m", scope_of(team, alice))
+    assert cache_key(req, "v/m", scope_of(team, bob)) == base  # same team
+    assert cache_key(req, "v/m", scope_of(team, carol)) != base  # never across teams
+    assert cache_key(req, "v/m", scope_of(CacheConfig(scope="key"), bob)) != cache_key(
+        req, "v/m", scope_of(CacheConfig(scope="key"), alice))
+    assert cache_key(req, "v/other", scope_of(team, alice)) != base
+    same = [CanonicalRequest(kind="chat", model="other-alias", dialect="chat", temperature=0, stream=True,
+                             messages=[{"content": "hi", "role": "user"}], user="x", timeout=3)]
+    changed = [CanonicalRequest(kind="chat", model="alias", dialect="chat", temperature=0, **kw)  # type: ignore[arg-type]
+               for kw in ({"messages": [{"role": "user", "content": "hi!"}]},
+                          {"messages": [{"role": "user", "content": "hi"}], "stop": ["x"]},
+                          {"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]},
+                          {"messages": [{"role": "user", "content": "hi"}], "logprobs": 2})]
+    assert all(cache_key(r, "v/m", scope_of(team, alice)) == base for r in same)
+    assert all(cache_key(r, "v/m", scope_of(team, alice)) != base for r in changed)
+
+
+def test_what_may_be_kept():
+    done = [Chunk(text="a", role="assistant"), Chunk(finish_reason="stop", usage=Usage(1, 1))]
+    assert storable(done)
+    assert not storable([Chunk(text="a")])  # never finished
+    assert not storable([Chunk(text="a", finish_reason="content_filter")])
+    assert not storable([Chunk(text="a", finish_reason="stop"), Chunk(index=1, text="b")])
+    assert storable([Chunk(embeddings=[[0.1, 0.2]])])
+    entry = decode_entry(encode_entry(done, True))
+    assert entry is not None and entry.chunks == done and entry.streamed
+    assert decode_entry(b"\x00junk") is None
+
+
+@pytest.mark.parametrize("mode", ["exact", "off"])
+def test_a_threshold_is_for_semantic_only(mode):
+    with pytest.raises(ValueError, match="semantic only"):
+        CacheConfig(mode=mode, threshold=0.9)  # type: ignore[arg-type]
+
+
+def test_semantic_is_refused_until_it_exists():
+    with pytest.raises(ValueError, match="not available yet"):
+        CacheConfig(mode="semantic", threshold=0.95)
