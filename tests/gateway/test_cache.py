@@ -272,6 +272,7 @@ async def test_usage_shows_hits_and_what_they_saved(upstream, redis_url):
             await c.app.gateway.policies.policy.flush()  # type: ignore[attr-defined]
         usage = (await a.get("/admin/usage", headers=auth, params={"group_by": "team"})).json()
         records = (await a.get("/admin/usage/records", headers=auth, params={"team": "t"})).json()
+        metrics = (await b.get("/metrics", headers=auth)).text
     assert [h.headers["x-switchyard-cache"] for h in hits] == ["hit", "hit"]
     u = first.json()["usage"]
     tokens = u["prompt_tokens"] + u["completion_tokens"]
@@ -287,3 +288,7 @@ async def test_usage_shows_hits_and_what_they_saved(upstream, redis_url):
     assert sorted(r["cache_hit"] for r in recs) == [False, True, True]
     assert all(r["saved_tokens"] == tokens and r["prompt_tokens"] == 0 for r in recs if r["cache_hit"])
     assert all(r["attempts"] == 0 and r["status"] == 200 for r in recs if r["cache_hit"])
+    # Replica b answered both hits: its ratio is 1, and it counts what they saved.
+    assert 'switchyard_cache_hit_ratio{model="v/m",team="t"} 1.0' in metrics
+    saved = next(line for line in metrics.splitlines() if line.startswith("switchyard_cache_saved_usd_total"))
+    assert float(saved.split()[-1]) == pytest.approx(2 * price)
