@@ -19,10 +19,11 @@ _GROUP_SQL = {
     "reason": "reason",
 }
 _METRICS = ("requests", "errors", "refused", "prompt_tokens", "completion_tokens", "cached_tokens",
-            "cost_nano", "cache_write_tokens")
+            "cost_nano", "cache_write_tokens", "cache_hits", "saved_tokens", "saved_nano")
 _RECORD = ("ts_ms", "key_id", "team", "model", "deployment", "prompt_tokens", "completion_tokens",
            "cached_tokens", "cost_nano", "status", "latency_ms", "request_id", "ticket_id", "endpoint",
-           "dialect", "requested_model", "attempts", "ttfb_ms", "cut", "reason", "cache_write_tokens")
+           "dialect", "requested_model", "attempts", "ttfb_ms", "cut", "reason", "cache_write_tokens",
+           "cache_hit", "saved_tokens", "saved_nano")
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
