@@ -31,6 +31,7 @@ from switchyard.core.canonical import CanonicalRequest, Chunk
 from switchyard.core.logs import Throttled
 from switchyard.core.settings import CacheConfig
 from switchyard.dialects.defaults import sampling_defaults
+from switchyard.policies.resp import ReplyError, RespConnection, encode
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis, RedisCluster
@@ -127,6 +128,8 @@ class Answers(Protocol):
         """Keep ``value`` for ``ttl_ms``; False when it is over the size limit or the store failed."""
         ...
 
+    async def aclose(self) -> None: ...
+
 
 class MemoryAnswers:
     """One process's cache: least recently used first out past ``max_bytes``."""
@@ -163,6 +166,10 @@ class MemoryAnswers:
         if got is not None:
             self.bytes -= len(got[1]) + _ENTRY_OVERHEAD
 
+    async def aclose(self) -> None:
+        self._entries.clear()
+        self.bytes = 0
+
 
 # KEYS: the entry, the index (member -> expiry ms), the sizes (member -> bytes), the total.
 # ARGV: member, value, ttl ms, budget, the entries' key prefix, the overhead per entry.
@@ -196,7 +203,9 @@ return 1
 
 
 class RedisAnswers:
-    """The cache every replica shares, in the store's Redis (module docstring)."""
+    """The cache every replica shares, in the store's Redis (module docstring). A plain Redis
+    without TLS is spoken to over one pipelined connection of its own (``policies/resp.py``:
+    redis-py's per-command cost was most of a miss's); a cluster or TLS through redis-py."""
 
     def __init__(self, client: Redis | RedisCluster, *, ns: str, timeout: float, max_bytes: int,
                  max_entry_bytes: int) -> None:
@@ -208,11 +217,40 @@ class RedisAnswers:
         self.prefix = f"{tag}:e:"
         self._keys = (f"{tag}:index", f"{tag}:sizes", f"{tag}:bytes")
         self._put = client.register_script(_PUT)
+        self._sha = hashlib.sha1(_PUT.encode()).hexdigest()
+        self._fast: RespConnection | None = None
+        self._opening = asyncio.Lock()
+        from redis.asyncio import Redis  # only with a Redis store
+        from redis.asyncio.connection import Connection, UnixDomainSocketConnection
+
+        self._endpoint: dict[str, Any] | None = None
+        if isinstance(client, Redis) and client.connection_pool.connection_class in (
+                Connection, UnixDomainSocketConnection):  # plain TCP or a socket; TLS: redis-py
+            self._endpoint = client.connection_pool.connection_kwargs
+
+    async def _conn(self) -> RespConnection:
+        c = self._fast
+        if c is not None and not c.lost:
+            return c
+        async with self._opening:
+            if self._fast is None or self._fast.lost:
+                kw = self._endpoint or {}
+                self._fast = await RespConnection.open(
+                    kw.get("host", "localhost"), int(kw.get("port", 6379)), path=kw.get("path"),
+                    username=kw.get("username"), password=kw.get("password"), db=kw.get("db") or 0)
+            return self._fast
+
+    async def _command(self, *args: Any) -> Any:
+        c = await self._conn()
+        return await c.request(encode(args))
 
     async def get(self, key: str) -> bytes | None:
         try:
             async with asyncio.timeout(self.timeout):
-                got = await self.client.get(self.prefix + key)
+                if self._endpoint is not None:
+                    got = await self._command(b"GET", self.prefix + key)
+                else:
+                    got = await self.client.get(self.prefix + key)
         except Exception as e:  # a cache that fails is a miss, never an error
             _warn.warning("get", "response cache: the store failed a lookup (%s); serving a miss",
                           type(e).__name__)
@@ -222,15 +260,29 @@ class RedisAnswers:
     async def put(self, key: str, value: bytes, ttl_ms: int) -> bool:
         if len(value) > self.max_entry_bytes or len(value) + _ENTRY_OVERHEAD > self.max_bytes:
             return False
+        keys = [self.prefix + key, *self._keys]
+        args: list[str | bytes | int] = [key, value, max(int(ttl_ms), 1), self.max_bytes, self.prefix,
+                                         _ENTRY_OVERHEAD]
         try:
             async with asyncio.timeout(self.timeout):
-                await self._put(keys=[self.prefix + key, *self._keys],
-                                args=[key, value, max(int(ttl_ms), 1), self.max_bytes, self.prefix,
-                                      _ENTRY_OVERHEAD])
+                if self._endpoint is None:
+                    await self._put(keys=keys, args=args)
+                    return True
+                try:
+                    await self._command(b"EVALSHA", self._sha, len(keys), *keys, *args)
+                except ReplyError as e:
+                    if e.code != "NOSCRIPT":
+                        raise
+                    await self._command(b"EVAL", _PUT, len(keys), *keys, *args)  # loads it too
         except Exception as e:  # the answer was given; only its keeping failed
             _warn.warning("put", "response cache: the store failed to keep an answer (%s)", type(e).__name__)
             return False
         return True
+
+    async def aclose(self) -> None:
+        if self._fast is not None:
+            self._fast.close()
+            self._fast = None
 
     async def used_bytes(self) -> int:
         """The accounted total (tests, the docs' example)."""

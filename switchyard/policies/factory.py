@@ -62,6 +62,7 @@ class Policies:
         await self.refusals.flush()
         if self.ledger is not None:
             await self.ledger.aclose()
+        await self.answers.aclose()
         if self.owns_store:
             await self.store.aclose()
 
