@@ -17,6 +17,7 @@ import pytest
 
 from switchyard.core.config import Config
 from switchyard.policies.factory import build_policies
+from tests.fakes.anthropic import Claude, FakeAnthropic
 from tests.fakes.upstream import Behaviour
 from tests.gateway.conftest import KEY, MASTER, base_config, serve, upstream_model
 
@@ -292,3 +293,29 @@ async def test_usage_shows_hits_and_what_they_saved(upstream, redis_url):
     assert 'switchyard_cache_hit_ratio{model="v/m",team="t"} 1.0' in metrics
     saved = next(line for line in metrics.splitlines() if line.startswith("switchyard_cache_saved_usd_total"))
     assert float(saved.split()[-1]) == pytest.approx(2 * price)
+
+
+async def test_the_native_anthropic_lane_is_served_by_another_replica(redis_url):
+    """Anthropic Messages to a Claude deployment (the caller's body forwarded as sent): a repeat is
+    a hit on the other replica, whole and streamed, the same events and usage."""
+    async with FakeAnthropic() as up:
+        model = {"name": "anthropic/claude", "cache": CACHE_ON,
+                 "deployments": [{"name": "claude", "provider": "anthropic", "base_url": up.url,
+                                  "api_key": up.key, "model": "claude-up"}]}
+        cfg = base_config([model], store={"url": redis_url, "timeout": 2.0})
+        body = {"model": "anthropic/claude", "max_tokens": 50, "temperature": 0,
+                "system": [{"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}}],
+                "messages": [{"role": "user", "content": "hi"}]}
+        up.default = Claude(text="one two three", cache_read=7)
+        async with replicas(cfg) as (a, b):
+            first = await a.post("/v1/messages", json=body)
+            s1 = await a.post("/v1/messages", json={**body, "stream": True, "max_tokens": 60})
+            await settled(a)
+            again = await b.post("/v1/messages", json=body)
+            s2 = await b.post("/v1/messages", json={**body, "stream": True, "max_tokens": 60})
+    assert first.headers["x-switchyard-cache"] == "stored" and s1.headers["x-switchyard-cache"] == "miss"
+    assert again.headers["x-switchyard-cache"] == s2.headers["x-switchyard-cache"] == "hit"
+    assert len(up.requests) == 2
+    assert steady(again.json()) == steady(first.json())
+    assert again.json()["usage"]["cache_read_input_tokens"] == 7
+    assert events(s2.text) == events(s1.text) and "message_stop" in s2.text
