@@ -132,6 +132,9 @@ class DeploymentConfig(ConfigModel):
     tpm: int | None = Field(None, ge=1)
     max_connections: int = Field(256, ge=1)
     on_store_error: Literal["open", "closed"] = "closed"
+    prompt_cache: Literal["off", "auto"] = Field(
+        "off", description="anthropic, bedrock, vertex (Claude): auto places cache_control breakpoints on a "
+        "long system prompt and tool list when the caller placed none (docs/cache.md)")
     engine: EngineConfig | None = None
 
     @model_validator(mode="before")
@@ -201,6 +204,9 @@ class DeploymentConfig(ConfigModel):
         for name in REQUIRED_FIELDS.get(self.provider, ()):
             if not getattr(self, name):
                 raise ValueError(f"a {self.provider} deployment needs {name}")
+        if self.prompt_cache == "auto" and self.provider not in ("anthropic", "bedrock", "vertex"):
+            raise ValueError(f"prompt_cache: auto is for Claude on anthropic, bedrock or vertex, "
+                             f"not {self.provider}")
         if self.api_version is not None and "api-version=" in split_query(self.base_url or "")[1]:
             raise ValueError("api-version is given twice: in base_url's query and as api_version "
                              "(give one)")
