@@ -121,3 +121,17 @@ def test_a_threshold_is_for_semantic_only(mode):
 def test_semantic_is_refused_until_it_exists():
     with pytest.raises(ValueError, match="not available yet"):
         CacheConfig(mode="semantic", threshold=0.95)
+
+
+async def test_redis_cluster_keeps_the_cache_on_one_slot(redis_cluster_url):
+    from switchyard.policies.factory import open_store
+
+    store = open_store(redis_cluster_url, timeout=2.0, ns=f"c{uuid.uuid4().hex[:6]}")
+    client = store.client
+    assert client is not None
+    c = RedisAnswers(client, ns=store.ns, timeout=2.0, max_bytes=2 * 1096, max_entry_bytes=10_000)
+    for i in range(3):
+        assert await c.put(f"k{i}", bytes([i]) * 1000, 60_000)
+    assert await c.get("k0") is None and await c.get("k2") == bytes([2]) * 1000
+    assert await c.used_bytes() == 2 * 1096
+    await store.aclose()
