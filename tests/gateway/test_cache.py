@@ -252,6 +252,20 @@ async def test_only_requests_that_can_repeat_are_cached(upstream, redis_url):
     assert len(upstream.requests) == 4
 
 
+async def test_the_access_line_says_what_the_cache_did(upstream, redis_url):
+    from switchyard.http.access import record
+
+    lines: list[dict[str, Any]] = []
+    chat = {"model": "v/m", "temperature": 0, "messages": [{"role": "user", "content": "logged"}]}
+    async with replicas(cache_config(upstream.url, redis_url), 1) as (a,):
+        a.app.gateway.observers.append(lambda ctx: lines.append(record(ctx)))  # type: ignore[attr-defined]
+        for _ in range(2):
+            await a.post("/v1/chat/completions", json=chat)
+        await settled(a)
+    assert [line["cache"] for line in lines] == ["stored", "hit"]
+    assert "deployment" not in lines[1] and lines[1]["status"] == 200
+
+
 async def test_cache_off_says_bypass_and_keeps_nothing(upstream):
     cfg = base_config([upstream_model("v/m", upstream.url)])
     chat = {"model": "v/m", "temperature": 0, "messages": [{"role": "user", "content": "x"}]}
