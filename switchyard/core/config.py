@@ -122,12 +122,22 @@ class Config(ConfigModel):
                 why = self._not_a_model(name)
                 if why:
                     raise ValueError(f"{where}: {name!r} {why}")
+        rules = [*(m.cache for m in self.models), *(t.cache for t in self.teams),
+                 *(k.cache for k in self.keys)]
+        if any(r is not None and r.mode == "semantic" for r in rules) and self.semantic_embedder() is None:
+            raise ValueError("cache mode: semantic needs a model served by the built-in embedder "
+                             "(a deployment with backend: embedder) to compare prompts with")
         for i, m in enumerate(self.models):
             for j, d in enumerate(m.deployments):
                 if d.backend == "engine" and importlib.util.find_spec("torch") is None:
                     raise ValueError(f"models.{i}.deployments.{j}: the built-in engine needs the engine "
                                      f"extra: {install_hint('engine')}")
         return self
+
+    def semantic_embedder(self) -> str | None:
+        """The model semantic caching embeds prompts with: the first the built-in embedder serves."""
+        return next((m.name for m in self.models
+                     if any(d.backend == "embedder" for d in m.deployments)), None)
 
     def _not_a_model(self, name: str) -> str | None:
         """Why an allow-list entry can never match (None: it can). Allow-lists see the configured

@@ -97,9 +97,8 @@ class CacheConfig(ConfigModel):
     def _threshold(self) -> CacheConfig:
         if self.threshold is not None and self.mode != "semantic":
             raise ValueError("threshold applies to mode: semantic only")
-        if self.mode == "semantic":
-            # Named so that configs can say it; refused rather than served as exact in silence.
-            raise ValueError("mode: semantic is not available yet (docs/cache.md); use mode: exact")
+        if self.mode == "semantic" and self.threshold is None:
+            raise ValueError("mode: semantic needs a threshold (0..1], e.g. 0.95")
         return self
 
 

@@ -8,7 +8,7 @@ Storage and the key are ``switchyard.policies.cache``'s; this module decides per
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from switchyard.core.canonical import CanonicalRequest, Chunk
@@ -19,12 +19,18 @@ from switchyard.policies.cache import (
     cache_key,
     decode_entry,
     encode_entry,
+    index_entry,
+    nearest,
     repeatable,
     scope_of,
+    semantic_text,
     storable,
 )
 
 HEADER = "x-switchyard-cache"
+MATCH_HEADER = "x-switchyard-cache-match"  # on a hit: exact, or semantic (a near-identical prompt)
+# The prompt's vector from the built-in embedder; None when it could not say.
+Embed = Callable[[str], Awaitable[list[float] | None]]
 
 
 def directives(headers: Mapping[str, str]) -> frozenset[str]:
@@ -48,6 +54,9 @@ class Lane:
     ttl_ms: int = 0
     got: list[Chunk] = field(default_factory=list)
     complete: bool = False  # the backend's stream ran to its end
+    # Semantic mode: (the scope's index, the request's group, the prompt's vector), to index a
+    # kept answer under.
+    semantic: tuple[str, str, list[float]] | None = None
 
     def chunks(self, upstream: Callable[[], AsyncGenerator[Chunk, None]]) -> AsyncGenerator[Chunk, None]:
         """What the request's answer is read from: the hit's chunks, or the upstream's (recorded
@@ -77,7 +86,12 @@ class Lane:
         if not (self.complete or chunks is not None) or not storable(got):
             return False
         value = encode_entry(got, streamed)
-        return await self.answers.put(self.key, value, self.ttl_ms)
+        if not await self.answers.put(self.key, value, self.ttl_ms):
+            return False
+        if self.semantic is not None:
+            scope, group, vector = self.semantic
+            await self.answers.index(scope, index_entry(group, vector, self.key), self.ttl_ms)
+        return True
 
 
 async def _replay(chunks: list[Chunk]) -> AsyncGenerator[Chunk, None]:
@@ -86,27 +100,43 @@ async def _replay(chunks: list[Chunk]) -> AsyncGenerator[Chunk, None]:
 
 
 async def lane_for(ctx: RequestContext, req: CanonicalRequest, rule: CacheConfig, answers: Answers,
-                   headers: Mapping[str, str]) -> Lane:
-    """Look ``req`` up under ``rule``; never raises (a store that fails is a miss)."""
+                   headers: Mapping[str, str], embed: Embed | None = None) -> Lane:
+    """Look ``req`` up under ``rule``; never raises (a store that fails is a miss). In semantic
+    mode an exact miss of a single-turn request without tools may be served by the answer to a
+    near-identical prompt of the same group (``embed`` gives the vectors)."""
     said = directives(headers)
     if rule.repeatable_only and not repeatable(req):
         return Lane("bypass")
     p, route = ctx.principal, ctx.route
     assert p is not None and route is not None
-    key = cache_key(req, route.group, scope_of(rule, p))
+    scope = scope_of(rule, p)
+    key = cache_key(req, route.group, scope)
     keep = answers if "no-store" not in said else None
     lane = Lane("miss", answers=keep, key=key, ttl_ms=int(rule.ttl * 1000))
     if "no-cache" in said:  # a fresh answer, which refreshes the entry (unless no-store too)
         lane.state = "bypass"
         return lane
     value = await answers.get(key)
+    match = "exact"
+    # An exact miss in semantic mode: the prompt's vector finds a near one of the same group (and
+    # indexes this answer when it is kept).
+    text = semantic_text(req) if value is None and embed is not None and rule.threshold is not None else None
+    vector = await embed(text) if text is not None and embed is not None else None
+    if vector is not None and rule.threshold is not None:
+        index = f"{scope}\x1f{route.group}"
+        group = cache_key(req, route.group, scope, without_prompt=True)
+        lane.semantic = (index, group, vector)
+        near = nearest(await answers.neighbours(index), group, vector, rule.threshold)
+        if near is not None:
+            value, match = await answers.get(near), "semantic"
     entry = decode_entry(value) if value is not None else None
     # A native lane's thinking blocks come whole or in a stream's pieces: such an answer is
     # replayed only the way it was given.
     if entry is not None and (entry.streamed == req.stream or not any(ch.thinking for ch in entry.chunks)):
         lane.state, lane.hit, lane.answers = "hit", entry.chunks, None
         lane.headers["age"] = str(max(int(time.time() * 1000) - entry.created_ms, 0) // 1000)
+        lane.headers[MATCH_HEADER] = match
     return lane
 
 
-__all__ = ["HEADER", "Lane", "directives", "lane_for"]
+__all__ = ["HEADER", "MATCH_HEADER", "Embed", "Lane", "directives", "lane_for"]

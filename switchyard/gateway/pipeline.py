@@ -74,6 +74,25 @@ class Gateway:
         self.inflight = 0  # requests between their first byte in and their settlement
         self._idle: asyncio.Event | None = None  # set when inflight drops to 0 (drain waits on it)
 
+    async def embed(self, text: str) -> list[float] | None:
+        """``text``'s vector from the built-in embedder, for semantic caching (docs/cache.md): the
+        gateway's own call, not the caller's (not admitted or charged). None when it cannot."""
+        name = self.config.semantic_embedder()
+        if name is None:
+            return None
+        try:
+            route = self.router.resolve(name)
+            backend = route.targets[0].backend
+            if not backend.ready:
+                return None
+            req = CanonicalRequest(kind="embedding", model=name, dialect="embeddings", prompt=[text])
+            async for ch in backend.generate(req):
+                if ch.embeddings:
+                    return ch.embeddings[0]
+        except Exception:  # no vector: the exact match stands
+            log.warning("semantic cache: the embedder gave no vector", exc_info=True)
+        return None
+
     def begin(self) -> None:
         self.inflight += 1
 
@@ -125,7 +144,8 @@ class Gateway:
             rule = p.cache or route.model.cache
             lane = None
             if rule is not None and rule.mode != "off":
-                lane = await lane_for(ctx, req, rule, self.policies.answers, headers)
+                lane = await lane_for(ctx, req, rule, self.policies.answers, headers,
+                                      self.embed if rule.mode == "semantic" else None)
         except GatewayError as e:
             await self.send_error(ctx, out, e)
             await self._after_refusal(ctx, e)

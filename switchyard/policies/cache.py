@@ -47,7 +47,10 @@ _warn = Throttled(log, 60.0)
 # renderer repeats), and the model name as the caller spelt it (the resolved route stands in).
 _NOT_KEYED = frozenset({"model", "dialect", "stream", "include_usage", "timeout", "user", "named", "native",
                         "as_sent", "left_out", "encoding_format"})
-_KEYED = attrgetter(*(f.name for f in fields(CanonicalRequest) if f.name not in _NOT_KEYED))
+_KEYED_NAMES = [f.name for f in fields(CanonicalRequest) if f.name not in _NOT_KEYED]
+_KEYED = attrgetter(*_KEYED_NAMES)
+_AT_MESSAGES, _AT_PROMPT = _KEYED_NAMES.index("messages"), _KEYED_NAMES.index("prompt")
+SEMANTIC_PER_SCOPE = 256  # prompts a scope's semantic index holds, newest first
 _ENTRY_OVERHEAD = 96  # bytes counted per entry beyond its value (key, index and size fields)
 
 
@@ -78,14 +81,79 @@ def scope_of(rule: CacheConfig, principal: Principal) -> str:
     return f"k\x1f{principal.key_id}" if rule.scope == "key" else f"t\x1f{principal.team}"
 
 
-def cache_key(req: CanonicalRequest, route: str, scope: str) -> str:
+def cache_key(req: CanonicalRequest, route: str, scope: str, *, without_prompt: bool = False) -> str:
     """The entry's name: a hash of the scope, the route and what changes the answer. The caller
-    dialect's documented defaults count (the built-in engine fills unsaid fields from them)."""
+    dialect's documented defaults count (the built-in engine fills unsaid fields from them).
+    ``without_prompt``: the same but for the user's turn (a semantic group: same system prompt,
+    route and parameters)."""
     # By position (the fields' order is this module's): a tuple is cheaper than a dict.
     # The native lane sends the caller's body as it came: its API and headers count too.
     native = (req.native.api, req.native.headers) if req.native is not None else None
-    doc = (scope, route, _KEYED(req), sampling_defaults(req.dialect), native)
+    keyed: Any = _KEYED(req)
+    if without_prompt:
+        keyed = list(keyed)
+        keyed[_AT_PROMPT] = None
+        keyed[_AT_MESSAGES] = [m for m in req.messages or () if m.get("role") != "user"]
+    doc = (scope, route, keyed, sampling_defaults(req.dialect), native, without_prompt)
     return hashlib.blake2b(_key_json(doc), digest_size=20).hexdigest()
+
+
+def semantic_text(req: CanonicalRequest) -> str | None:
+    """The prompt a semantic match compares: a single-turn request's one user text, without
+    tools or images. None for anything else (an agent loop, a tool call: exact matches only)."""
+    if req.tools or req.tool_choice is not None or req.images or req.kind == "embedding":
+        return None
+    if req.kind == "completion":
+        p = req.prompt
+        return p[0] if p is not None and len(p) == 1 and isinstance(p[0], str) and p[0] else None
+    msgs = req.messages or []
+    users = [m for m in msgs if m.get("role") == "user"]
+    if len(users) != 1 or any(m.get("role") not in ("user", "system", "developer") for m in msgs):
+        return None
+    content = users[0].get("content")
+    if isinstance(content, list):  # text parts only
+        if not all(isinstance(c, dict) and c.get("type") in ("text", "input_text") for c in content):
+            return None
+        content = "\n".join(str(c.get("text") or "") for c in content)
+    return content if isinstance(content, str) and content else None
+
+
+class Indexed(msgspec.Struct, array_like=True):
+    """One prompt in a scope's semantic index: its group, its vector (float32), its entry's key."""
+
+    group: str
+    vector: bytes
+    key: str
+
+
+_encode_indexed = msgspec.msgpack.Encoder().encode
+_decode_indexed = msgspec.msgpack.Decoder(Indexed).decode
+
+
+def nearest(candidates: list[bytes], group: str, vector: list[float], threshold: float) -> str | None:
+    """The key of the most similar prompt of ``group`` at ``threshold`` or above (vectors are unit
+    length: their dot product is the cosine)."""
+    import numpy as np  # the built-in embedder's extra: semantic caching needs it anyway
+
+    best, best_key = threshold, None
+    v = np.asarray(vector, dtype=np.float32)
+    for raw in candidates:
+        try:
+            c = _decode_indexed(raw)
+        except msgspec.DecodeError:
+            continue
+        if c.group != group:
+            continue
+        sim = float(np.dot(np.frombuffer(c.vector, dtype=np.float32), v))
+        if sim > best or (best_key is None and sim >= best):  # ties: the newest (listed first)
+            best, best_key = sim, c.key
+    return best_key
+
+
+def index_entry(group: str, vector: list[float], key: str) -> bytes:
+    import numpy as np
+
+    return _encode_indexed(Indexed(group, np.asarray(vector, dtype=np.float32).tobytes(), key))
 
 
 def storable(chunks: list[Chunk]) -> bool:
@@ -127,6 +195,14 @@ class Answers(Protocol):
         """Keep ``value`` for ``ttl_ms``; False when it is over the size limit or the store failed."""
         ...
 
+    async def neighbours(self, scope: str) -> list[bytes]:
+        """The scope's semantic index, newest first (``index_entry`` values)."""
+        ...
+
+    async def index(self, scope: str, value: bytes, ttl_ms: int) -> None:
+        """Add to the scope's semantic index, keeping the newest ``SEMANTIC_PER_SCOPE``."""
+        ...
+
     async def aclose(self) -> None: ...
 
 
@@ -138,6 +214,7 @@ class MemoryAnswers:
         self.max_entry_bytes = max_entry_bytes
         self.bytes = 0
         self._entries: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
+        self._index: dict[str, list[tuple[float, bytes]]] = {}
 
     async def get(self, key: str) -> bytes | None:
         got = self._entries.get(key)
@@ -165,8 +242,18 @@ class MemoryAnswers:
         if got is not None:
             self.bytes -= len(got[1]) + _ENTRY_OVERHEAD
 
+    async def neighbours(self, scope: str) -> list[bytes]:
+        now = time.monotonic()
+        return [v for until, v in self._index.get(scope, ()) if until > now]
+
+    async def index(self, scope: str, value: bytes, ttl_ms: int) -> None:
+        now = time.monotonic()
+        kept = [e for e in self._index.get(scope, ()) if e[0] > now]
+        self._index[scope] = [(now + ttl_ms / 1000, value), *kept][:SEMANTIC_PER_SCOPE]
+
     async def aclose(self) -> None:
         self._entries.clear()
+        self._index.clear()
         self.bytes = 0
 
 
@@ -277,6 +364,33 @@ class RedisAnswers:
             _warn.warning("put", "response cache: the store failed to keep an answer (%s)", type(e).__name__)
             return False
         return True
+
+    async def neighbours(self, scope: str) -> list[bytes]:
+        try:
+            async with asyncio.timeout(self.timeout):
+                got = await self.client.lrange(self._scope_key(scope), 0, -1)
+        except Exception as e:  # no neighbours: the exact answer stands
+            _warn.warning("neighbours", "response cache: the store failed a semantic lookup (%s)",
+                          type(e).__name__)
+            return []
+        return [g for g in got if isinstance(g, bytes)]
+
+    async def index(self, scope: str, value: bytes, ttl_ms: int) -> None:
+        name = self._scope_key(scope)
+        try:
+            async with asyncio.timeout(self.timeout):
+                async with self.client.pipeline(transaction=False) as pipe:
+                    pipe.lpush(name, value)
+                    pipe.ltrim(name, 0, SEMANTIC_PER_SCOPE - 1)
+                    pipe.pexpire(name, max(int(ttl_ms), 1))
+                    await pipe.execute()
+        except Exception as e:
+            _warn.warning("index", "response cache: the store failed to index a prompt (%s)",
+                          type(e).__name__)
+
+    def _scope_key(self, scope: str) -> str:
+        # The cache's hash tag: on a cluster, the index lives on the cache's slot.
+        return f"{self.prefix[:-2]}s:{hashlib.blake2b(scope.encode(), digest_size=12).hexdigest()}"
 
     async def aclose(self) -> None:
         if self._fast is not None:

@@ -10,15 +10,20 @@ import pytest
 from redis.asyncio import Redis
 
 from switchyard.core.canonical import CanonicalRequest, Chunk, Usage
-from switchyard.core.settings import CacheConfig
+from switchyard.core.config import parse_config
+from switchyard.core.settings import CacheConfig, ConfigError
 from switchyard.policies.base import Principal
 from switchyard.policies.cache import (
+    SEMANTIC_PER_SCOPE,
     MemoryAnswers,
     RedisAnswers,
     cache_key,
     decode_entry,
     encode_entry,
+    index_entry,
+    nearest,
     scope_of,
+    semantic_text,
     storable,
 )
 
@@ -118,9 +123,37 @@ def test_a_threshold_is_for_semantic_only(mode):
         CacheConfig(mode=mode, threshold=0.9)  # type: ignore[arg-type]
 
 
-def test_semantic_is_refused_until_it_exists():
-    with pytest.raises(ValueError, match="not available yet"):
-        CacheConfig(mode="semantic", threshold=0.95)
+def test_a_semantic_group_is_the_request_but_for_the_users_turn():
+    def req(user: str, system: str = "s", **kw: object) -> CanonicalRequest:
+        msgs = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        return CanonicalRequest(kind="chat", model="m", dialect="chat", temperature=0,  # type: ignore[arg-type]
+                                messages=msgs, **kw)
+
+    def group(r: CanonicalRequest) -> str:
+        return cache_key(r, "v/m", "t", without_prompt=True)
+
+    assert group(req("a")) == group(req("b")) != group(req("a", system="other"))
+    assert group(req("a")) != group(req("a", max_tokens=5))
+    assert group(req("a")) != cache_key(req("a"), "v/m", "t")
+    assert semantic_text(req("hello")) == "hello"
+    assert semantic_text(req("hello", tools=[{"type": "function"}])) is None
+    two = CanonicalRequest(kind="chat", model="m", dialect="chat", messages=[
+        {"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
+        {"role": "user", "content": "c"}])
+    assert semantic_text(two) is None
+
+
+async def test_the_semantic_index_is_bounded_per_scope(redis_url):
+    c = redis_answers(redis_url, max_bytes=100_000)
+    m = MemoryAnswers(100_000, 1000)
+    for store in (c, m):
+        for i in range(SEMANTIC_PER_SCOPE + 10):
+            await store.index("scope", index_entry("g", [1.0, 0.0], f"k{i}"), 60_000)
+        got = await store.neighbours("scope")
+        assert len(got) == SEMANTIC_PER_SCOPE and await store.neighbours("other") == []
+        assert nearest(got, "g", [1.0, 0.0], 0.9) == f"k{SEMANTIC_PER_SCOPE + 9}"  # the newest
+        assert nearest(got, "g", [0.0, 1.0], 0.9) is None and nearest(got, "h", [1.0, 0.0], 0.9) is None
+    await c.client.aclose()
 
 
 async def test_redis_cluster_keeps_the_cache_on_one_slot(redis_cluster_url):
@@ -135,3 +168,12 @@ async def test_redis_cluster_keeps_the_cache_on_one_slot(redis_cluster_url):
     assert await c.get("k0") is None and await c.get("k2") == bytes([2]) * 1000
     assert await c.used_bytes() == 2 * 1096
     await store.aclose()
+
+
+def test_semantic_needs_an_embedder_and_a_threshold() -> None:
+    dep = [{"name": "d", "base_url": "http://x/v1"}]
+    with pytest.raises(ConfigError, match="needs a model served by the built-in embedder"):
+        parse_config({"models": [{"name": "v/m", "cache": {"mode": "semantic", "threshold": 0.9},
+                                  "deployments": dep}]})
+    with pytest.raises(ConfigError, match="needs a threshold"):
+        parse_config({"models": [{"name": "v/m", "cache": {"mode": "semantic"}, "deployments": dep}]})
