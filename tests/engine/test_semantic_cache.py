@@ -50,7 +50,7 @@ async def test_a_near_identical_prompt_gets_the_earlier_answer(gw) -> None:
     assert near.headers["x-switchyard-cache-match"] == "semantic"
     assert near.json()["choices"] == first.json()["choices"]
     assert other.headers["x-switchyard-cache"] == "stored"
-    # Streamed too, in another dialect's shape.
+    # A streamed request is served from it too.
     streamed = await client.post("/v1/chat/completions", json=chat("What's the capital city of France?",
                                                                    stream=True))
     assert streamed.headers["x-switchyard-cache"] == "hit"
