@@ -32,6 +32,7 @@ from switchyard.core.settings import (
     MIN_MASTER_KEY,
     AlertsConfig,
     AuditConfig,
+    CacheConfig,
     ConfigError,
     ConfigModel,
     ConsoleConfig,
@@ -57,6 +58,7 @@ class TeamConfig(ConfigModel):
     end_user_limits: Limits | None = Field(None, description="for each end user of the team")
     tag_limits: dict[str, Limits] = Field(default_factory=dict, description="per tag of the team's requests")
     guardrails: list[GuardrailConfig] = Field(default_factory=list, description="after the model's")
+    cache: CacheConfig | None = Field(None, description="the response cache for its keys (docs/cache.md)")
 
 
 class KeyConfig(ConfigModel):
@@ -70,6 +72,7 @@ class KeyConfig(ConfigModel):
     default_model: str | None = None
     timeout: float | None = Field(None, gt=0, description="default per-request deadline, seconds")
     guardrails: list[GuardrailConfig] = Field(default_factory=list, description="after the team's")
+    cache: CacheConfig | None = Field(None, description="the response cache for this key (docs/cache.md)")
 
 
     @field_validator("sha256")
@@ -140,6 +143,11 @@ class Config(ConfigModel):
                 if why:
                     raise ValueError(f"{where}: {name!r} {why}")
         _keys_apart(self.keys)
+        rules = [*(m.cache for m in self.models), *(t.cache for t in self.teams),
+                 *(k.cache for k in self.keys)]
+        if any(r is not None and r.mode == "semantic" for r in rules) and self.semantic_embedder() is None:
+            raise ValueError("cache mode: semantic needs a model served by the built-in embedder "
+                             "(a deployment with backend: embedder) to compare prompts with")
         for i, m in enumerate(self.models):
             for j, d in enumerate(m.deployments):
                 why = _unusable(m, d)
@@ -184,6 +192,11 @@ class Config(ConfigModel):
                 if all(ls is None or route in ls or f"{vendor}/*" in ls for ls in lists):
                     raise ValueError(f"{where}: a spend quota counts requests in USD, but model {route} "
                                      f"has no price ({why})")
+
+    def semantic_embedder(self) -> str | None:
+        """The model semantic caching embeds prompts with: the first the built-in embedder serves."""
+        return next((m.name for m in self.models
+                     if any(d.backend == "embedder" for d in m.deployments)), None)
 
     def _not_a_model(self, name: str) -> str | None:
         """Why an allow-list entry can never match (None: it can). Allow-lists see the configured

@@ -17,7 +17,7 @@ from pydantic import (
 
 from switchyard.core.guardrails import GuardrailConfig
 from switchyard.core.headers import denied_header, header_problem
-from switchyard.core.settings import ConfigModel, Price, Secret, resolve_secret
+from switchyard.core.settings import CacheConfig, ConfigModel, Price, Secret, resolve_secret
 
 OPENAI_FAMILY: tuple[str, ...] = ("openai", "vllm", "llamacpp", "mistralrs", "fireworks", "sgp")
 
@@ -138,6 +138,9 @@ class DeploymentConfig(ConfigModel):
     tpm: int | None = Field(None, ge=1)
     max_connections: int = Field(256, ge=1)
     on_store_error: Literal["open", "closed"] = "closed"
+    prompt_cache: Literal["off", "auto"] = Field(
+        "off", description="anthropic, bedrock, vertex (Claude): auto places cache_control breakpoints on a "
+        "long system prompt and tool list when the caller placed none (docs/cache.md)")
     engine: EngineConfig | None = None
 
     @model_validator(mode="before")
@@ -210,6 +213,9 @@ class DeploymentConfig(ConfigModel):
         for name in REQUIRED_FIELDS.get(self.provider, ()):
             if not getattr(self, name):
                 raise ValueError(f"a {self.provider} deployment needs {name}")
+        if self.prompt_cache == "auto" and self.provider not in ("anthropic", "bedrock", "vertex"):
+            raise ValueError(f"prompt_cache: auto is for Claude on anthropic, bedrock or vertex, "
+                             f"not {self.provider}")
         if self.api_version is not None and "api-version=" in split_query(self.base_url or "")[1]:
             raise ValueError("api-version is given twice: in base_url's query and as api_version "
                              "(give one)")
@@ -248,6 +254,8 @@ class ModelConfig(ConfigModel):
         None, description="what /v1/models lists it as (its `mode`, LiteLLM's word); null: embedding "
         "when its deployments are the built-in embedder or a name (the route's, an upstream model's) "
         "holds \"embed\", else chat")
+    cache: CacheConfig | None = Field(None, description="the response cache for this model (docs/cache.md); "
+                                      "a team's or a key's own rule wins")
 
     @field_validator("name")
     @classmethod

@@ -147,6 +147,27 @@ class Price(PriceRates):
         return self
 
 
+class CacheConfig(ConfigModel):
+    """The response cache's rule on a model, a team or a key (docs/cache.md); the most specific
+    one that is set wins: key, then team, then model."""
+
+    mode: Literal["off", "exact", "semantic"] = "exact"
+    ttl: float = Field(3600.0, gt=0, le=30 * 86400, description="seconds an answer is kept")
+    scope: Literal["key", "team", "global"] = Field("team", description="who shares the answers")
+    threshold: float | None = Field(None, gt=0, le=1, description="semantic only: the least cosine "
+                                    "similarity a near-identical prompt needs")
+    repeatable_only: bool = Field(True, description="cache only requests that can repeat: temperature "
+                                  "0 or a seed, with n=1 (embeddings always)")
+
+    @model_validator(mode="after")
+    def _threshold(self) -> CacheConfig:
+        if self.threshold is not None and self.mode != "semantic":
+            raise ValueError("threshold applies to mode: semantic only")
+        if self.mode == "semantic" and self.threshold is None:
+            raise ValueError("mode: semantic needs a threshold (0..1], e.g. 0.95")
+        return self
+
+
 class ServerConfig(ConfigModel):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
@@ -185,6 +206,9 @@ class StoreConfig(ConfigModel):
                              "reservation outlives its replica (renewed every third of it while alive)")
     admin_timeout: float = Field(5.0, gt=0, le=300, description="seconds an admin read (usage, records, "
                                  "the console's overview) may take: not the hot path's deadline")
+    cache_max_bytes: int = Field(256 << 20, ge=0, description="the response cache's byte budget "
+                                 "(docs/cache.md): the oldest entries are evicted past it")
+    cache_max_entry_bytes: int = Field(1 << 20, ge=0, description="an answer larger than this is not cached")
 
     @field_validator("url")
     @classmethod

@@ -61,6 +61,7 @@ class RequestContext:
     first_byte: float | None = None  # time.monotonic() of the first body byte sent
     cut: bool = False  # a stream that ended before its last event
     warning: str | None = None  # x-switchyard-warning, if any
+    cache: str = ""  # the response cache's part: hit, miss, stored or bypass ("": off)
     usage: Usage | None = None  # what was charged, once settled
     attribution: Attribution = NONE  # tags, end user, session (policies.attribution)
     # time.monotonic() instants around admission and settlement (the trace's child spans; the

@@ -32,6 +32,8 @@ from switchyard.dialects.errors import error_bytes, error_json
 from switchyard.dialects.parse import parse_request
 from switchyard.dialects.registry import ANSWERS, DIALECT_HEADER, sniff_completion_dialect
 from switchyard.dialects.render import Renderer
+from switchyard.gateway.cache import HEADER as CACHE_HEADER
+from switchyard.gateway.cache import Lane, lane_for
 from switchyard.gateway.context import RequestContext
 from switchyard.gateway.requests import (
     decode_body,
@@ -85,6 +87,25 @@ class Gateway:
         self.inflight = 0  # requests between their first byte in and their settlement
         self._idle: asyncio.Event | None = None  # set when inflight drops to 0 (drain waits on it)
 
+    async def embed(self, text: str) -> list[float] | None:
+        """``text``'s vector from the built-in embedder, for semantic caching (docs/cache.md): the
+        gateway's own call, not the caller's (not admitted or charged). None when it cannot."""
+        name = self.config.semantic_embedder()
+        if name is None:
+            return None
+        try:
+            route = self.router.resolve(name)
+            backend = route.targets[0].backend
+            if not backend.ready:
+                return None
+            req = CanonicalRequest(kind="embedding", model=name, dialect="embeddings", prompt=[text])
+            async for ch in backend.generate(req):
+                if ch.embeddings:
+                    return ch.embeddings[0]
+        except Exception:  # no vector: the exact match stands
+            log.warning("semantic cache: the embedder gave no vector", exc_info=True)
+        return None
+
     def begin(self) -> None:
         self.inflight += 1
 
@@ -131,6 +152,17 @@ class Gateway:
                 await out.whole(200, {}, msgspec.json.encode({"input_tokens": ctx.run.prompt_tokens}))
                 return
             req = await self._admit(ctx, req)
+            # The response cache's rule: the key's or its team's (chosen when the key was read),
+            # else the model's. Off, it costs this one check.
+            p, route = ctx.principal, ctx.route
+            assert p is not None and route is not None
+            rule = p.cache or route.model.cache
+            lane = None
+            # An answer a guard reads (redacts, restores, or asks a webhook about) is not cached: a
+            # restored answer holds one caller's own values.
+            if rule is not None and rule.mode != "off" and (ctx.guards is None or not ctx.guards.answers()):
+                lane = await lane_for(ctx, req, rule, self.policies.answers, headers,
+                                      self.embed if rule.mode == "semantic" else None)
         except GatewayError as e:
             await self.send_error(ctx, out, e)
             await self._after_refusal(ctx, e)
@@ -141,7 +173,7 @@ class Gateway:
             await self.send_error(ctx, out, INTERNAL)
             await self._after_refusal(ctx, INTERNAL)
             return
-        await self._run(ctx, req, out)
+        await self._run(ctx, req, out, lane)
 
     async def _after_refusal(self, ctx: RequestContext, e: GatewayError) -> None:
         """A request that failed before its upstream call: admitted, it gives its reservation back
@@ -279,13 +311,21 @@ class Gateway:
 
     # -- after admission: one owner, one finally ---------------------------------------------
 
-    async def _run(self, ctx: RequestContext, req: CanonicalRequest, out: Responder) -> None:
+    async def _run(self, ctx: RequestContext, req: CanonicalRequest, out: Responder,
+                   lane: Lane | None = None) -> None:
         assert ctx.ticket is not None and ctx.route is not None and ctx.tally is not None
         headers = dict(ctx.ticket.headers)
         if ctx.warning:
             headers["x-switchyard-warning"] = ctx.warning
         route = ctx.route
-        chunks = self.router.stream(req, route, ctx.run)
+        if lane is None:
+            headers[CACHE_HEADER] = "bypass"
+            chunks = self.router.stream(req, route, ctx.run)
+        else:
+            ctx.cache = lane.state
+            headers[CACHE_HEADER] = lane.state
+            headers.update(lane.headers)
+            chunks = lane.chunks(lambda: self.router.stream(req, route, ctx.run))
         if ctx.guards is not None and ctx.guards.answers():
             chunks = ctx.guards.answer(chunks, req.stream, lambda r: self.router.stream(r, route, ctx.run))
         task = asyncio.current_task()
@@ -295,8 +335,10 @@ class Gateway:
         try:
             if req.stream:
                 await self._stream(ctx, renderer, chunks, headers, out)
+                if lane is not None and ctx.status == 200 and not ctx.cut and await lane.keep(True):
+                    ctx.cache = "stored"  # after the fact: the stream's header said miss
             else:
-                await self._whole(ctx, renderer, chunks, headers, out)
+                await self._whole(ctx, renderer, chunks, headers, out, lane)
         except asyncio.CancelledError:
             task.uncancel()
             if out.gone:
@@ -318,7 +360,7 @@ class Gateway:
             await self._settle(ctx)
 
     async def _whole(self, ctx: RequestContext, renderer: Renderer, chunks: AsyncGenerator[Chunk, None],
-                     headers: dict[str, str], out: Responder) -> None:
+                     headers: dict[str, str], out: Responder, lane: Lane | None = None) -> None:
         tally = ctx.tally
         assert tally is not None
         got: list[Chunk] = []
@@ -333,6 +375,8 @@ class Gateway:
             return
         headers.update(ctx.run.headers())
         usage = tally.usage()
+        if lane is not None and lane.hit is None and await lane.keep(False, got):
+            ctx.cache = headers[CACHE_HEADER] = "stored"
         headers[COST_HEADER] = cost_text(ctx, usage)
         _guarded(ctx, headers)
         body = msgspec.json.encode(renderer.completion(gather(got, usage)))
@@ -410,12 +454,15 @@ class Gateway:
         assert ticket is not None and tally is not None
         ttfb = ctx.ttfb
         ctx.settle_at = time.monotonic()
+        usage = _charged(tally, ctx.status)
+        hit = ctx.cache == "hit"  # no upstream call: nothing charged, the original's usage saved
         outcome = Outcome(
-            usage=_charged(tally, ctx.status), status=ctx.status or 499, called=run.attempts > 0,
+            usage=Usage() if hit else usage, status=ctx.status or 499, called=hit or run.attempts > 0,
             deployment=run.deployment or "", latency_ms=ctx.latency * 1000,
             ttfb_ms=-1.0 if ttfb is None else ttfb * 1000, attempts=run.attempts, cut=ctx.cut,
             request_id=ctx.id, endpoint=ctx.endpoint, dialect=ctx.dialect,
-            requested_model=ctx.requested_model, reason=_reason(ctx),
+            requested_model=ctx.requested_model, reason=_reason(ctx), cache_hit=hit,
+            saved=usage if hit else None,
             guardrails=ctx.guards.header() or "" if ctx.guards is not None else "")
         ctx.usage = outcome.usage
         await self.policies.policy.settle(ticket, outcome)

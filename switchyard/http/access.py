@@ -68,6 +68,8 @@ def record(ctx: RequestContext) -> dict[str, Any]:
         out["stream"] = True
     if ctx.cut:
         out["cut"] = True
+    if ctx.cache:  # under a response-cache rule: hit, miss, stored or bypass
+        out["cache"] = ctx.cache
     if ctx.error_type is not None:
         out["error"] = ctx.error_type
     usage = ctx.usage

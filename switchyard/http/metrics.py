@@ -24,6 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from switchyard.core.errors import RateLimited, Unavailable
+from switchyard.policies.pricing import nano_usd
 from switchyard.routing.health import CLOSED
 
 if TYPE_CHECKING:
@@ -55,6 +56,10 @@ COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "streams_cut": ("Streams that ended before their last event", ("model",)),
     "guardrail_actions": ("Requests a guardrail acted on, by guard, action and direction (never "
                           "what it matched)", ("guardrail", "action", "direction")),
+    "cache_requests": ("Requests the response cache saw, by result: hit, miss, stored or bypass",
+                       ("model", "team", "result")),
+    "cache_saved_usd": ("Spend the response cache's hits saved, USD, at the model's price",
+                        ("model", "team")),
 }
 PER_KEY = ("requests", "tokens", "spend_usd")  # these get a ``key`` label with metrics.per_key
 HISTOGRAMS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -134,10 +139,23 @@ class Recorder:
             c["fallbacks"][fk] = c["fallbacks"].get(fk, 0) + 1
         if ctx.cut:
             c["streams_cut"][(group,)] = c["streams_cut"].get((group,), 0) + 1
+        if ctx.cache:
+            self._cache(ctx, group, team)
         usage = ctx.usage
         if usage is not None and (usage.prompt_tokens or usage.completion_tokens):
             self._usage(ctx, group, team, usage.prompt_tokens, usage.completion_tokens,
                         usage.cached_tokens, usage.cache_write_tokens)
+
+    def _cache(self, ctx: RequestContext, group: str, team: str) -> None:
+        ck = (group, team, ctx.cache)
+        looked = self.counts["cache_requests"]
+        looked[ck] = looked.get(ck, 0) + 1
+        if ctx.cache == "hit" and ctx.tally is not None and ctx.route is not None:
+            saved = ctx.tally.usage()  # the original answer's usage, charged nothing now
+            usd = nano_usd(ctx.route.model.price, saved.prompt_tokens, saved.completion_tokens,
+                           saved.cached_tokens, saved.cache_write_tokens) / 1e9
+            s = self.counts["cache_saved_usd"]
+            s[(group, team)] = s.get((group, team), 0.0) + usd
 
     def _admission(self, ctx: RequestContext, team: str) -> None:
         if ctx.ticket is not None:
@@ -260,12 +278,28 @@ class Snapshot:
             for k, v in self.gauges.get(name, {}).items():
                 cfam.add_metric(list(k), v)
             yield cfam
+        yield self._hit_ratio()
         up, rtt = store
         yield GaugeMetricFamily("switchyard_store_up", "1 when the policy store answered the "
                                 "scrape's ping in time", value=1 if up else 0)
         if rtt is not None:
             yield GaugeMetricFamily("switchyard_store_ping_seconds",
                                     "Round trip of the scrape's ping to the policy store", value=rtt)
+
+
+    def _hit_ratio(self) -> Metric:
+        """Hits over the requests the cache looked up (hit, miss, stored), per model and team."""
+        looked: dict[Key, list[float]] = {}
+        for (model, team, result), n in self.counts.get("cache_requests", {}).items():
+            if result != "bypass":
+                row = looked.setdefault((model, team), [0.0, 0.0])
+                row[0] += n if result == "hit" else 0
+                row[1] += n
+        fam = GaugeMetricFamily("switchyard_cache_hit_ratio", "Response cache hits over lookups "
+                                "(hit, miss, stored), since start", labels=["model", "team"])
+        for k, (hits, n) in looked.items():
+            fam.add_metric(list(k), hits / n if n else 0.0)
+        return fam
 
 
 class Families(Collector):

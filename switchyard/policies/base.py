@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from switchyard.core.canonical import Usage
-from switchyard.core.settings import Limits
+from switchyard.core.settings import CacheConfig, Limits
 from switchyard.policies.attribution import NONE, Attribution
 
 if TYPE_CHECKING:
@@ -35,6 +35,9 @@ class Principal:
     default_model: str | None = None
     timeout: float | None = None
     expires_ms: int | None = None  # wall-clock epoch ms after which the key is refused (401)
+    # The response cache's rule of the key, else of its team (None: the model's applies), chosen
+    # once when the principal is made, not per request.
+    cache: CacheConfig | None = None
 
     def may_use(self, model: str) -> bool:
         return all(allowed is None or model_allowed(model, allowed)
@@ -100,6 +103,9 @@ class Outcome:
     requested_model: str = ""
     reason: str = ""  # what failed, for an error (``switchyard.policies.refusals.reason_of``)
     guardrails: str = ""  # the guards that acted, "<name>:<action>,..." (never what they matched)
+    # Answered from the response cache: ``usage`` is nothing; ``saved`` is the original answer's.
+    cache_hit: bool = False
+    saved: Usage | None = None
 
 
 class Policy(Protocol):

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from switchyard.core.config import Config
 from switchyard.policies.alerts import Alerts
 from switchyard.policies.audit import AuditLog
+from switchyard.policies.cache import Answers, open_answers
 from switchyard.policies.keys import KeyRing
 from switchyard.policies.limits import Limiter
 from switchyard.policies.memory import MemoryStore
@@ -66,6 +67,7 @@ class Policies:
     usage: UsageSource
     refusals: Refusals
     audit: AuditLog
+    answers: Answers  # the response cache (docs/cache.md)
     ledger: Ledger | None = None
     alerts: Alerts | None = None  # webhooks as budgets fill (config.alerts)
     owns_store: bool = True  # False once a reload handed the store on to the next Policies
@@ -86,6 +88,7 @@ class Policies:
             await self.alerts.aclose()
         if self.ledger is not None:
             await self.ledger.aclose()
+        await self.answers.aclose()
         if self.owns_store:
             await self.store.aclose()
 
@@ -111,5 +114,9 @@ def build_policies(config: Config, *, ns: str = "sy", key_cache_ttl: float = 1.0
     alerts = Alerts(config.alerts, store, registry) if config.alerts is not None else None
     audit = AuditLog(store, sink=ledger.sink if ledger is not None else None,
                      retention_days=config.audit.retention_days)
+    answers = open_answers(store.client, ns=ns, timeout=config.store.timeout,
+                           max_bytes=config.store.cache_max_bytes,
+                           max_entry_bytes=config.store.cache_max_entry_bytes)
     return Policies(config=config, store=store, keys=keys, policy=policy, registry=registry,
-                    usage=usage, refusals=Refusals(store), audit=audit, ledger=ledger, alerts=alerts)
+                    usage=usage, refusals=Refusals(store), audit=audit, answers=answers, ledger=ledger,
+                    alerts=alerts)

@@ -79,6 +79,7 @@ def make_principal(key_id: str, team: str, key_limits: Limits, key_models: list[
         strict=key_cfg.strict if key_cfg else False,
         default_model=key_cfg.default_model if key_cfg else None,
         timeout=key_cfg.timeout if key_cfg else None, expires_ms=expires_ms,
+        cache=(key_cfg.cache if key_cfg else None) or (team_cfg.cache if team_cfg else None),
     )
 
 

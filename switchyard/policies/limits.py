@@ -309,6 +309,8 @@ class Limiter:
         plan: Plan = ticket.plan
         usage = outcome.usage
         priced = ticket.prices.cost(outcome.deployment, usage) if ticket.prices is not None else 0
+        if outcome.cache_hit:
+            priced = 0  # nothing was called: nothing to price
         cost = ticket.cost_nano = priced or 0
         ticket.unpriced = priced is None
         rec = UsageRecord(ts_ms=ticket.admitted_ms, key_id=ticket.principal.key_id, team=plan.team,
@@ -323,6 +325,11 @@ class Limiter:
                           tags=",".join(ticket.attribution.tags), end_user=ticket.attribution.end_user,
                           session=ticket.attribution.session,
                           guardrails=outcome.guardrails)
+        if outcome.cache_hit and outcome.saved is not None:
+            rec.cache_hit, rec.saved_tokens = True, outcome.saved.total_tokens
+            # at the route's own price (""): which deployment gave the original answer is not kept
+            saved = ticket.prices.cost("", outcome.saved) if ticket.prices is not None else 0
+            rec.saved_nano = saved or 0
         kw: dict[str, Any] = dict(plan=plan, admitted_ms=ticket.admitted_ms,
                                   token_delta=usage.total_tokens - ticket.reserved_tokens,
                                   spend_delta=cost - ticket.reserved_spend, lease_id=ticket.lease_id,

@@ -80,6 +80,11 @@ class UsageRecord:
     session: str = ""
     # The guardrails that acted, "<name>:<action>,..." as x-switchyard-guardrails says (never the text).
     guardrails: str = ""
+    # Answered from the response cache (docs/cache.md): no upstream call, no tokens charged; what
+    # the original answer's tokens and price were is what the hit saved.
+    cache_hit: bool = False
+    saved_tokens: int = 0
+    saved_nano: int = 0
 
     def as_fields(self) -> dict[str, str]:
         return {k: _str(getattr(self, k)) for k in self.__dataclass_fields__}
@@ -103,9 +108,9 @@ def _str(v: Any) -> str:
 
 _FIELD_TYPES: dict[str, type] = {
     **dict.fromkeys(("ts_ms", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_nano",
-                     "status", "attempts", "cache_write_tokens"), int),
+                     "status", "attempts", "cache_write_tokens", "saved_tokens", "saved_nano"), int),
     **dict.fromkeys(("latency_ms", "ttfb_ms"), float),
-    **dict.fromkeys(("cut", "unpriced"), bool),
+    **dict.fromkeys(("cut", "unpriced", "cache_hit"), bool),
     **dict.fromkeys(("key_id", "team", "model", "deployment", "request_id", "ticket_id", "endpoint",
                      "dialect", "requested_model", "reason", "tags", "end_user", "session",
                      "guardrails"), str),
@@ -117,7 +122,7 @@ _FIELD_TYPES: dict[str, type] = {
 # in the hash of the minute's hour (the scripts derive these fields from the daily ones).
 # A metric added later is simply absent from older hashes: it reads 0 (usage.usage_row).
 METRICS = ("requests", "errors", "refused", "prompt_tokens", "completion_tokens", "cached_tokens",
-           "cost_nano", "cache_write_tokens", "unpriced")
+           "cost_nano", "cache_write_tokens", "unpriced", "cache_hits", "saved_tokens", "saved_nano")
 SEP = "\x1f"
 MINUTE_MS = 60_000
 HOUR_MS = 3_600_000
@@ -143,7 +148,8 @@ def refused(status: int, attempts: int) -> bool:
 def metric_values(r: UsageRecord) -> list[tuple[str, int]]:
     """The record's non-zero metrics, by name."""
     vals = (1, 1 if r.status >= 400 else 0, 1 if refused(r.status, r.attempts) else 0, r.prompt_tokens,
-            r.completion_tokens, r.cached_tokens, r.cost_nano, r.cache_write_tokens, 1 if r.unpriced else 0)
+            r.completion_tokens, r.cached_tokens, r.cost_nano, r.cache_write_tokens, 1 if r.unpriced else 0,
+            1 if r.cache_hit else 0, r.saved_tokens, r.saved_nano)
     return [(m, v) for m, v in zip(METRICS, vals, strict=True) if v]
 
 

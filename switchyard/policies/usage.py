@@ -31,9 +31,10 @@ class UsageSource(Protocol):
 
 
 def usage_row(metrics: dict[str, int]) -> dict[str, Any]:
-    out: dict[str, Any] = {m: metrics.get(m, 0) for m in METRICS if m != "cost_nano"}
+    out: dict[str, Any] = {m: metrics.get(m, 0) for m in METRICS if m not in ("cost_nano", "saved_nano")}
     out["total_tokens"] = out["prompt_tokens"] + out["completion_tokens"]
     out["cost_usd"] = metrics.get("cost_nano", 0) / NANO
+    out["saved_usd"] = metrics.get("saved_nano", 0) / NANO
     return out
 
 

@@ -19,6 +19,7 @@ from switchyard.core.deployments import DeploymentConfig, split_query
 from switchyard.core.errors import InvalidRequest, UpstreamError
 from switchyard.core.propagation import OUTGOING
 from switchyard.dialects import passthrough
+from switchyard.providers.anthropic.codec import auto_breakpoints
 from switchyard.providers.client import make_transport
 from switchyard.providers.emulation import Emulation, Emulator
 from switchyard.providers.exchange import Answered, Exchange, make_exchange
@@ -162,8 +163,12 @@ class UpstreamBackend:
             # but for what the gateway owns; its unknown fields pass only when allowed.
             body = self._native(msgspec.json.decode(req.native.body), req, upstream_model,
                                 dep.allow_extra_params)
-            return body, Emulation()
-        return self.codec.render(req, upstream_model, dep)
+            emulation = Emulation()
+        else:
+            body, emulation = self.codec.render(req, upstream_model, dep)
+        if dep.prompt_cache == "auto" and self.wire.native_dialect == "anthropic":  # Messages bodies
+            auto_breakpoints(body)
+        return body, emulation
 
     def _target(self, req: CanonicalRequest, upstream_model: str) -> str:
         key = (req.kind, req.stream, upstream_model)

@@ -80,6 +80,10 @@ class FakeAnthropic:
     script: list[Claude] = field(default_factory=list)
     requests: list[Seen] = field(default_factory=list)
     port: int = 0
+    # Act as Anthropic's prompt cache: a tools + system prefix marked with cache_control is
+    # written on first sight and read after (its words are the tokens), instead of the script's.
+    prompt_cache: bool = False
+    cached: set[str] = field(default_factory=set)
 
     @property
     def url(self) -> str:
@@ -175,10 +179,16 @@ class FakeAnthropic:
             text, stop_reason = "".join(pieces), "max_tokens"
         if b.tools and stop_reason == "end_turn":
             stop_reason = "tool_use"
-        prompt = self.tokens(body)
+        prompt, read, write = self.tokens(body), b.cache_read, b.cache_write
+        prefix = json.dumps([body.get("tools"), body.get("system")])
+        if self.prompt_cache and '"cache_control"' in prefix:
+            n = len(prefix.split())
+            read, write = (n, 0) if prefix in self.cached else (0, n)
+            self.cached.add(prefix)
+            prompt = max(prompt - n, 1)  # input_tokens: what neither read nor wrote the cache
         usage = {"input_tokens": prompt,
                  "output_tokens": len(pieces) + 5 * len(b.tools),
-                 "cache_read_input_tokens": b.cache_read, "cache_creation_input_tokens": b.cache_write}
+                 "cache_read_input_tokens": read, "cache_creation_input_tokens": write}
         content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
         if b.thinking is not None:
             content.insert(0, {"type": "thinking", "thinking": b.thinking, "signature": SIGNATURE})

@@ -41,6 +41,7 @@ class Behaviour:
     reasoning_field: str = "reasoning_content"
     pieces: list[str] | None = None  # the answer streamed in exactly these pieces (overrides text)
     echo: bool = False  # chat: answer with the last message's text, as the gateway sent it
+    finish: str | None = None  # the finish_reason to give (e.g. content_filter); default: length/stop
 
 
 @dataclass
@@ -157,7 +158,7 @@ class FakeUpstream:
                  "total_tokens": prompt_tokens + len(pieces) * n}
         if b.cached_tokens:
             usage["prompt_tokens_details"] = {"cached_tokens": b.cached_tokens}  # type: ignore[assignment]
-        finish = "length" if b.text is None and b.pieces is None and not b.echo else "stop"
+        finish = b.finish or ("length" if b.text is None and b.pieces is None and not b.echo else "stop")
         if not body.get("stream"):
             call = _tool_call(body) if chat else None
             if call is not None:

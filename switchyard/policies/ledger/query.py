@@ -19,11 +19,11 @@ _GROUP_SQL = {
     "reason": "reason",
 }
 _METRICS = ("requests", "errors", "refused", "prompt_tokens", "completion_tokens", "cached_tokens",
-            "cost_nano", "cache_write_tokens", "unpriced")
+            "cost_nano", "cache_write_tokens", "unpriced", "cache_hits", "saved_tokens", "saved_nano")
 _RECORD = ("ts_ms", "key_id", "team", "model", "deployment", "prompt_tokens", "completion_tokens",
            "cached_tokens", "cost_nano", "status", "latency_ms", "request_id", "ticket_id", "endpoint",
            "dialect", "requested_model", "attempts", "ttfb_ms", "cut", "reason", "cache_write_tokens",
-           "unpriced", "tags", "end_user", "session", "guardrails")
+           "unpriced", "tags", "end_user", "session", "guardrails", "cache_hit", "saved_tokens", "saved_nano")
 # group_by=guardrail reads the records (the rollups keep no guard): one row per guard and action
 # that acted, from the comma-separated list each record carries.
 _RAW_GROUP_SQL = {**_GROUP_SQL, "guardrail": "g.guardrail",
@@ -35,8 +35,10 @@ _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _RECORD_SUMS = ("count(*) AS requests", "count(*) FILTER (WHERE status >= 400) AS errors",
                 "count(*) FILTER (WHERE status BETWEEN 400 AND 499 AND attempts = 0) AS refused",
                 "count(*) FILTER (WHERE unpriced) AS unpriced",
+                "count(*) FILTER (WHERE cache_hit) AS cache_hits",
                 *(f"sum({c})::bigint AS {c}" for c in ("prompt_tokens", "completion_tokens", "cached_tokens",
-                                                       "cost_nano", "cache_write_tokens")))
+                                                       "cost_nano", "cache_write_tokens", "saved_tokens",
+                                                       "saved_nano")))
 
 
 def _where(f: UsageFilter, time_col: str, args: list[Any]) -> str:

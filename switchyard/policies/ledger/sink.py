@@ -24,7 +24,7 @@ log = logging.getLogger("switchyard.ledger")
 COLUMNS = ("ticket_id", "ts", "request_id", "key_id", "team", "model", "requested_model", "deployment",
            "endpoint", "dialect", "status", "prompt_tokens", "completion_tokens", "cached_tokens",
            "cost_nano", "latency_ms", "ttfb_ms", "attempts", "cut", "reason", "cache_write_tokens",
-           "unpriced", "tags", "end_user", "session", "guardrails")
+           "unpriced", "tags", "end_user", "session", "guardrails", "cache_hit", "saved_tokens", "saved_nano")
 # The batch travels as one JSON array of records' fields, as strings, exactly as the store keeps
 # them (``UsageRecord.as_fields``): PostgreSQL converts them, so the gateway's process does
 # next to no work per row. Fields a record lacks (older records) take their defaults.
@@ -33,24 +33,25 @@ _FIELDS = ("ticket_id text, ts_ms bigint, request_id text, key_id text, team tex
            "prompt_tokens bigint, completion_tokens bigint, cached_tokens bigint, cost_nano bigint, "
            "latency_ms float8, ttfb_ms float8, attempts smallint, cut boolean, reason text, "
            "cache_write_tokens bigint, unpriced boolean, tags text, end_user text, session text, "
-           "guardrails text")
+           "guardrails text, cache_hit boolean, saved_tokens bigint, saved_nano bigint")
 _VALUES = ("ticket_id, 'epoch'::timestamptz + ts_ms * interval '1 millisecond', "
            "coalesce(request_id, ''), key_id, team, model, coalesce(requested_model, ''), "
            "coalesce(deployment, ''), coalesce(endpoint, ''), coalesce(dialect, ''), status, "
            "prompt_tokens, completion_tokens, coalesce(cached_tokens, 0), cost_nano, latency_ms, "
            "coalesce(ttfb_ms, -1), coalesce(attempts, 0), coalesce(cut, false), coalesce(reason, ''), "
            "coalesce(cache_write_tokens, 0), coalesce(unpriced, false), coalesce(tags, ''), "
-           "coalesce(end_user, ''), coalesce(session, ''), coalesce(guardrails, '')")
+           "coalesce(end_user, ''), coalesce(session, ''), coalesce(guardrails, ''), "
+           "coalesce(cache_hit, false), coalesce(saved_tokens, 0), coalesce(saved_nano, 0)")
 _GROUP = "hour, team, key_id, model, deployment, status, reason"
 _MGROUP = "minute, team, key_id, model, status, reason"
 _SUMS = ("prompt_tokens", "completion_tokens", "cached_tokens", "cost_nano", "latency_ms",
-         "cache_write_tokens")
+         "cache_write_tokens", "saved_tokens", "saved_nano")
 # Refused: a 4xx answered without calling a model (store.refused).
 _COUNTS = ("count(*), count(*) FILTER (WHERE status >= 400), "
            "count(*) FILTER (WHERE status BETWEEN 400 AND 499 AND attempts = 0), "
-           "count(*) FILTER (WHERE unpriced)")
-_ADD = ", ".join(f"{c} = {{t}}.{c} + excluded.{c}"
-                 for c in ("requests", "errors", "refused", "unpriced", *_SUMS))
+           "count(*) FILTER (WHERE unpriced), count(*) FILTER (WHERE cache_hit)")
+_COUNTED = "requests, errors, refused, unpriced, cache_hits"
+_ADD = ", ".join(f"{c} = {{t}}.{c} + excluded.{c}" for c in (*_COUNTED.split(", "), *_SUMS))
 
 INSERT = f"""
 WITH batch AS (
@@ -60,14 +61,14 @@ WITH batch AS (
   ON CONFLICT (ticket_id) DO NOTHING
   RETURNING *
 ), roll AS (
-  INSERT INTO usage_hourly ({_GROUP}, requests, errors, refused, unpriced, {", ".join(_SUMS)})
+  INSERT INTO usage_hourly ({_GROUP}, {_COUNTED}, {", ".join(_SUMS)})
   SELECT date_trunc('hour', ts, 'UTC') AS hour, team, key_id, model, deployment, status, reason,
          {_COUNTS}, {", ".join(f"sum({c})" for c in _SUMS)}
   FROM ins GROUP BY {_GROUP} ORDER BY {_GROUP}
   ON CONFLICT ({_GROUP}) DO UPDATE SET {_ADD.format(t="usage_hourly")}
   RETURNING 1
 ), rollm AS (
-  INSERT INTO usage_minute ({_MGROUP}, requests, errors, refused, unpriced, {", ".join(_SUMS)})
+  INSERT INTO usage_minute ({_MGROUP}, {_COUNTED}, {", ".join(_SUMS)})
   SELECT date_trunc('minute', ts) AS minute, team, key_id, model, status, reason,
          {_COUNTS}, {", ".join(f"sum({c})" for c in _SUMS)}
   FROM ins GROUP BY {_MGROUP} ORDER BY {_MGROUP}

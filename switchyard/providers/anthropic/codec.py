@@ -101,6 +101,35 @@ class AnthropicCodec:
         return count_field(raw, "input_tokens")
 
 
+# About 1024 tokens at 4 characters a token: Anthropic caches no shorter prefix, so a breakpoint
+# on less would only cost the cache-write premium's bookkeeping for nothing.
+AUTO_CACHE_CHARS = 4096
+_EPHEMERAL = {"type": "ephemeral"}
+
+
+def auto_breakpoints(body: dict[str, Any]) -> bool:
+    """``prompt_cache: auto``: when the caller marked nothing, put ``cache_control`` on the last
+    tool of a long tool list and on the last block of a system prompt that, with the tools before
+    it, is long (the cache's prefix is tools, then system, then messages). True when it placed any."""
+    if b'"cache_control"' in msgspec.json.encode(body):
+        return False  # the caller chose its breakpoints
+    tools, system = body.get("tools"), body.get("system")
+    tools_chars = len(msgspec.json.encode(tools)) if isinstance(tools, list) and tools else 0
+    if isinstance(system, str):
+        system = [{"type": "text", "text": system}] if system else None
+    sys_chars = sum(len(b.get("text") or "") for b in system if isinstance(b, dict)) \
+        if isinstance(system, list) else 0
+    placed = False
+    if tools_chars >= AUTO_CACHE_CHARS and isinstance(tools, list) and isinstance(tools[-1], dict):
+        body["tools"] = [*tools[:-1], {**tools[-1], "cache_control": _EPHEMERAL}]
+        placed = True
+    if sys_chars and tools_chars + sys_chars >= AUTO_CACHE_CHARS and isinstance(system, list) \
+            and isinstance(system[-1], dict):
+        body["system"] = [*system[:-1], {**system[-1], "cache_control": _EPHEMERAL}]
+        placed = True
+    return placed
+
+
 def unsigned(messages: list[Any]) -> list[Any]:
     """The messages less the ``thinking`` blocks with an empty signature: only this gateway writes
     those (another backend's reasoning shown as thinking), and Claude refuses them ("Invalid

@@ -32,6 +32,10 @@ async function loadOverview() {
   document.getElementById("stat-unauth").textContent = num(unauth);
   document.getElementById("stat-tokens").textContent = num(t.total_tokens);
   document.getElementById("stat-spend").replaceChildren(spend(t));
+  const hits = t.cache_hits || 0;
+  document.getElementById("stat-cache-hits").textContent =
+    t.requests ? `${num(hits)} (${(100 * hits / t.requests).toFixed(1)}%)` : num(hits);
+  document.getElementById("stat-cache-saved").textContent = usd(t.saved_usd || 0);
   document.getElementById("stat-latency").textContent = `${ms(o.latency.p50_ms)} / ${ms(o.latency.p95_ms)}`;
   document.getElementById("stat-ttfb").textContent = `${ms(o.latency.ttfb_p50_ms)} / ${ms(o.latency.ttfb_p95_ms)}`;
   document.getElementById("stat-inflight").textContent = o.inflight === null ? "—" : num(o.inflight);
