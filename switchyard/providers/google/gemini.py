@@ -1,5 +1,5 @@
 """Google's generateContent API, as the Gemini API (``x-goog-api-key``) and Vertex AI (an OAuth
-token, see ``switchyard.providers.vertex``) both serve it: the codec.
+token, see ``switchyard.providers.google.vertex``) both serve it: the codec.
 
 Wire facts (google-genai's types): ``systemInstruction`` apart from ``contents``; roles user and
 model; tool calls are ``functionCall`` parts (``args`` an object), results ``functionResponse``
