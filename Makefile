@@ -73,13 +73,13 @@ define npm_install
 endef
 
 # oidc-provider (npm; a certified OpenID provider) for the console's single sign-on tests
-# (tests/fakes/oidc.py runs it with node on loopback).
-OIDC_PROVIDER := oidc-provider@9.13.3
-oidc-provider: .cache/oidc-provider/node_modules/oidc-provider/lib/index.js
+# (tests/fakes/oidc.py runs it with node on loopback), in the same per-user cache.
+OIDC_PROVIDER_VERSION := 9.13.3
+OIDC_PROVIDER_DIR := $(NPM_CACHE)/oidc-provider-$(OIDC_PROVIDER_VERSION)
+oidc-provider: $(OIDC_PROVIDER_DIR)/node_modules/oidc-provider/lib/index.js
 
-.cache/oidc-provider/node_modules/oidc-provider/lib/index.js:
-	mkdir -p .cache/oidc-provider
-	npm install --prefix .cache/oidc-provider --no-audit --no-fund --loglevel=error $(OIDC_PROVIDER)
+$(OIDC_PROVIDER_DIR)/node_modules/oidc-provider/lib/index.js:
+	$(call npm_install,$(OIDC_PROVIDER_DIR),oidc-provider@$(OIDC_PROVIDER_VERSION))
 
 test: lint chromium claude-code codex oidc-provider
 	$(PY) -m pytest -q -p no:cacheprovider

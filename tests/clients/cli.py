@@ -31,3 +31,5 @@ CLAUDE_CODE_VERSION = pinned("CLAUDE_CODE_VERSION")
 CODEX_VERSION = pinned("CODEX_VERSION")
 CLAUDE_CODE = installed("claude-code", "CLAUDE_CODE_VERSION", "claude")
 CODEX = installed("codex", "CODEX_VERSION", "codex")
+OIDC_PROVIDER = (npm_cache() / f"oidc-provider-{pinned('OIDC_PROVIDER_VERSION')}" / "node_modules"
+                 / "oidc-provider")

@@ -1,5 +1,5 @@
 """A real OpenID provider for the tests: the ``oidc-provider`` npm package (pinned in the
-Makefile, installed under ``.cache/oidc-provider``) run by node on loopback
+Makefile, installed in the per-user npm cache, tests/clients/cli.py) run by node on loopback
 (``tests/fakes/oidc_provider.mjs``), signing with RSA keys this module makes, so that a test can
 also sign tokens it forges or bends (expired, wrong audience) with the provider's own key."""
 
@@ -21,10 +21,10 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
+from tests.clients.cli import OIDC_PROVIDER
 from tests.conftest import free_port
 
-ROOT = Path(__file__).resolve().parents[2]
-MAIN = ROOT / ".cache/oidc-provider/node_modules/oidc-provider/lib/index.js"
+MAIN = OIDC_PROVIDER / "lib/index.js"
 SCRIPT = Path(__file__).with_name("oidc_provider.mjs")
 CLIENT_ID, CLIENT_SECRET = "switchyard-console", "sy-test-client-secret"
 
