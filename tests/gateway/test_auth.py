@@ -176,6 +176,7 @@ async def test_ready_is_503_while_a_backend_loads(upstream, gateway_for) -> None
 
     class Loading:
         ready = False
+        load_error = None
 
         async def start(self) -> None: ...
 

@@ -21,7 +21,8 @@ def config(upstream_url: str):
         models=[{"name": "openai/gpt-4o", "aliases": ["gpt-4o"],
                  "price": {"prompt_per_1m": 2.5, "completion_per_1m": 10.0},
                  "deployments": [{"name": "d1", "base_url": upstream_url, "model": "gpt-4o"}]},
-                {"name": "mistral/down", "deployments": [
+                {"name": "mistral/down", "price": {"prompt_per_1m": 1.0, "completion_per_1m": 1.0},
+                 "deployments": [
                     {"name": "d9", "provider": "mistral", "base_url": refused_url(), "model": "m",
                      "api_key": "sk-upstream"}]}],
         teams=[{"name": "ml", "limits": {"spend_per_day": 1.0}}],
