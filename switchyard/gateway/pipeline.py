@@ -472,6 +472,8 @@ class Gateway:
 def cost_text(ctx: RequestContext, usage: Usage) -> str:
     """What ``usage`` costs at the price of the deployment that served it, in USD (as
     ``x-switchyard-cost`` says it), or ``unpriced``."""
+    if ctx.cache == "hit":
+        return usd_text(0)  # nothing was called: the usage replayed is the original answer's
     prices = ctx.ticket.prices if ctx.ticket is not None else None
     nano = prices.cost(ctx.run.deployment or "", usage) if prices is not None else 0
     return "unpriced" if nano is None else usd_text(nano)
@@ -481,6 +483,8 @@ def _reason(ctx: RequestContext) -> str:
     if ctx.error is not None:
         return reason_of(ctx.error)
     return {499: "client_closed", 500: "internal_error"}.get(ctx.status or 499, "")
+
+
 def _guarded(ctx: RequestContext, headers: dict[str, str]) -> None:
     """Names the guards that acted on the request (before its answer started)."""
     if ctx.guards is not None and (acted := ctx.guards.header()):

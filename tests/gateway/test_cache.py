@@ -292,6 +292,10 @@ async def test_usage_shows_hits_and_what_they_saved(upstream, redis_url):
     u = first.json()["usage"]
     tokens = u["prompt_tokens"] + u["completion_tokens"]
     price = (u["prompt_tokens"] * 2.0 + u["completion_tokens"] * 6.0) / 1e6
+    # The first answer costs its price; a hit, whole or streamed, costs nothing.
+    assert float(first.headers["x-switchyard-cost"]) == pytest.approx(price)
+    assert hits[0].headers["x-switchyard-cost"] == "0"
+    assert hits[1].text.rstrip().endswith(": x-switchyard-cost 0")
     total = usage["total"]
     assert total["requests"] == 3 and total["cache_hits"] == 2
     assert total["saved_tokens"] == 2 * tokens
