@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -16,7 +13,7 @@ import httpx
 
 from tests.conftest import free_port, start_redis, stop
 from tests.fakes.upstream import FakeUpstream
-from tests.policies.test_multiprocess import usage_of, wait_healthy
+from tests.policies.test_multiprocess import serving, usage_of
 
 MAX_TOKENS = 10  # the fake answers exactly this many tokens: a request costs what it reserved
 COST = MAX_TOKENS * 1000 / 1e6  # $1000 per 1M completion tokens, prompts free: $0.01 a request
@@ -58,37 +55,19 @@ async def test_two_replicas_stop_session_and_tag_spend_exactly_at_the_limit():
     with tempfile.TemporaryDirectory() as d:
         rport = free_port()
         redis = start_redis(rport, cwd=d)
-        procs: list[subprocess.Popen[bytes]] = []
-        logs: list[Any] = []
         try:
             async with FakeUpstream() as up:
                 cfg = Path(d) / "gw.yaml"
                 cfg.write_text(json.dumps(config(up.url, f"redis://127.0.0.1:{rport}/0")))
                 ports = [free_port() for _ in range(2)]
-                env = dict(os.environ, PYTHONPATH=os.getcwd())
-                logs = [open(Path(d) / f"gw-{p}.log", "wb") for p in ports]  # noqa: SIM115
-                procs = [subprocess.Popen([sys.executable, "-m", "switchyard", "serve", "--config", str(cfg),
-                                           "--port", str(p)], env=env, stdout=log, stderr=log)
-                         for p, log in zip(ports, logs, strict=True)]
-                for p in ports:
-                    await wait_healthy(p, procs)
-
-                # the key's $0.25 per session: exactly 25 requests of session s-1, out of 80
-                ok = admitted(await burst(ports, {"x-switchyard-session": "s-1"}), "session s-1")
-                assert len(ok) == round(0.25 / COST)
-                # the team's $0.17 a day for tag search: exactly 17 (sessions of their own)
-                ok = admitted(await burst(ports, {"x-switchyard-tags": "search"}), "tag search")
-                assert len(ok) == round(0.17 / COST)
-                total = await usage_of(ports[1], "t", 2 * 2 * PER_REPLICA)
-                assert round(total["cost_usd"], 9) == round(0.25 + 0.17, 9)
+                async with serving(cfg, ports, d):
+                    # the key's $0.25 per session: exactly 25 requests of session s-1, out of 80
+                    ok = admitted(await burst(ports, {"x-switchyard-session": "s-1"}), "session s-1")
+                    assert len(ok) == round(0.25 / COST)
+                    # the team's $0.17 a day for tag search: exactly 17 (sessions of their own)
+                    ok = admitted(await burst(ports, {"x-switchyard-tags": "search"}), "tag search")
+                    assert len(ok) == round(0.17 / COST)
+                    total = await usage_of(ports[1], "t", 2 * 2 * PER_REPLICA)
+                    assert round(total["cost_usd"], 9) == round(0.25 + 0.17, 9)
         finally:
-            for p in procs:
-                p.terminate()
-            for p in procs:
-                try:
-                    p.wait(10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
             stop(redis)
-            for log in logs:
-                log.close()

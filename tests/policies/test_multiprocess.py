@@ -4,14 +4,15 @@ and the usage adds up to exactly what the upstream reported."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -54,6 +55,31 @@ async def wait_healthy(port: int, procs: list[subprocess.Popen[bytes]]) -> None:
     raise RuntimeError(f"gateway on {port} did not become healthy")
 
 
+@contextlib.asynccontextmanager
+async def serving(cfg: Path, ports: list[int], logdir: str) -> AsyncIterator[list[subprocess.Popen[bytes]]]:
+    """``switchyard serve --config cfg`` on each port (this checkout's code), healthy before it
+    yields; stopped, and its logs closed, after."""
+    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    logs = [open(Path(logdir) / f"gw-{p}.log", "wb") for p in ports]  # noqa: SIM115
+    procs = [subprocess.Popen([sys.executable, "-m", "switchyard", "serve", "--config", str(cfg),
+                               "--port", str(p)], env=env, stdout=log, stderr=log)
+             for p, log in zip(ports, logs, strict=True)]
+    try:
+        for p in ports:
+            await wait_healthy(p, procs)
+        yield procs
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        for log in logs:
+            log.close()
+
+
 async def burst(ports: list[int], key: str) -> list[httpx.Response]:
     body = {"model": "openai/gpt-4o", "messages": [{"role": "user", "content": "hi"}],
             "max_tokens": MAX_TOKENS}
@@ -80,57 +106,40 @@ async def test_four_replicas_share_limits_and_account_exactly():
     with tempfile.TemporaryDirectory() as d:
         rport = free_port()
         redis = start_redis(rport, cwd=d)
-        procs: list[subprocess.Popen[bytes]] = []
-        logs: list[Any] = []
         try:
             async with FakeUpstream() as up:
                 cfg = Path(d) / "gw.yaml"
                 cfg.write_text(json.dumps(config(up.url, f"redis://127.0.0.1:{rport}/0")))
                 ports = [free_port() for _ in range(REPLICAS)]
-                env = dict(os.environ, PYTHONPATH=os.getcwd())
-                logs = [open(Path(d) / f"gw-{p}.log", "wb") for p in ports]  # noqa: SIM115
-                procs = [subprocess.Popen([sys.executable, "-m", "switchyard", "serve", "--config", str(cfg),
-                                           "--port", str(p)], env=env, stdout=log, stderr=log)
-                         for p, log in zip(ports, logs, strict=True)]
-                for p in ports:
-                    await wait_healthy(p, procs)
+                async with serving(cfg, ports, d):
+                    t0 = time.monotonic()
+                    rs = await burst(ports, "sk-burst")
+                    elapsed = time.monotonic() - t0
+                    ok = [r for r in rs if r.status_code == 200]
+                    limited = [r for r in rs if r.status_code == 429]
+                    assert len(ok) + len(limited) == len(rs), {r.status_code for r in rs}
+                    # GCRA: the whole minute's worth at once, then one more every 60/RPM s.
+                    assert RPM <= len(ok) <= RPM + int(elapsed / (60 / RPM)) + 1
+                    assert limited[0].headers["retry-after"].isdigit()
+                    assert "team burst: requests per minute limit 30 reached" in limited[0].text
+                    # Every request is counted, the refused ones too (with no tokens).
+                    total = await usage_of(ports[0], "burst", len(rs))
+                    assert (total["requests"], total["refused"]) == (len(rs), len(limited))
+                    assert total["prompt_tokens"] == sum(r.json()["usage"]["prompt_tokens"] for r in ok)
+                    completion = sum(r.json()["usage"]["completion_tokens"] for r in ok)
+                    assert total["completion_tokens"] == completion
 
-                t0 = time.monotonic()
-                rs = await burst(ports, "sk-burst")
-                elapsed = time.monotonic() - t0
-                ok = [r for r in rs if r.status_code == 200]
-                limited = [r for r in rs if r.status_code == 429]
-                assert len(ok) + len(limited) == len(rs), {r.status_code for r in rs}
-                # GCRA: the whole minute's worth at once, then one more every 60/RPM s.
-                assert RPM <= len(ok) <= RPM + int(elapsed / (60 / RPM)) + 1
-                assert limited[0].headers["retry-after"].isdigit()
-                assert "team burst: requests per minute limit 30 reached" in limited[0].text
-                # Every request is counted, the refused ones too (with no tokens).
-                total = await usage_of(ports[0], "burst", len(rs))
-                assert (total["requests"], total["refused"]) == (len(rs), len(limited))
-                assert total["prompt_tokens"] == sum(r.json()["usage"]["prompt_tokens"] for r in ok)
-                assert total["completion_tokens"] == sum(r.json()["usage"]["completion_tokens"] for r in ok)
-
-                rs = await burst(ports, "sk-spend")
-                ok = [r for r in rs if r.status_code == 200]
-                assert {r.status_code for r in rs} <= {200, 429} and len(ok) < len(rs)
-                spent = sum(r.json()["usage"]["total_tokens"] for r in ok) * PRICE / 1e6
-                reservation = (7 + MAX_TOKENS) * PRICE / 1e6  # counted prompt + max_tokens
-                assert spent <= SPEND + reservation
-                # All at once, every admission holds a full reservation: that many fit, no fewer.
-                assert len(ok) >= int(SPEND / reservation)
-                total = await usage_of(ports[2], "spend", len(rs))
-                assert (total["requests"], total["refused"]) == (len(rs), len(rs) - len(ok))
-                assert total["cost_usd"] == pytest.approx(spent, abs=1e-9)
-                assert total["prompt_tokens"] == sum(r.json()["usage"]["prompt_tokens"] for r in ok)
+                    rs = await burst(ports, "sk-spend")
+                    ok = [r for r in rs if r.status_code == 200]
+                    assert {r.status_code for r in rs} <= {200, 429} and len(ok) < len(rs)
+                    spent = sum(r.json()["usage"]["total_tokens"] for r in ok) * PRICE / 1e6
+                    reservation = (7 + MAX_TOKENS) * PRICE / 1e6  # counted prompt + max_tokens
+                    assert spent <= SPEND + reservation
+                    # All at once, every admission holds a full reservation: that many fit, no fewer.
+                    assert len(ok) >= int(SPEND / reservation)
+                    total = await usage_of(ports[2], "spend", len(rs))
+                    assert (total["requests"], total["refused"]) == (len(rs), len(rs) - len(ok))
+                    assert total["cost_usd"] == pytest.approx(spent, abs=1e-9)
+                    assert total["prompt_tokens"] == sum(r.json()["usage"]["prompt_tokens"] for r in ok)
         finally:
-            for p in procs:
-                p.terminate()
-            for p in procs:
-                try:
-                    p.wait(10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
             stop(redis)
-            for log in logs:
-                log.close()
