@@ -145,12 +145,15 @@ class RedisStore:
     def from_url(cls, url: str, *, timeout: float = 0.25, ns: str = "sy",
                  admin_timeout: float = 5.0) -> RedisStore:
         # Each call's deadline is an asyncio.timeout (the hot path's, or the admin reads' longer
-        # one); the socket's own are the longer, so a large admin read is not cut by them. A pooled
+        # one); connecting has the longer of them, so a large admin read is not cut. A pooled
         # connection found dead (Redis restarted) is reconnected and the command sent once more:
         # every command sent through redis-py is idempotent (reads, SET, SADD, the scripts by
         # their ticket mark); a timeout is not retried (it is the deadline).
+        # No socket_timeout (redis-py 8 defaults to 5 s): it bounds each write with asyncio.wait_for,
+        # which on Python 3.11 swallows a cancellation landing as the write completes (a stopping
+        # background loop then never stops); the asyncio.timeout around each call is the deadline.
         longest = max(timeout, admin_timeout)
-        opts: dict[str, Any] = dict(socket_timeout=longest, socket_connect_timeout=longest,
+        opts: dict[str, Any] = dict(socket_timeout=None, socket_connect_timeout=longest,
                                     retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)))
         if url.startswith("redis+cluster://"):
             u = urlsplit(url)

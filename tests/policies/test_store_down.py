@@ -196,3 +196,29 @@ async def test_a_settlement_replayed_after_a_redis_stall_counts_once():
             await raw.aclose()
             await lim.aclose()
             stop(proc)
+
+
+async def test_a_cancelled_store_call_is_cancelled(redis_url):
+    """Stopping a background loop cancels its task mid-command: the cancellation must come out of
+    the store (redis-py's socket_timeout bounds writes with asyncio.wait_for, which on Python 3.11
+    swallowed about half such cancellations, and a gateway then hung at shutdown)."""
+    store = RedisStore.from_url(redis_url, timeout=2.0)
+    stop = False
+
+    async def reads() -> None:
+        while not stop:  # a swallowed cancellation would leave it reading
+            await store.aggregates("nobody", [1, 2, 3])
+
+    swallowed = 0
+    try:
+        for i in range(400):
+            task = asyncio.create_task(reads())
+            await asyncio.sleep(0.0002 * (i % 10))
+            task.cancel()
+            await asyncio.wait({task}, timeout=2)
+            swallowed += not task.cancelled()
+    finally:
+        stop = True
+        await asyncio.sleep(0.1)
+        await store.aclose()
+    assert swallowed == 0
