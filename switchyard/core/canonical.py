@@ -8,6 +8,7 @@ the gaps with the caller dialect's documented defaults (``CanonicalRequest.diale
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from operator import attrgetter
 from typing import Any, Literal
 
 RequestKind = Literal["completion", "chat", "embedding"]
@@ -142,7 +143,7 @@ class CanonicalRequest:
 
     def said(self) -> dict[str, Any]:
         """The sampling/output fields the caller set (not None), for renderers and logs."""
-        return {name: v for name in _SAMPLING_FIELDS if (v := getattr(self, name)) is not None}
+        return {name: v for name, v in zip(_SAMPLING_FIELDS, _sampling(self), strict=True) if v is not None}
 
     @property
     def choices_per_prompt(self) -> int:
@@ -153,6 +154,7 @@ _ENVELOPE = frozenset({"kind", "model", "dialect", "prompt", "messages", "stream
                        "native", "as_sent", "left_out", "show_reasoning", "reasoning_budget",
                        "reasoning_effort", "verbosity"})
 _SAMPLING_FIELDS = tuple(f.name for f in fields(CanonicalRequest) if f.name not in _ENVELOPE)
+_sampling = attrgetter(*_SAMPLING_FIELDS)  # every field in one C call: said() runs per request
 
 
 @dataclass(slots=True)

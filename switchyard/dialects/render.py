@@ -11,13 +11,13 @@ product's clients parse it: OpenAI's SDK stops at ``data: [DONE]`` and raises on
 
 from __future__ import annotations
 
-import secrets
 import time
 from typing import Any
 
 import msgspec
 
 from switchyard.core.canonical import CanonicalRequest, Chunk, Completion, TokenLogprob, Usage
+from switchyard.core.ids import hex_id
 
 _encode = msgspec.json.encode
 DONE = b"data: [DONE]\n\n"
@@ -69,7 +69,7 @@ class Renderer:
     def __init__(self, req: CanonicalRequest, prompt_tokens: int = 0) -> None:
         self.req = req
         self.prompt_tokens = prompt_tokens  # as the gateway counted them (for shapes that say it first)
-        self.id = self.id_prefix + secrets.token_hex(12)
+        self.id = self.id_prefix + hex_id(12)
         self.created = int(time.time())
         self._offsets: dict[int, int] = {}
         self._event_head: bytes | None = None

@@ -11,13 +11,13 @@ after the stream began is an ``error`` event, then ``response.failed``.
 
 from __future__ import annotations
 
-import secrets
 import time
 from typing import Any
 
 import msgspec
 
 from switchyard.core.canonical import CanonicalRequest, Chunk, Completion, Usage
+from switchyard.core.ids import hex_id
 from switchyard.dialects.render import Renderer
 
 _encode = msgspec.json.encode
@@ -40,7 +40,7 @@ _UNSENT: dict[str, Any] = {
 
 
 def _id(prefix: str) -> str:
-    return prefix + secrets.token_hex(12)
+    return prefix + hex_id(12)
 
 
 def merge_calls(deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -10,11 +10,11 @@ interface to find out what happened.
 from __future__ import annotations
 
 import re
-import secrets
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from switchyard.core.ids import hex_id
 from switchyard.gateway.streaming import Tally
 from switchyard.policies.attribution import NONE, Attribution
 from switchyard.routing.resolve import RunInfo
@@ -33,7 +33,7 @@ _ID = re.compile(r"[A-Za-z0-9._:+=/-]{1,128}")
 def request_ids(given: str | None) -> tuple[str, str]:
     """The request's id for the caller (its ``x-request-id`` when short and plain, else a fresh
     one) and the gateway's own, which upstream calls carry (the same when the caller gave none)."""
-    own = secrets.token_hex(16)
+    own = hex_id(16)
     if given and _ID.fullmatch(given):
         return given, own
     return own, own

@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import logging
 import math
-import os
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -18,6 +17,7 @@ from typing import Any
 
 from switchyard.core.deployments import DEFAULT_OUTPUT_TOKENS
 from switchyard.core.errors import Forbidden, RateLimited, Unavailable
+from switchyard.core.ids import hex_id
 from switchyard.core.settings import Limits, Price
 from switchyard.policies.attribution import NONE, Attribution
 from switchyard.policies.base import Outcome, Principal, Ticket
@@ -181,7 +181,7 @@ class Limiter:
         price = prices.reserve
         per_choice = max_tokens if max_tokens is not None and max_tokens >= 0 else DEFAULT_COMPLETION_RESERVE
         asked = per_choice
-        ticket_id = os.urandom(9).hex()
+        ticket_id = hex_id(9)
         lease = ticket_id if plan.has_concurrency else None
         local = False
         # A quota that cannot hold the worst case may still buy a shorter answer: admit that one

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import re
 import time
 from collections.abc import Awaitable, Callable
@@ -31,6 +30,7 @@ from switchyard.core.errors import (
     UnsupportedMediaType,
     UpstreamError,
 )
+from switchyard.core.ids import hex_id
 from switchyard.policies.base import Principal
 from switchyard.policies.store import Store, StoreDown, UsageRecord
 
@@ -110,7 +110,7 @@ class Refusals:
         rec = UsageRecord(ts_ms=now_ms(), key_id=p.key_id, team=p.team, model=model, deployment="",
                           prompt_tokens=0, completion_tokens=0, cached_tokens=0, cost_nano=0,
                           status=status, latency_ms=round(latency_ms, 3), request_id=request_id,
-                          ticket_id="r" + os.urandom(9).hex(), endpoint=endpoint, dialect=dialect,
+                          ticket_id="r" + hex_id(9), endpoint=endpoint, dialect=dialect,
                           requested_model=requested_model[:200], reason=reason, guardrails=guardrails)
         try:
             pending = self.store.refuse_nowait(p.team, rec)

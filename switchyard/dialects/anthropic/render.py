@@ -13,12 +13,12 @@ calls after the first are left out.
 from __future__ import annotations
 
 import json
-import secrets
 from typing import Any
 
 import msgspec
 
 from switchyard.core.canonical import CanonicalRequest, Chunk, Completion, Usage
+from switchyard.core.ids import hex_id
 from switchyard.dialects.anthropic import wire
 from switchyard.dialects.render import Renderer
 
@@ -52,7 +52,7 @@ def _thought(text: str) -> dict[str, Any]:
 
 def _tool_id(call: dict[str, Any]) -> str:
     tid = call.get("id")
-    return tid if isinstance(tid, str) and tid else "toolu_" + secrets.token_hex(12)
+    return tid if isinstance(tid, str) and tid else "toolu_" + hex_id(12)
 
 
 class AnthropicRenderer(Renderer):
