@@ -58,12 +58,14 @@ class Lane:
     # kept answer under.
     semantic: tuple[str, str, list[float]] | None = None
 
-    def chunks(self, upstream: Callable[[], AsyncGenerator[Chunk, None]]) -> AsyncGenerator[Chunk, None]:
-        """What the request's answer is read from: the hit's chunks, or the upstream's (recorded
-        when they may be kept)."""
+    def chunks(self, upstream: Callable[[], AsyncGenerator[Chunk, None]],
+               streamed: bool) -> AsyncGenerator[Chunk, None]:
+        """What the request's answer is read from: the hit's chunks, or the upstream's (a stream's
+        recorded when they may be kept; a whole answer's are gathered anyway and passed to
+        ``keep``)."""
         if self.hit is not None:
             return _replay(self.hit)
-        if self.answers is None:
+        if self.answers is None or not streamed:
             return upstream()
         return self._recording(upstream())
 

@@ -325,7 +325,7 @@ class Gateway:
             ctx.cache = lane.state
             headers[CACHE_HEADER] = lane.state
             headers.update(lane.headers)
-            chunks = lane.chunks(lambda: self.router.stream(req, route, ctx.run))
+            chunks = lane.chunks(lambda: self.router.stream(req, route, ctx.run), req.stream)
         if ctx.guards is not None and ctx.guards.answers():
             chunks = ctx.guards.answer(chunks, req.stream, lambda r: self.router.stream(r, route, ctx.run))
         task = asyncio.current_task()

@@ -151,7 +151,9 @@ class Reloadable:
             backends = gw.router.hand_on(config)
             same_store = config.store == self.config.store
             try:
-                policies = build_policies(config, store=gw.policies.store if same_store else None)
+                kept = gw.policies
+                policies = (build_policies(config, store=kept.store, answers=kept.answers) if same_store
+                            else build_policies(config))
                 new = self.build(config, router=Router(config, backends), policies=policies)
                 exporter, before = new.state.exporter, old.state.exporter
                 if exporter is not None and before is not None and \

@@ -70,7 +70,7 @@ class Policies:
     answers: Answers  # the response cache (docs/cache.md)
     ledger: Ledger | None = None
     alerts: Alerts | None = None  # webhooks as budgets fill (config.alerts)
-    owns_store: bool = True  # False once a reload handed the store on to the next Policies
+    owns_store: bool = True  # False once a reload handed the store (and the cache) on to the next
 
     async def start(self) -> None:
         """Background work that needs the event loop (the ledger's feed)."""
@@ -88,15 +88,17 @@ class Policies:
             await self.alerts.aclose()
         if self.ledger is not None:
             await self.ledger.aclose()
-        await self.answers.aclose()
         if self.owns_store:
+            await self.answers.aclose()
             await self.store.aclose()
 
 
 def build_policies(config: Config, *, ns: str = "sy", key_cache_ttl: float = 1.0,
-                   lease_ttl_ms: int | None = None, store: Store | None = None) -> Policies:
-    """Nothing connects here: the Redis client connects lazily on first use. ``store``: one
-    already open for this config's ``store`` section (a reload keeps its counters and pool)."""
+                   lease_ttl_ms: int | None = None, store: Store | None = None,
+                   answers: Answers | None = None) -> Policies:
+    """Nothing connects here: the Redis client connects lazily on first use. ``store`` and
+    ``answers``: those already open for this config's ``store`` section (a reload keeps its
+    counters, its pool and, on memory://, the cached answers)."""
     store = store or open_store(config.store.url, timeout=config.store.timeout, ns=ns,
                                 admin_timeout=config.store.admin_timeout)
     keys = KeyRing.from_config(config, store=store, ttl=key_cache_ttl)
@@ -114,9 +116,10 @@ def build_policies(config: Config, *, ns: str = "sy", key_cache_ttl: float = 1.0
     alerts = Alerts(config.alerts, store, registry) if config.alerts is not None else None
     audit = AuditLog(store, sink=ledger.sink if ledger is not None else None,
                      retention_days=config.audit.retention_days)
-    answers = open_answers(store.client, ns=ns, timeout=config.store.timeout,
-                           max_bytes=config.store.cache_max_bytes,
-                           max_entry_bytes=config.store.cache_max_entry_bytes)
+    if answers is None:
+        answers = open_answers(store.client, ns=ns, timeout=config.store.timeout,
+                               max_bytes=config.store.cache_max_bytes,
+                               max_entry_bytes=config.store.cache_max_entry_bytes)
     return Policies(config=config, store=store, keys=keys, policy=policy, registry=registry,
                     usage=usage, refusals=Refusals(store), audit=audit, answers=answers, ledger=ledger,
                     alerts=alerts)

@@ -110,6 +110,33 @@ async def test_sighup_swaps_the_config_between_requests(upstream, tmp_path: Path
     assert not pid_file.exists()
 
 
+async def test_a_reload_keeps_the_memory_cache(upstream, tmp_path: Path) -> None:
+    """On memory:// the cached answers live in the process: a reload that keeps the store keeps
+    them too (it used to start an empty cache)."""
+    port = free_port()
+    path = tmp_path / "c.yaml"
+    cfg = config(upstream.url, "v/m", port=port)
+    cfg["models"][0]["cache"] = {"mode": "exact", "ttl": 60}
+    path.write_text(yaml.safe_dump(cfg))
+    body = {"model": "v/m", "prompt": "a", "max_tokens": 2, "temperature": 0}
+    async with (running(path) as (proc, _),
+                httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30,
+                                  headers={"authorization": f"Bearer {KEY}"}) as client):
+        await log_until(proc, "model ready")
+        first = await client.post("/v1/completions", json=body)
+        assert first.status_code == 200 and first.headers["x-switchyard-cache"] == "stored"
+        cfg["models"].append(upstream_model("v/new", upstream.url))
+        path.write_text(yaml.safe_dump(cfg))
+        proc.send_signal(signal.SIGHUP)
+        assert (await log_until(proc, "config reloaded"))[-1]["store_kept"] is True
+        again = await client.post("/v1/completions", json=body)
+        assert again.status_code == 200 and again.headers["x-switchyard-cache"] == "hit"
+        assert again.json()["choices"] == first.json()["choices"]
+        assert len(upstream.requests) == 1
+        proc.terminate()
+        assert await proc.wait() == 0
+
+
 async def test_reload_with_a_pid_file_waits_for_the_verdict_and_fails_when_refused(
         upstream, tmp_path: Path) -> None:
     """It exited 0 whatever the server made of the file; the server's answer now comes back
