@@ -11,7 +11,6 @@ sent once per period across replicas. Sending is retried with backoff; the body 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import hashlib
 import hmac
@@ -23,6 +22,7 @@ from typing import Any
 import httpx
 
 from switchyard.core.settings import AlertsConfig
+from switchyard.core.tasks import stop
 from switchyard.policies.attribution import MARK
 from switchyard.policies.plan import NANO
 from switchyard.policies.registry import Registry
@@ -228,10 +228,7 @@ class Alerts:
             await asyncio.gather(*list(self._sends), return_exceptions=True)
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        await stop(self._task)
         await self.flush()
         if self._client is not None:
             await self._client.aclose()

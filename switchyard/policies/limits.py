@@ -19,6 +19,7 @@ from switchyard.core.deployments import DEFAULT_OUTPUT_TOKENS
 from switchyard.core.errors import Forbidden, RateLimited, Unavailable
 from switchyard.core.ids import hex_id
 from switchyard.core.settings import Limits, Price
+from switchyard.core.tasks import stop
 from switchyard.policies.attribution import NONE, Attribution
 from switchyard.policies.base import Outcome, Principal, Ticket
 from switchyard.policies.memory import MemoryStore
@@ -436,7 +437,4 @@ class Limiter:
     async def aclose(self) -> None:
         await self.flush()
         for task in (self._renewer, self._reconciler, self._reaper):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+            await stop(task)
