@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 from switchyard.core.canonical import CanonicalRequest, Chunk
 
@@ -48,11 +48,9 @@ class Backend(Protocol):
         """Why a backend that loads in the background (the engine) failed to; None otherwise."""
         ...
 
+    async def reported_window(self, upstream_model: str | None = None) -> int | None:
+        """The context window the upstream reports (vLLM's ``/v1/models``), asked only of a
+        deployment whose row says ``Caps.reports_window``; None when it cannot say."""
+        ...
+
     async def aclose(self) -> None: ...
-
-
-@runtime_checkable
-class ReportsWindow(Protocol):
-    """A backend whose upstream may report its context window (vLLM's ``/v1/models``)."""
-
-    async def reported_window(self, upstream_model: str | None = None) -> int | None: ...

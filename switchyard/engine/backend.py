@@ -118,6 +118,9 @@ class EngineBackend:
             raise error_of(msg)
         return int(msg[2])
 
+    async def reported_window(self, upstream_model: str | None = None) -> int | None:
+        return None  # the engine's window is its own (context_window), never asked for
+
     async def aclose(self) -> None:
         self._closing = True
         self._ready = False

@@ -15,7 +15,6 @@ import re
 from collections.abc import Callable
 from dataclasses import replace
 
-from switchyard.core.backend import ReportsWindow
 from switchyard.core.canonical import CanonicalRequest, OverflowPolicy, Prompt
 from switchyard.core.deployments import ModelConfig
 from switchyard.core.errors import GatewayError, InvalidRequest
@@ -94,7 +93,7 @@ class Fitter:
     async def _reported_window(route: Route) -> int | None:
         """The smallest window the route's deployments report (each asked once, bounded)."""
         asks = [t.backend.reported_window(route.upstream_model) for t in route.targets
-                if t.caps.reports_window and isinstance(t.backend, ReportsWindow)]
+                if t.caps.reports_window]
         known = [w for w in await asyncio.gather(*asks) if w is not None]
         return min(known) if known else None
 
