@@ -11,6 +11,7 @@ import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -23,7 +24,13 @@ from pydantic import (
     model_validator,
 )
 
-from switchyard.core.deployments import BUILT_IN_BACKENDS, BUILT_IN_MODELS, DeploymentConfig, ModelConfig
+from switchyard.core.deployments import (
+    BUILT_IN_BACKENDS,
+    BUILT_IN_MODELS,
+    DeploymentConfig,
+    ModelConfig,
+    is_pattern,
+)
 from switchyard.core.errors import install_hint
 from switchyard.core.guardrails import GuardrailConfig
 from switchyard.core.prices import unpriced_routes
@@ -130,9 +137,16 @@ class Config(ConfigModel):
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise ValueError(f"model names or aliases repeat: {sorted(dup)}")
+        plain = {n for n in names if not is_pattern(n)}
+        patterns = [a for m in self.models for a in m.aliases if is_pattern(a)]
         for i, m in enumerate(self.models):
             for ref in (*m.fallbacks, *([m.context_fallback] if m.context_fallback else [])):
-                if ref not in names:
+                if is_pattern(ref):
+                    raise ValueError(f"models.{i}: fallback {ref!r} is a pattern; a fallback names one "
+                                     "model (any name a pattern alias matches will do)")
+                # A configured name or alias, a name a pattern alias matches, or one under a vendor/* route.
+                if ref not in plain and not any(fnmatchcase(ref, p) for p in patterns) \
+                        and self._not_a_model(ref) is not None:
                     raise ValueError(f"models.{i}: fallback {ref!r} is not a configured model or alias")
         for where, listed in [*((f"teams.{i}.models", t.models) for i, t in enumerate(self.teams)),
                               *((f"teams.{i}.model_limits", list(t.model_limits))

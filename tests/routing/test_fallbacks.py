@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.fakes.upstream import Behaviour, refused_url
 from tests.gateway.conftest import serve
 from tests.routing.conftest import completion, config, dep, group, records
@@ -88,3 +90,32 @@ async def test_fallbacks_that_cannot_hold_the_prompt_are_skipped(upstreams):
         r = await client.post("/v1/completions", json=completion("m/x", max_tokens=100))
     assert r.headers["x-switchyard-deployment"] == "m/y/c"
     assert len(b.requests) == 0
+
+
+async def test_a_fallback_may_be_a_name_a_pattern_alias_or_a_vendor_route_matches(upstreams):
+    a, b, c = upstreams
+    a.default = Behaviour(status=503)
+    cfg = config(group("m/x", dep("a", a.url), fallbacks=["claude-haiku", "openai/gpt-4o-mini"]),
+                 group("m/y", dep("b", b.url), aliases=["claude-*"]), group("openai/*", dep("c", c.url)),
+                 router={"retries": 0})
+    async with serve(cfg) as client:
+        r = await client.post("/v1/completions", json=completion("m/x"))
+        assert r.status_code == 200, r.text
+        assert r.headers["x-switchyard-deployment"] == "m/y/b"
+        b.default = Behaviour(status=503)
+        r = await client.post("/v1/completions", json=completion("m/x"))
+    assert r.status_code == 200, r.text
+    assert r.headers["x-switchyard-fallback"] == "openai/gpt-4o-mini"
+    assert c.requests[-1].body["model"] == "gpt-4o-mini"
+
+
+def test_a_fallback_that_is_itself_a_pattern_is_a_config_error():
+    from switchyard.core.settings import ConfigError
+    from switchyard.routing.router import Router
+
+    with pytest.raises(ConfigError, match="fallback 'claude-\\*' is a pattern"):
+        Router(config(group("m/x", dep("a", "http://127.0.0.1:9"), fallbacks=["claude-*"]),
+                      group("m/y", dep("b", "http://127.0.0.1:9"), aliases=["claude-*"])))
+    with pytest.raises(ConfigError, match="fallback 'gpt-4o' is not a configured model"):
+        Router(config(group("m/x", dep("a", "http://127.0.0.1:9"), fallbacks=["gpt-4o"]),
+                      group("m/y", dep("b", "http://127.0.0.1:9"), aliases=["claude-*"])))
