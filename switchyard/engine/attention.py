@@ -52,6 +52,10 @@ IMPLEMENTATIONS: dict[str, Attend] = {"sdpa": sdpa, "bmm": bmm}
 
 # Keys per block of ``blocked`` attention: every product it runs has this fixed inner shape.
 KEY_BLOCK = 64
+# The fewest rows ``blocked`` multiplies at once. Kernels choose by the row count: float32's
+# products of one row differed from two or more on a Xeon, of one to three from four or more on
+# an AVX-512 EPYC (measured; bfloat16's did not). Fewer rows are zero-padded up to this.
+MIN_ROWS = 8
 
 
 def blocked(q: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor, allow: torch.Tensor | None,
@@ -61,9 +65,10 @@ def blocked(q: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor, allow: torc
     run. ``sdpa`` and ``bmm`` pick their blocking from the shapes (a decode row alone, beside
     longer rows, or as a prompt's last position gave three different results here). Keys go in
     blocks of KEY_BLOCK, each block's products have the same shape whatever the call (a key
-    head's query rows times one block; only the row count varies, which these products do not
-    depend on, tested), the softmax's max is exact, and the sums over blocks run in order
-    (``cumsum``), so masked blocks add exact zeros. Used for steps holding greedy or seeded rows.
+    head's query rows, at least MIN_ROWS, times one block; only the row count varies, which
+    these products do not depend on, tested), the softmax's max is exact, and the sums over
+    blocks run in order (``cumsum``), so masked blocks add exact zeros. Used for steps holding
+    greedy or seeded rows.
 
     ``keys`` may run past ``allow``'s last dim (the runner reads whole blocks from the cache, a
     view, rather than padding a copy): those positions are masked."""
@@ -76,12 +81,13 @@ def blocked(q: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor, allow: torc
     if held < span:
         keys, vals = F.pad(keys, (0, 0, 0, span - held)), F.pad(vals, (0, 0, 0, span - held))
     keys, vals = keys.unflatten(2, (kb, KEY_BLOCK)), vals.unflatten(2, (kb, KEY_BLOCK))
-    # queries [n, kv_heads, 1, groups * t, hd]: a key head's query heads as rows (at least two:
-    # float32 products of one row take another kernel)
+    # queries [n, kv_heads, 1, groups * t, hd]: a key head's query heads as rows, zero-padded to
+    # MIN_ROWS (float32 products of fewer rows take other kernels)
     rows = g * t
     q = q.reshape(n, t, kvh, g, hd).permute(0, 2, 3, 1, 4).reshape(n, kvh, 1, rows, hd)
-    if rows == 1:
-        q = torch.cat((q, q), 3)
+    pad = max(MIN_ROWS - rows, 0)
+    if pad:
+        q = F.pad(q, (0, 0, 0, pad))
     s = torch.matmul(q, keys.transpose(-1, -2))[:, :, :, :rows].float()  # [n, kvh, kb, rows, KB]
     if allow is None and total == span:
         see = None
@@ -92,8 +98,8 @@ def blocked(q: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor, allow: torc
     s.mul_(scale)
     e = s.sub_(s.amax(dim=(2, 4), keepdim=True)).exp_()
     p = e.div_(e.sum(-1, keepdim=True).cumsum(2)[:, :, -1:]).to(vals.dtype)
-    if rows == 1:
-        p = torch.cat((p, p), 3)
+    if pad:
+        p = F.pad(p, (0, 0, 0, pad))
     o = torch.matmul(p, vals).cumsum(2, dtype=torch.float32)[:, :, -1, :rows]  # [n, kvh, rows, hd]
     return o.to(q.dtype).view(n, kvh, g, t, hd).permute(0, 3, 1, 2, 4).reshape(n, t, heads * hd)
 
