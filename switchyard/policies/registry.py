@@ -6,6 +6,7 @@ import datetime as dt
 import re
 import secrets
 import time
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import ValidationError
@@ -79,6 +80,21 @@ def format_ms(ms: int | None) -> str | None:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
+def _patch_limits(current: dict[str, Any], patches: Any, param: str,
+                  name: Callable[[str], str]) -> dict[str, Any]:
+    """``current`` (name -> limits) with each patch applied: null removes the name, an object
+    patches its limits (``name`` checks a new one)."""
+    if not isinstance(patches, dict):
+        raise InvalidRequest(f"{param} must be an object", param=param)
+    out = dict(current)
+    for n, patch in patches.items():
+        if patch is None:
+            out.pop(n, None)
+        else:
+            out[name(n)] = merge_limits(stored_limits(out.get(n, {})), patch).model_dump()
+    return out
+
+
 def _check_models(models: Any) -> list[str] | None:
     if models is not None and (not isinstance(models, list) or not all(isinstance(m, str) for m in models)):
         raise InvalidRequest("models must be a list of model names or null", param="models")
@@ -102,7 +118,10 @@ class Registry:
         return doc
 
     async def team(self, name: str) -> dict[str, Any]:
-        doc = await self._team_doc(name)
+        return self._team_view(name, await self._team_doc(name))
+
+    def _team_view(self, name: str, doc: dict[str, Any] | None) -> dict[str, Any]:
+        """The team as the config says it, overridden by what the admin API stored (``doc``)."""
         cfg = self._cfg_teams.get(name)
         if cfg is None and doc is None:
             raise NotFound(f"no team {name!r}")
@@ -127,44 +146,28 @@ class Registry:
                           tag_limits: dict[str, Any] | None = None) -> dict[str, Any]:
         """Creates the team when neither the config nor the store knows it."""
         check_name(name, "name")
+        doc = await self._team_doc(name) or {}
         try:
-            cur = await self.team(name)
+            cur = self._team_view(name, doc or None)
         except NotFound:
             cur = {"limits": {}, "models": None, "model_limits": {}, "end_user_limits": None,
                    "tag_limits": {}}
-        doc = await self._team_doc(name) or {}
         if limits is not None:
             doc["limits"] = merge_limits(stored_limits(cur["limits"]), limits).model_dump()
         if models is not UNSET:
             doc["models"] = _check_models(models)
         if model_limits is not None:
-            if not isinstance(model_limits, dict):
-                raise InvalidRequest("model_limits must be an object", param="model_limits")
-            ml = dict(cur["model_limits"])
-            for m, patch in model_limits.items():
-                if patch is None:
-                    ml.pop(m, None)
-                else:
-                    ml[m] = merge_limits(stored_limits(ml.get(m, {})), patch).model_dump()
-            doc["model_limits"] = ml
+            doc["model_limits"] = _patch_limits(cur["model_limits"], model_limits, "model_limits", str)
         if end_user_limits is not UNSET:  # null: none; an object patches what there is
             doc["end_user_limits"] = None if end_user_limits is None else merge_limits(
                 stored_limits(cur["end_user_limits"] or {}), end_user_limits).model_dump()
         if tag_limits is not None:
-            if not isinstance(tag_limits, dict):
-                raise InvalidRequest("tag_limits must be an object", param="tag_limits")
-            tl = dict(cur["tag_limits"])
-            for t, patch in tag_limits.items():
-                if patch is None:
-                    tl.pop(t, None)
-                else:
-                    tl[check_name(t, "tag_limits")] = merge_limits(stored_limits(tl.get(t, {})),
-                                                                   patch).model_dump()
-            doc["tag_limits"] = tl
+            doc["tag_limits"] = _patch_limits(cur["tag_limits"], tag_limits, "tag_limits",
+                                              lambda t: check_name(t, "tag_limits"))
         await self.store.put_doc(self.n["team"] + name, doc)
         await self.store.add_member(self.n["teams"], name)
         self.keyring.forget()
-        return await self.team(name)
+        return self._team_view(name, doc)
 
     async def set_key_policy(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
         """The team's key policy: ``defaults`` (limits a new key gets unless it names its own),
