@@ -3,7 +3,7 @@ same request with the cache off (today's request), through the fast mock of ``..
 
     .venv/bin/python bench/cache.py [--requests 2000] [--rounds 3] [--store redis|memory]
 
-One gateway (its own process, pinned to core 1; the mock and this client on core 0) with three
+One gateway (its own process, pinned to core 1; the mock and this client on core 0) with two
 models on one mock: ``off`` (no cache rule), ``on`` (an exact rule). Each round sends, at
 concurrency 16 over keep-alive connections, N whole chat requests to ``off``; N to ``on`` with a
 fresh prompt each (every one a miss, then kept); N to ``on`` repeating one prompt (hits). The

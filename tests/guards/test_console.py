@@ -8,7 +8,7 @@ from playwright.async_api import Browser, expect
 from tests.fakes.upstream import FakeUpstream
 from tests.gateway.conftest import MASTER, serve
 from tests.guards.helpers import MODEL, guarded
-from tests.http.console.test_browser import browser  # noqa: F401 -- the fixture
+from tests.http.console.test_browser import browser, open_console  # noqa: F401 -- the fixture
 
 MAIL = "jane.doe@example.com"
 
@@ -24,11 +24,7 @@ async def test_the_overview_lists_the_guardrails_that_acted(browser: Browser) ->
         o = (await gw.get("/admin/overview?range=1h", headers={"authorization": f"Bearer {MASTER}"})).json()
         assert o["guardrails"] == [{"guardrail": "pii:redact", "requests": 2},
                                    {"guardrail": "keys:block", "requests": 1}]
-        page = await (await browser.new_context()).new_page()
-        await page.goto(f"{str(gw.base_url).rstrip('/')}/ui")
-        await page.fill("#master_key", MASTER)
-        await page.click("button[type=submit]")
-        await expect(page.locator("body")).to_have_attribute("data-loaded", "overview")
+        page = await open_console(browser, gw.base_url, MASTER)
         rows = page.locator("#ov-guardrails tr")
         await expect(rows.nth(1)).to_contain_text("pii:redact")
         await expect(rows.nth(1)).to_contain_text("2")

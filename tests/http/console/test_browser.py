@@ -14,6 +14,7 @@ import shutil
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.async_api import Browser, Page, async_playwright, expect
@@ -49,6 +50,20 @@ async def browser() -> AsyncIterator[Browser]:
 async def shot(page: Page, name: str) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
     await page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+async def open_console(browser: Browser, base_url: object, master: str = MASTER,
+                       errors: list[str] | None = None, **context: Any) -> Page:
+    """A page of a fresh browser context signed in with the master key, once the overview has
+    loaded; ``errors`` collects the page's uncaught script errors."""
+    page = await (await browser.new_context(**context)).new_page()
+    if errors is not None:
+        page.on("pageerror", lambda e: errors.append(str(e)))
+    await page.goto(f"{str(base_url).rstrip('/')}/ui")
+    await page.fill("#master_key", master)
+    await page.click("button[type=submit]")
+    await expect(page.locator("body")).to_have_attribute("data-loaded", "overview")
+    return page
 
 
 async def goto(page: Page, name: str) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from playwright.async_api import expect
 
-from tests.http.console.conftest import KEY, MASTER, console_config, gateway
-from tests.http.console.test_browser import browser  # noqa: F401 -- the headless Chromium fixture
+from tests.http.console.conftest import KEY, console_config, gateway
+from tests.http.console.test_browser import browser, open_console  # noqa: F401 -- the headless Chromium fixture
 
 
 async def test_the_overview_shows_hits_and_savings(upstream, browser):  # noqa: F811
@@ -22,11 +22,7 @@ async def test_the_overview_shows_hits_and_savings(upstream, browser):  # noqa: 
         await c.app.gateway.policies.policy.flush()  # type: ignore[attr-defined]
         u = rs[0].json()["usage"]
         saved = 2 * (u["prompt_tokens"] * 2.5 + u["completion_tokens"] * 10.0) / 1e6
-        page = await (await browser.new_context()).new_page()
-        await page.goto(f"{str(c.base_url).rstrip('/')}/ui")
-        await page.fill("#master_key", MASTER)
-        await page.click("button[type=submit]")
-        await expect(page.locator("body")).to_have_attribute("data-loaded", "overview")
+        page = await open_console(browser, c.base_url)
         await expect(page.locator("#stat-requests")).to_have_text("3")
         await expect(page.locator("#stat-cache-hits")).to_have_text("2 (66.7%)")
         text = await page.locator("#stat-cache-saved").text_content()

@@ -9,8 +9,8 @@ from __future__ import annotations
 from playwright.async_api import Browser, expect
 
 from tests.fakes.upstream import refused_url
-from tests.http.console.conftest import KEY, MASTER, complete, console_config, gateway
-from tests.http.console.test_browser import ask, browser, goto  # noqa: F401 -- the browser fixture
+from tests.http.console.conftest import KEY, complete, console_config, gateway
+from tests.http.console.test_browser import ask, browser, goto, open_console  # noqa: F401 -- the browser fixture
 
 LONG = "vendor/NothingHereWithARatherLongNameOfAModelThatDoesNotExistAtAllAndNeverWillExist0123456789"
 
@@ -37,14 +37,8 @@ async def test_the_consoles_first_day_gaps(upstream, browser: Browser) -> None: 
         # refused before routing; the name it asked for, shown in the records, breaks nowhere
         assert await ask(c, KEY, LONG) == 404
         base = str(c.base_url).rstrip("/")
-        ctx = await browser.new_context(viewport={"width": 1400, "height": 900})
-        page = await ctx.new_page()
         problems: list[str] = []
-        page.on("pageerror", lambda e: problems.append(str(e)))
-        await page.goto(f"{base}/ui")
-        await page.fill("#master_key", MASTER)
-        await page.click("button[type=submit]")
-        await expect(page.locator("body")).to_have_attribute("data-loaded", "overview")
+        page = await open_console(browser, base, errors=problems, viewport={"width": 1400, "height": 900})
 
         # the errors, broken down: the upstream's 502s apart from the gateway's own 404
         rows = page.locator("#ov-errors tbody tr")
@@ -79,4 +73,4 @@ async def test_the_consoles_first_day_gaps(upstream, browser: Browser) -> None: 
         await expect(page.locator('[data-provider="openai/gpt-4o/d1"]')).to_have_text("openai")
         assert await page.evaluate("document.documentElement.scrollWidth") <= 1400
         assert problems == []
-        await ctx.close()
+        await page.context.close()

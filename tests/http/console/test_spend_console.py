@@ -7,7 +7,7 @@ from __future__ import annotations
 from playwright.async_api import expect
 
 from tests.http.console.conftest import KEY, MASTER, console_config, gateway
-from tests.http.console.test_browser import browser  # noqa: F401 (the fixture)
+from tests.http.console.test_browser import browser, open_console  # noqa: F401 (the fixture)
 
 
 async def test_the_overview_flags_unpriced_requests(upstream, browser):  # noqa: F811
@@ -23,11 +23,7 @@ async def test_the_overview_flags_unpriced_requests(upstream, browser):  # noqa:
                              json={"model": model, "messages": [{"role": "user", "content": "hi"}],
                                    "max_tokens": 5})
             assert r.status_code == 200
-        page = await (await browser.new_context()).new_page()
-        await page.goto(f"{str(c.base_url).rstrip('/')}/ui")
-        await page.fill("#master_key", MASTER)
-        await page.click("button[type=submit]")
-        await expect(page.locator("body")).to_have_attribute("data-loaded", "overview")
+        page = await open_console(browser, c.base_url)
         await expect(page.locator("#stat-spend .unpriced")).to_have_text("2 unpriced")
         tuned = page.locator("#ov-models tbody tr", has_text="local/tuned")
         await expect(tuned.locator(".unpriced")).to_have_attribute("data-unpriced", "2")
@@ -45,11 +41,7 @@ async def test_the_usage_explorer_groups_and_filters_by_tag_end_user_and_session
                              json={"model": "openai/gpt-4o", "messages": [{"role": "user", "content": "hi"}],
                                    "max_tokens": 5})
             assert r.status_code == 200
-        page = await (await browser.new_context()).new_page()
-        await page.goto(f"{str(c.base_url).rstrip('/')}/ui")
-        await page.fill("#master_key", MASTER)
-        await page.click("button[type=submit]")
-        await expect(page.locator("body")).to_have_attribute("data-loaded", "overview")
+        page = await open_console(browser, c.base_url)
         await page.click('nav a[data-page="usage"]')
         await expect(page.locator("body")).to_have_attribute("data-loaded", "usage")
         await page.select_option('#usage-form select[name="group_by"]', "tag")
@@ -88,11 +80,7 @@ async def test_the_overview_shows_budgets_near_their_limits_and_the_month(upstre
         (m,) = [m for m in o["month"] if m["team"] == "ml"]
         assert m["spend_usd"] == o["total"]["cost_usd"] > 0
         assert m["projected_usd"] == m["spend_usd"] / m["days"] * m["days_in_month"]
-        page = await (await browser.new_context()).new_page()
-        await page.goto(f"{str(c.base_url).rstrip('/')}/ui")
-        await page.fill("#master_key", MASTER)
-        await page.click("button[type=submit]")
-        await expect(page.locator("body")).to_have_attribute("data-loaded", "overview")
+        page = await open_console(browser, c.base_url)
         row = page.locator("#ov-budgets tbody tr", has_text="team ml")
         await expect(row).to_contain_text("spend_per_day")
         await expect(page.locator("#ov-month tbody tr", has_text="ml")).to_contain_text(
