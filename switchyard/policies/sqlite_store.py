@@ -20,6 +20,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -28,7 +29,7 @@ from typing import Any, TypeVar
 
 from switchyard.core.settings import switchyard_home
 from switchyard.policies.memory import MemoryStore, wall_ms
-from switchyard.policies.store import StoreDown
+from switchyard.policies.store import AUDIT_KEPT, StoreDown, audit_id
 
 T = TypeVar("T")
 log = logging.getLogger("switchyard.store")
@@ -41,7 +42,9 @@ CREATE TABLE IF NOT EXISTS members (set_name TEXT NOT NULL, member TEXT NOT NULL
 CREATE TABLE IF NOT EXISTS audit (id INTEGER PRIMARY KEY AUTOINCREMENT, body TEXT NOT NULL);
 """
 _SWEEP_EVERY = 256  # TTL'd puts between deletions of expired documents nobody reads again
-AUDIT_ID_WIDTH = 20  # audit ids are zero-padded row ids: string order is insertion order
+
+
+_OWN_ID = re.compile(r"(\d{15})-000000")  # audit_id(row id, 0)
 
 
 def default_path() -> Path:
@@ -107,6 +110,15 @@ class SqliteStore(MemoryStore):
                 db.execute("DELETE FROM docs WHERE expires_ms IS NOT NULL AND expires_ms <= ?",
                            (sweep_before,))
 
+    def _claim(self, name: str, now: int, expires_ms: int) -> bool:
+        # One statement: of replicas or workers sharing the file, exactly one claims the name
+        # while it is held (an expired claim may be taken again).
+        cur = self._conn().execute(
+            "INSERT INTO docs (name, body, expires_ms) VALUES (?, '{}', ?) ON CONFLICT (name) "
+            "DO UPDATE SET body = '{}', expires_ms = excluded.expires_ms "
+            "WHERE docs.expires_ms IS NOT NULL AND docs.expires_ms <= ?", (name, expires_ms, now))
+        return cur.rowcount == 1
+
     def _add(self, set_name: str, member: str) -> None:
         self._conn().execute("INSERT OR IGNORE INTO members (set_name, member) VALUES (?, ?)",
                              (set_name, member))
@@ -116,8 +128,11 @@ class SqliteStore(MemoryStore):
         return {m for (m,) in rows}
 
     def _audit_append(self, body: str) -> int:
-        cur = self._conn().execute("INSERT INTO audit (body) VALUES (?)", (body,))
+        db = self._conn()
+        cur = db.execute("INSERT INTO audit (body) VALUES (?)", (body,))
         assert cur.lastrowid is not None
+        # At most AUDIT_KEPT entries, as in the other stores: the oldest go.
+        db.execute("DELETE FROM audit WHERE id <= ?", (cur.lastrowid - AUDIT_KEPT,))
         return cur.lastrowid
 
     def _audit_read(self, before: int | None, limit: int) -> list[tuple[int, str]]:
@@ -164,6 +179,10 @@ class SqliteStore(MemoryStore):
                 sweep = now
         await self._run(self._put, name, json.dumps(doc), None if ttl_ms is None else now + ttl_ms, sweep)
 
+    async def claim(self, name: str, ttl_ms: int) -> bool:
+        now = self._now()
+        return await self._run(self._claim, name, now, now + ttl_ms)
+
     async def add_member(self, set_name: str, member: str) -> None:
         await self._run(self._add, set_name, member)
 
@@ -171,16 +190,21 @@ class SqliteStore(MemoryStore):
         return await self._run(self._members, set_name)
 
     async def audit_append(self, entry: dict[str, Any]) -> str:
-        """Append ``entry``; its id (sortable as a string, newest last)."""
-        return f"{await self._run(self._audit_append, json.dumps(entry)):0{AUDIT_ID_WIDTH}d}"
+        """Append ``entry``; its id (sortable as a string, newest last): the row id in the
+        stores' one id shape (``audit_id``), which the audit API takes back as a cursor."""
+        return audit_id(await self._run(self._audit_append, json.dumps(entry)), 0)
 
     async def audit_read(self, before: str | None, limit: int) -> list[dict[str, Any]]:
         """Up to ``limit`` entries older than id ``before`` (all when None), newest first; each
         with its ``id``. A ``before`` this store did not give is a ValueError."""
-        if before and not before.isdigit():
-            raise ValueError(f"{before[:40]!r} is not an audit entry id")
-        rows = await self._run(self._audit_read, int(before) if before else None, limit)
-        return [json.loads(body) | {"id": f"{i:0{AUDIT_ID_WIDTH}d}"} for i, body in rows]
+        row = None
+        if before:
+            m = _OWN_ID.fullmatch(before)
+            if m is None:
+                raise ValueError(f"{before[:40]!r} is not an audit entry id")
+            row = int(m[1])
+        rows = await self._run(self._audit_read, row, limit)
+        return [json.loads(body) | {"id": audit_id(i, 0)} for i, body in rows]
 
     async def ping(self) -> None:
         await self._run(self._conn)

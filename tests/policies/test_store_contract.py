@@ -4,6 +4,7 @@ Cluster."""
 from __future__ import annotations
 
 import asyncio
+import re
 
 import pytest
 
@@ -399,6 +400,7 @@ async def test_tags_end_users_and_sessions_are_summed_apart(store, limiter_for):
 async def test_audit_entries_append_in_order_and_page_newest_first(store):
     ids = [await store.audit_append({"action": f"a{i}", "n": i}) for i in range(7)]
     assert ids == sorted(ids) and len(set(ids)) == 7  # sortable, newest last, unique in one ms too
+    assert all(re.fullmatch(r"\d{15}-\d{6}", i) for i in ids)  # the one shape /admin/audit takes as a cursor
     page = await store.audit_read(None, 3)
     assert [e["n"] for e in page] == [6, 5, 4] and [e["id"] for e in page] == ids[:3:-1]
     page = await store.audit_read(page[-1]["id"], 3)
@@ -409,3 +411,13 @@ async def test_audit_entries_append_in_order_and_page_newest_first(store):
     # What was read is a copy: changing it changes nothing stored.
     page[0]["action"] = "edited"
     assert (await store.audit_read(ids[1], 1))[0]["action"] == "a0"
+
+
+async def test_a_claim_is_won_once_until_it_expires(store):
+    """Alerts send a threshold once across replicas by claiming its name (policies/alerts.py)."""
+    name = f"{store.ns}:alert:t:x"
+    assert sorted(await asyncio.gather(*(store.claim(name, 200) for _ in range(5)))) == [False] * 4 + [True]
+    assert await store.claim(name, 200) is False
+    await asyncio.sleep(0.3)
+    assert await store.claim(name, 60_000) is True
+    assert await store.claim(name, 60_000) is False
