@@ -24,7 +24,6 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from switchyard.core.errors import RateLimited, Unavailable
-from switchyard.policies.pricing import nano_usd
 from switchyard.routing.health import CLOSED
 
 if TYPE_CHECKING:
@@ -150,12 +149,10 @@ class Recorder:
         ck = (group, team, ctx.cache)
         looked = self.counts["cache_requests"]
         looked[ck] = looked.get(ck, 0) + 1
-        if ctx.cache == "hit" and ctx.tally is not None and ctx.route is not None:
-            saved = ctx.tally.usage()  # the original answer's usage, charged nothing now
-            usd = nano_usd(ctx.route.model.price, saved.prompt_tokens, saved.completion_tokens,
-                           saved.cached_tokens, saved.cache_write_tokens) / 1e9
+        if ctx.cache == "hit" and ctx.ticket is not None:
+            # priced at settlement as the ledger's saved_usd is (the catalog's price too)
             s = self.counts["cache_saved_usd"]
-            s[(group, team)] = s.get((group, team), 0.0) + usd
+            s[(group, team)] = s.get((group, team), 0.0) + ctx.ticket.saved_nano / 1e9
 
     def _admission(self, ctx: RequestContext, team: str) -> None:
         if ctx.ticket is not None:

@@ -76,6 +76,7 @@ class Ticket:
     prices: RoutePrices | None = None  # the route's prices (resolved once per route, not per request)
     cost_nano: int = 0  # what was charged, once settled
     unpriced: bool = False  # settled, and the deployment that served it has no known price
+    saved_nano: int = 0  # a cache hit, once settled: what its answer would have cost (the ledger's)
     attribution: Attribution = NONE  # tags, end user, session
 
 

@@ -330,7 +330,7 @@ class Limiter:
             rec.cache_hit, rec.saved_tokens = True, outcome.saved.total_tokens
             # at the route's own price (""): which deployment gave the original answer is not kept
             saved = ticket.prices.cost("", outcome.saved) if ticket.prices is not None else 0
-            rec.saved_nano = saved or 0
+            rec.saved_nano = ticket.saved_nano = saved or 0
         kw: dict[str, Any] = dict(plan=plan, admitted_ms=ticket.admitted_ms,
                                   token_delta=usage.total_tokens - ticket.reserved_tokens,
                                   spend_delta=cost - ticket.reserved_spend, lease_id=ticket.lease_id,
