@@ -24,7 +24,7 @@ import httpx
 from switchyard.core.settings import AlertsConfig
 from switchyard.core.tasks import stop
 from switchyard.policies.attribution import MARK
-from switchyard.policies.plan import NANO
+from switchyard.policies.plan import NANO, model_limits_name
 from switchyard.policies.registry import Registry
 from switchyard.policies.store import SEP, Store, StoreDown
 
@@ -45,14 +45,15 @@ class Budget:
     scope: str  # "team ml", "key alice", "team ml model openai/gpt-4o", "tag search", "end user u-7"
     limits: dict[str, Any]
     key: str | None = None  # the aggregate fields of this key only
-    model: str | None = None  # ... of this model name (or vendor/*)
+    model: str | None = None  # ... of the models this per-model limit charges (model_limits_name)
     dimension: str | None = None  # ... of this tag's or end user's sums ("\x1etag:search")
+    models: frozenset[str] = frozenset()  # the team's per-model limits, of which ``model`` is one
 
 
 def _matches(b: Budget, k: str, m: str) -> bool:
     if b.key is not None and k != b.key:
         return False
-    if b.model is not None and m != b.model and not (b.model.endswith("/*") and m.startswith(b.model[:-1])):
+    if b.model is not None and model_limits_name(m, b.models) != b.model:
         return False
     return b.dimension is None or k == b.dimension
 
@@ -77,7 +78,9 @@ async def _team_budgets(registry: Registry, team: str, keys: list[dict[str, Any]
     doc = await registry.team(team)
     out = [Budget(f"team {team}", doc["limits"] or {})]
     out += [Budget(f"key {k['id']}", k["limits"], key=k["id"]) for k in keys if k["team"] == team]
-    out += [Budget(f"team {team} model {m}", lim, model=m) for m, lim in doc["model_limits"].items()]
+    per_model = frozenset(doc["model_limits"])
+    out += [Budget(f"team {team} model {m}", lim, model=m, models=per_model)
+            for m, lim in doc["model_limits"].items()]
     out += [Budget(f"tag {t}", lim, dimension=f"{MARK}tag:{t}") for t, lim in doc["tag_limits"].items()]
     if doc.get("end_user_limits"):
         out.append(Budget("end user", doc["end_user_limits"], dimension=f"{MARK}end_user:"))

@@ -7,6 +7,7 @@ carries the hash tag ``{team}``, so one request's keys live in one Redis Cluster
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass, replace
 
 from switchyard.core.settings import Limits
@@ -125,15 +126,20 @@ def resv_keys(ns: str, team: str) -> tuple[str, str]:
     return f"{t}:resv", f"{t}:resvd"
 
 
-def model_limits_for(model: str, table: dict[str, Limits]) -> tuple[str, Limits] | None:
-    """The (team, model) limits that apply: exact name, then the model group, then vendor/*."""
-    if not table:
-        return None
+def model_limits_name(model: str, names: Container[str]) -> str | None:
+    """Which of a team's per-model limits ``model`` falls under: its exact name, then its model
+    group, then vendor/* (one only, as admission charges it)."""
     parts = model.split("/")
     for name in (model, "/".join(parts[:2]), f"{parts[0]}/*"):
-        if name in table:
-            return name, table[name]
+        if name in names:
+            return name
     return None
+
+
+def model_limits_for(model: str, table: dict[str, Limits]) -> tuple[str, Limits] | None:
+    """The (team, model) limits that apply (``model_limits_name``)."""
+    name = model_limits_name(model, table) if table else None
+    return None if name is None else (name, table[name])
 
 
 def build_plan(ns: str, key_id: str, team: str, model: str, key_limits: Limits,

@@ -86,3 +86,20 @@ async def test_end_user_and_tag_budgets(store, limiter_for):
     with pytest.raises(RateLimited, match=r"^tag search: requests per minute limit 2 reached"):
         await admit(lim, p, search)
     await admit(lim, p, Attribution(tags=("chat",)))  # a tag without limits: nothing to count
+
+
+def test_an_alert_counts_a_model_under_the_one_per_model_limit_admission_charges():
+    """A team with limits on openai/gpt-4o and on openai/*: gpt-4o's usage fills the first only,
+    as admission charges it (plan.model_limits_name), and the rest of openai/* the second."""
+    from switchyard.policies.alerts import Budget, _used
+    from switchyard.policies.store import SEP
+
+    aggs = {5: {f"k1{SEP}openai/gpt-4o{SEP}prompt_tokens": 10,
+                f"k1{SEP}openai/gpt-4o-mini{SEP}prompt_tokens": 7,
+                f"k1{SEP}anthropic/claude{SEP}prompt_tokens": 3}}
+    per_model = frozenset({"openai/gpt-4o", "openai/*"})
+    exact = Budget("team t model openai/gpt-4o", {"tokens_per_day": 100}, model="openai/gpt-4o",
+                   models=per_model)
+    vendor = Budget("team t model openai/*", {"tokens_per_day": 100}, model="openai/*", models=per_model)
+    assert _used(exact, "tokens_per_day", [5], aggs) == {exact.scope: 10}
+    assert _used(vendor, "tokens_per_day", [5], aggs) == {vendor.scope: 7}
