@@ -39,6 +39,11 @@ CLAUDE_MIN_BUDGET = 1024
 CLAUDE_THINKS = re.compile(r"claude-(?:3-7-|(?:opus|sonnet|haiku)-[4-9])")
 
 
+def claude_thinks(model: str) -> bool:
+    """A Claude model that takes a thinking budget (any provider's spelling of its id)."""
+    return CLAUDE_THINKS.search(model.lower()) is not None
+
+
 @dataclass(frozen=True, slots=True)
 class ReasoningModel:
     """A family of OpenAI reasoning models, by name (matched at the start of the name's last
@@ -115,7 +120,7 @@ def claude_thinking(req: CanonicalRequest, model: str, max_tokens: int | None) -
     from an effort is lowered below ``max_tokens``, and left out where Claude would refuse
     thinking: under 1024 tokens, with a changed temperature or top_k, a top_p under 0.95, or a
     forced tool choice."""
-    if not CLAUDE_THINKS.search(model.lower()):
+    if not claude_thinks(model):
         return None
     if req.reasoning_budget is not None and req.show_reasoning:
         return {"type": "enabled", "budget_tokens": req.reasoning_budget}

@@ -11,12 +11,10 @@ import signal
 import sys
 from pathlib import Path
 
-from switchyard.core.config import load_config
 from switchyard.core.prices import unpriced_routes
 from switchyard.core.settings import ConfigError
-from switchyard.dialects.passthrough import check_config
-from switchyard.guards.rules import Guardrails
 from switchyard.http import verdict
+from switchyard.http.checked import load_checked
 from switchyard.http.logs import FORMAT_ENV, FORMATS, LEVEL_ENV, LEVELS
 from switchyard.http.logs import settings as log_settings
 from switchyard.http.prices import price_table
@@ -69,9 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     path = args.config if args.command in ("serve", "prices") else args.path
     try:
-        config = load_config(path)
-        check_config(config)  # what only the dialect tables know (fields a caller may not pass)
-        Guardrails(config)  # what only the detector table knows (each built-in's span)
+        config = load_checked(path)
     except ConfigError as e:
         print(f"switchyard: bad config\n{e}", file=sys.stderr)
         return 2
@@ -106,9 +102,7 @@ def _reload(args: argparse.Namespace) -> int:
     the server (or any worker) kept its running config."""
     if args.config is not None:
         try:
-            config = load_config(args.config)
-            check_config(config)
-            Guardrails(config)
+            load_checked(args.config)
         except ConfigError as e:
             print(f"switchyard: bad config, nothing signalled\n{e}", file=sys.stderr)
             return 2

@@ -20,27 +20,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from switchyard.core.config import Config, load_config
+from switchyard.core.config import Config
 from switchyard.core.deployments import BUILT_IN_BACKENDS
 from switchyard.core.settings import ConfigError
-from switchyard.dialects.passthrough import check_config
-from switchyard.guards.rules import Guardrails
 from switchyard.http.app import create_app
 from switchyard.http.asgi import Switchyard
+from switchyard.http.checked import load_checked
 from switchyard.http.verdict import write_verdict
 from switchyard.policies.factory import build_policies
 from switchyard.routing import Router
 
 log = logging.getLogger("switchyard.reload")
 Message = dict[str, Any]
-
-
-def load_checked(path: str | Path) -> Config:
-    """The config file as ``check-config`` validates it (ConfigError naming file, field, reason)."""
-    config = load_config(path)
-    check_config(config)
-    Guardrails(config)  # each built-in detector's span against its guard's hold
-    return config
 
 
 class Lifespan:

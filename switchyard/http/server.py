@@ -36,9 +36,10 @@ from switchyard.core.errors import InvalidRequest
 from switchyard.core.settings import ConfigError, ServerConfig, master_key_file
 from switchyard.dialects.errors import error_bytes
 from switchyard.http.asgi import error_shape
+from switchyard.http.checked import load_checked
 from switchyard.http.disconnect import DISCONNECT, Disconnect
 from switchyard.http.logs import configure_logging, settings
-from switchyard.http.reload import Reloadable, engine_change, load_checked
+from switchyard.http.reload import Reloadable, engine_change
 from switchyard.http.scrape import METRICS_DIR, metrics_dir, prepare_dir
 from switchyard.http.verdict import PID_FILE_ENV, remove, write_verdict
 from switchyard.http.version import package_version

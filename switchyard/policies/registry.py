@@ -138,9 +138,6 @@ class Registry:
                 "models": models, "model_limits": ml, "end_user_limits": eu, "tag_limits": tl,
                 "key_policy": doc.get("key_policy")}
 
-    async def teams(self) -> list[dict[str, Any]]:
-        return [await self.team(t) for t in await self.team_names()]
-
     async def update_team(self, name: str, *, limits: dict[str, Any] | None = None, models: Any = UNSET,
                           model_limits: dict[str, Any] | None = None, end_user_limits: Any = UNSET,
                           tag_limits: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from switchyard.core.errors import InvalidRequest
+from switchyard.policies.attribution import DIMENSIONS
 
 # "minute": the last two hours only (the store and the ledger keep minutes no longer).
 STORE_GROUPS = ("team", "key", "model", "day", "minute", "tag", "end_user", "session")
 LEDGER_GROUPS = (*STORE_GROUPS, "hour", "deployment", "status", "reason", "guardrail")
-DIMENSIONS = ("tag", "end_user", "session")  # policies.attribution
 MAX_DAYS = 400
 MAX_LIMIT = 10_000
 _CLASSES = {"1xx": (100, 199), "2xx": (200, 299), "3xx": (300, 399), "4xx": (400, 499),

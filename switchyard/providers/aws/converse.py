@@ -28,7 +28,7 @@ from switchyard.core.canonical import CanonicalRequest, Chunk, RequestKind
 from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.errors import RETRY_STATUSES, InvalidRequest, UpstreamError
 from switchyard.dialects.anthropic.wire import THINKING_BUDGET
-from switchyard.dialects.reasoning import claude_thinking
+from switchyard.dialects.reasoning import claude_thinking, claude_thinks
 from switchyard.providers.aws import converse_answers as answers
 from switchyard.providers.aws.auth import bedrock_auth
 from switchyard.providers.aws.eventstream import CONTENT_TYPE, FrameError, named_frames
@@ -52,7 +52,6 @@ _METADATA_VALUE = re.compile(r"[a-zA-Z0-9\s:_@$#=/+,\-.]{0,256}")
 CARRIED = ("max_tokens", "temperature", "top_p", "top_k", "tools", "tool_choice", "constraint", "user")
 # Claude models that think (Claude 3.7 Sonnet; Claude 4 and later, Opus, Sonnet and Haiku), found
 # in a model id, a cross-region profile's (us.anthropic...) or an inference profile's ARN.
-_CLAUDE_THINKS = re.compile(r"anthropic\.claude-(?:3-7-|(?:opus|sonnet|haiku)-[4-9])")
 _IMAGE_FORMATS = {
     "image/png": "png",
     "image/jpeg": "jpeg",
@@ -67,7 +66,7 @@ class ConverseCodec:
 
     def carries(self, model: str) -> frozenset[str]:
         """Claude models that think take the caller's reasoning budget (``additionalModelRequestFields``)."""
-        return frozenset({THINKING_BUDGET}) if _CLAUDE_THINKS.search(model) else frozenset()
+        return frozenset({THINKING_BUDGET}) if claude_thinks(model) else frozenset()
 
     def render(
         self, req: CanonicalRequest, model: str, dep: DeploymentConfig | None = None
@@ -94,7 +93,7 @@ class ConverseCodec:
         extra: dict[str, Any] = {}
         if req.top_k is not None:
             extra["top_k"] = req.top_k
-        if _CLAUDE_THINKS.search(model) and (thinking := claude_thinking(req, model, req.max_tokens)):
+        if thinking := claude_thinking(req, model, req.max_tokens):
             # Claude requires max_tokens above the budget: the Anthropic dialect checks it.
             extra["thinking"] = thinking
         if extra:
