@@ -44,6 +44,7 @@ from switchyard.gateway.streaming import Tally, gather
 from switchyard.gateway.types import SSE, Endpoint, Responder, Tracer
 from switchyard.guards.rules import Guardrails
 from switchyard.guards.run import GUARDRAILS_HEADER, GuardRun
+from switchyard.guards.webhook import Webhooks
 from switchyard.policies.attribution import read_attribution
 from switchyard.policies.base import Outcome, Principal
 from switchyard.policies.factory import Policies
@@ -81,6 +82,7 @@ class Gateway:
         self.router = router
         self.policies = policies
         self.guardrails = Guardrails(config)  # resolved here, once: a request pays one check when off
+        self.webhooks = Webhooks()  # webhook guards' one pool: no connection until one is asked
         # Called with every finished request's context (access log, metrics, tracing).
         self.observers: list[Callable[[RequestContext], None]] = []
         self.tracing: Tracer | None = None  # set when tracing.otlp_endpoint is configured
@@ -235,8 +237,8 @@ class Gateway:
         route = ctx.route = self._route(req, principal)
         plan = self.guardrails.any and self.guardrails.plan(route.group, principal.team, principal.key_id)
         if plan:
-            ctx.guards = GuardRun(plan, {"model": route.group, "team": principal.team,
-                                         "key_id": principal.key_id, "request_id": ctx.id})
+            ctx.guards = GuardRun(plan, self.webhooks, {"model": route.group, "team": principal.team,
+                                                        "key_id": principal.key_id, "request_id": ctx.id})
             req = await ctx.guards.request(req)
         timeout = req.timeout if req.timeout is not None else principal.timeout
         if timeout is not None:

@@ -20,7 +20,7 @@ from switchyard.guards.detectors import Detector, detector
 from switchyard.guards.rules import Plan, Rule
 from switchyard.guards.scan import Hit, Holder, apply, scan
 from switchyard.guards.texts import put, rewrite, texts
-from switchyard.guards.webhook import Verdict, ask
+from switchyard.guards.webhook import Verdict, Webhooks
 
 # What a redaction leaves, and what restore looks for in the answer.
 PLACEHOLDER = detector("placeholder", r"\[[A-Z][A-Z0-9_]{0,40}_\d{1,6}\]")
@@ -48,10 +48,11 @@ Restart = Callable[[CanonicalRequest], AsyncGenerator[Chunk, None]]
 
 
 class GuardRun:
-    __slots__ = ("about", "counts", "fired", "plan", "restores", "values", "verdict")
+    __slots__ = ("about", "counts", "fired", "plan", "restores", "values", "verdict", "webhooks")
 
-    def __init__(self, plan: Plan, about: dict[str, str] | None = None) -> None:
+    def __init__(self, plan: Plan, webhooks: Webhooks, about: dict[str, str] | None = None) -> None:
         self.plan = plan
+        self.webhooks = webhooks  # the gateway's one pool for webhook guards
         self.about = about or {}  # model, team, key_id, request_id: what a webhook is told
         # The request webhooks' verdict, asked beside the upstream call: None (go on), a request
         # to send instead, or the error to answer with.
@@ -125,7 +126,7 @@ class GuardRun:
         """Each request webhook in turn (a modify is what the next one sees)."""
         changed = None
         for rule in self.plan.ask_request:
-            v = await ask(rule, "request", texts(req), self.about)
+            v = await self.webhooks.ask(rule, "request", texts(req), self.about)
             denied = self._heard(rule, v, "request")
             if denied is not None:
                 return denied
@@ -209,7 +210,7 @@ class GuardRun:
         choices = sorted({ch.index for ch in got if ch.text})
         said = ["".join(ch.text for ch in got if ch.index == i) for i in choices]
         for rule in self.plan.ask_response:
-            v = await ask(rule, "response", said, self.about)
+            v = await self.webhooks.ask(rule, "response", said, self.about)
             denied = self._heard(rule, v, "response")
             if denied is not None:
                 raise denied

@@ -30,18 +30,32 @@ class Verdict:
     texts: list[str] | None = None
 
 
-async def ask(rule: Rule, direction: str, texts: list[str], about: dict[str, str]) -> Verdict:
-    assert rule.webhook is not None
-    body = {"guardrail": rule.name, "direction": direction, "texts": texts, **about}
-    try:
-        async with httpx.AsyncClient(timeout=rule.timeout, follow_redirects=False) as client:
-            r = await asyncio.wait_for(client.post(rule.webhook, json=body), rule.timeout)
-        return _read(r, len(texts))
-    except (httpx.HTTPError, TimeoutError, ValueError) as e:
-        # The webhook's URL and the error's class, never the texts.
-        log.warning("guardrail %s: its webhook failed (%s); on_error: %s", rule.name, type(e).__name__,
-                    "allow" if rule.fail_open else "deny")
-        return Verdict("error")
+class Webhooks:
+    """The webhook guards' calls, over one connection pool (opened at the first call, closed with
+    the gateway): a guarded request does not pay a new connection per webhook."""
+
+    def __init__(self) -> None:
+        self._client: httpx.AsyncClient | None = None
+
+    async def ask(self, rule: Rule, direction: str, texts: list[str], about: dict[str, str]) -> Verdict:
+        assert rule.webhook is not None
+        body = {"guardrail": rule.name, "direction": direction, "texts": texts, **about}
+        if self._client is None:
+            self._client = httpx.AsyncClient(follow_redirects=False)
+        try:
+            r = await asyncio.wait_for(self._client.post(rule.webhook, json=body, timeout=rule.timeout),
+                                       rule.timeout)
+            return _read(r, len(texts))
+        except (httpx.HTTPError, TimeoutError, ValueError) as e:
+            # The webhook's URL and the error's class, never the texts.
+            log.warning("guardrail %s: its webhook failed (%s); on_error: %s", rule.name, type(e).__name__,
+                        "allow" if rule.fail_open else "deny")
+            return Verdict("error")
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
 
 
 def _read(r: httpx.Response, n: int) -> Verdict:

@@ -221,6 +221,7 @@ def create_app(config: Config, *, router: Router | None = None,
             await asyncio.wait_for(gw.drain(), SETTLE_AFTER_CUT)
         await router.aclose()
         await policies.aclose()
+        await gw.webhooks.aclose()
         if auth.oidc is not None:
             await auth.oidc.aclose()
         if exporter is not None:
