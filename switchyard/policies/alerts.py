@@ -16,6 +16,7 @@ import hashlib
 import hmac
 import json
 import logging
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,14 +88,20 @@ async def _team_budgets(registry: Registry, team: str, keys: list[dict[str, Any]
     return [b for b in out if any(b.limits.get(q) for q in QUOTAS)]
 
 
-async def budget_use(store: Store, registry: Registry, today: dt.date) -> list[BudgetUse]:
-    """Every day's and month's quota of every team (at most ``MAX_TEAMS``) with what its
-    settled usage has used of it (the store's daily aggregates)."""
+async def _teams(registry: Registry, teams: Collection[str] | None) -> list[str]:
+    names = await registry.team_names()
+    return (names if teams is None else [t for t in names if t in teams])[:MAX_TEAMS]
+
+
+async def budget_use(store: Store, registry: Registry, today: dt.date,
+                     teams: Collection[str] | None = None) -> list[BudgetUse]:
+    """Every day's and month's quota of every team (at most ``MAX_TEAMS``; ``teams``: of these
+    only) with what its settled usage has used of it (the store's daily aggregates)."""
     day = (today - _EPOCH).days
     month = list(range((today.replace(day=1) - _EPOCH).days, day + 1))
     keys = await registry.keys()
     out: list[BudgetUse] = []
-    for team in (await registry.team_names())[:MAX_TEAMS]:
+    for team in await _teams(registry, teams):
         budgets = await _team_budgets(registry, team, keys)
         if not budgets:
             continue
@@ -113,13 +120,15 @@ async def budget_use(store: Store, registry: Registry, today: dt.date) -> list[B
     return out
 
 
-async def month_spend(store: Store, registry: Registry, today: dt.date) -> list[dict[str, Any]]:
-    """Each team's spend this UTC month so far, and where it ends at the pace so far."""
+async def month_spend(store: Store, registry: Registry, today: dt.date,
+                      teams: Collection[str] | None = None) -> list[dict[str, Any]]:
+    """Each team's (``teams``: of these only) spend this UTC month so far, and where it ends at
+    the pace so far."""
     day = (today - _EPOCH).days
     first = today.replace(day=1)
     days_in = ((first + dt.timedelta(days=32)).replace(day=1) - first).days
     out = []
-    for team in (await registry.team_names())[:MAX_TEAMS]:
+    for team in await _teams(registry, teams):
         aggs = await store.aggregates(team, list(range((first - _EPOCH).days, day + 1)))
         nano = sum(int(v) for fields in aggs.values() for f, v in fields.items()
                    if f.endswith(f"{SEP}cost_nano"))

@@ -109,11 +109,9 @@ async def budgets(policies: Policies, now: dt.datetime, *, teams: tuple[str, ...
     if keys is not None:
         return {"budgets": [], "month": []}
     today = now.date()
-    use = await budget_use(policies.store, policies.registry, today)
-    near = sorted((u for u in use if u.fraction >= NEAR and (teams is None or u.team in teams)),
-                  key=lambda u: -u.fraction)[:NEAR_MAX]
-    month = [m for m in await month_spend(policies.store, policies.registry, today)
-             if teams is None or m["team"] in teams]
+    use = await budget_use(policies.store, policies.registry, today, teams)
+    near = sorted((u for u in use if u.fraction >= NEAR), key=lambda u: -u.fraction)[:NEAR_MAX]
+    month = await month_spend(policies.store, policies.registry, today, teams)
     return {"budgets": [dataclasses.asdict(u) | {"fraction": round(u.fraction, 4)} for u in near],
             "month": month}
 
