@@ -1,6 +1,6 @@
 """The gateway's added latency and its throughput, beside calling the upstream directly.
 
-    .venv/bin/python bench/overhead.py [--duration 8] [--deployments 1] [--quick]
+    .venv/bin/python bench/overhead.py [--duration 8] [--deployments 1] [--quick] [--store redis] [--limits]
     .venv/bin/python bench/overhead.py --workers 2 [--duration 8]
     .venv/bin/python bench/overhead.py --providers [--duration 8] [--quick]
 
@@ -10,7 +10,10 @@ wrk (C, one thread; ``apt-get install wrk``) for latency and throughput, and an 
 this process for a stream's time to first byte. Every figure is printed beside the direct one,
 with the ratio or the difference. The gateway runs twice in the same run: as configured by
 default (``/metrics`` counting and the access log on, written to a file) and with both off; their
-ratio is what observability costs. ``--workers N`` instead compares N worker processes with one
+ratio is what observability costs. ``--store redis`` gives the gateways a redis-server of their
+own (core 0) instead of memory://, ``--limits`` gives the key four limits it never reaches (rpm,
+tpm, tokens_per_day, max_concurrency): what admission and settlement cost. ``--workers N``
+instead compares N worker processes with one
 at c=64 (Redis store; every process shares both cores with the load and the mock).
 ``--providers`` instead compares the gateway's CPU per streamed chat request for three models in
 one gateway: the OpenAI pass-through, Anthropic (named SSE events) and Bedrock (SigV4 signing,
@@ -151,7 +154,12 @@ async def ttfb(url: str, body: dict, key: str | None, n: int) -> list[float]:
     return out
 
 
-def config_yaml(upstreams: list[int], observe: bool = True, store: str = "memory://") -> str:
+# ``--limits``: the key's four limits, high enough never to refuse (what admission costs, not refusals).
+LIMITS = "{rpm: 100000000, tpm: 1000000000, tokens_per_day: 100000000000, max_concurrency: 1000}"
+
+
+def config_yaml(upstreams: list[int], observe: bool = True, store: str = "memory://",
+                limits: bool = False) -> str:
     deps = "\n".join(f"      - {{name: d{i}, backend: upstream, dialect: openai, "
                      f"base_url: 'http://127.0.0.1:{p}/v1'}}" for i, p in enumerate(upstreams))
     return f"""
@@ -164,7 +172,7 @@ models:
     deployments:
 {deps}
 teams: [{{name: bench}}]
-keys: [{{id: bench, team: bench, key: {KEY}}}]
+keys: [{{id: bench, team: bench, key: {KEY}{", limits: " + LIMITS if limits else ""}}}]
 """
 
 
@@ -176,6 +184,10 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=1, help="N > 1: compare N worker processes with 1")
     ap.add_argument("--providers", action="store_true",
                     help="gateway CPU per streamed request: anthropic and bedrock against openai")
+    ap.add_argument("--store", choices=("memory", "redis"), default="memory",
+                    help="the gateways' store: memory://, or a redis-server of their own")
+    ap.add_argument("--limits", action="store_true",
+                    help="the key has rpm, tpm, tokens_per_day and max_concurrency (never reached)")
     args = ap.parse_args()
     if not shutil.which("wrk"):
         sys.exit("bench/overhead.py needs wrk: apt-get install wrk")
@@ -196,10 +208,16 @@ def main() -> int:
             procs.start(pinned("0", [py, str(MOCK), "--port", str(p)]))
         direct_port = free_port()  # the baseline server under test: a mock alone on core 1
         direct = procs.start(pinned("1", [py, str(MOCK), "--port", str(direct_port)]))
+        store = "memory://"
+        if args.store == "redis":  # beside the load, on core 0
+            rport = free_port()
+            redis = ["redis-server", "--port", str(rport), "--save", "", "--appendonly", "no"]
+            procs.start(pinned("0", redis))
+            store = f"redis://127.0.0.1:{rport}/0"
         gws = {}
         for name, observe in (("gateway", True), ("quiet", False)):
             cfg = Path(tempfile.mkdtemp()) / "bench.yaml"
-            cfg.write_text(config_yaml(ups, observe))
+            cfg.write_text(config_yaml(ups, observe, store, args.limits))
             port = free_port()
             gws[name] = (port, procs.start(pinned("1", [py, "-m", "switchyard", "serve", "--config", str(cfg),
                                                         "--port", str(port)]), cwd=ROOT))
