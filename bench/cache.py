@@ -33,7 +33,7 @@ def config_yaml(upstream: int, store: str) -> str:
     return f"""
 store: {{url: '{store}'}}
 metrics: {{enabled: true}}
-logging: {{access: false}}
+logging: {{access: true}}
 models:
   - {{name: mock/off, deployments: {dep}, price: {{prompt_per_1m: 1, completion_per_1m: 2}}}}
   - {{name: mock/on, deployments: {dep}, price: {{prompt_per_1m: 1, completion_per_1m: 2}},

@@ -22,6 +22,7 @@ import hashlib
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import fields
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Protocol
@@ -32,12 +33,13 @@ from switchyard.core.canonical import CanonicalRequest, Chunk
 from switchyard.core.logs import Throttled
 from switchyard.core.settings import CacheConfig
 from switchyard.dialects.defaults import sampling_defaults
-from switchyard.policies.resp import ReplyError, RespConnection, encode
+from switchyard.policies.resp import ReplyError, bulk, encode
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis, RedisCluster
 
     from switchyard.policies.base import Principal
+    from switchyard.policies.store import Store
 
 log = logging.getLogger("switchyard")
 _warn = Throttled(log, 60.0)
@@ -63,6 +65,8 @@ class Entry(msgspec.Struct, array_like=True):
 _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder(Entry).decode
 _key_json = msgspec.json.Encoder(order="sorted").encode
+_key_pack = msgspec.msgpack.Encoder(order="sorted").encode
+_SEEDED: dict[str, Any] = {}  # a dialect's defaults, hashed (cache_key)
 
 
 def repeatable(req: CanonicalRequest) -> bool:
@@ -94,8 +98,13 @@ def cache_key(req: CanonicalRequest, route: str, scope: str, *, without_prompt: 
         keyed = list(keyed)
         keyed[_AT_PROMPT] = None
         keyed[_AT_MESSAGES] = [m for m in req.messages or () if m.get("role") != "user"]
-    doc = (scope, route, keyed, sampling_defaults(req.dialect), native, without_prompt)
-    return hashlib.blake2b(_key_json(doc), digest_size=20).hexdigest()
+    # The dialect's defaults, hashed once: encoding them was half of the key's cost.
+    seeded = _SEEDED.get(req.dialect)
+    if seeded is None:
+        seeded = _SEEDED[req.dialect] = hashlib.sha256(_key_json(sampling_defaults(req.dialect)))
+    h = seeded.copy()
+    h.update(_key_pack((scope, route, keyed, native, without_prompt)))
+    return h.hexdigest()[:40]
 
 
 def semantic_text(req: CanonicalRequest) -> str | None:
@@ -289,13 +298,16 @@ return 1
 
 
 class RedisAnswers:
-    """The cache every replica shares, in the store's Redis (module docstring). A plain Redis
-    without TLS is spoken to over one pipelined connection of its own (``policies/resp.py``:
-    redis-py's per-command cost was most of a miss's); a cluster or TLS through redis-py."""
+    """The cache every replica shares, in the store's Redis (module docstring). On a plain Redis
+    without TLS its commands go pre-encoded over the store's own pipelined connection
+    (``Store.pipelined``: redis-py's per-command cost was most of a miss's), so that concurrent
+    requests' lookups and keeps share writes with their admissions and settlements; on a cluster
+    or over TLS through redis-py."""
 
     def __init__(self, client: Redis | RedisCluster, *, ns: str, timeout: float, max_bytes: int,
-                 max_entry_bytes: int) -> None:
+                 max_entry_bytes: int, pipelined: Callable[[bytes], Awaitable[Any]] | None = None) -> None:
         self.client = client
+        self.pipelined = pipelined
         self.timeout = timeout
         self.max_bytes = max_bytes
         self.max_entry_bytes = max_entry_bytes
@@ -303,39 +315,20 @@ class RedisAnswers:
         self.prefix = f"{tag}:e:"
         self._keys = (f"{tag}:index", f"{tag}:sizes", f"{tag}:bytes")
         self._put = client.register_script(_PUT)
-        self._sha = hashlib.sha1(_PUT.encode()).hexdigest()
-        self._fast: RespConnection | None = None
-        self._opening = asyncio.Lock()
-        from redis.asyncio import Redis  # only with a Redis store
-        from redis.asyncio.connection import Connection, UnixDomainSocketConnection
-
-        self._endpoint: dict[str, Any] | None = None
-        if isinstance(client, Redis) and client.connection_pool.connection_class in (
-                Connection, UnixDomainSocketConnection):  # plain TCP or a socket; TLS: redis-py
-            self._endpoint = client.connection_pool.connection_kwargs
-
-    async def _conn(self) -> RespConnection:
-        c = self._fast
-        if c is not None and not c.lost:
-            return c
-        async with self._opening:
-            if self._fast is None or self._fast.lost:
-                kw = self._endpoint or {}
-                self._fast = await RespConnection.open(
-                    kw.get("host", "localhost"), int(kw.get("port", 6379)), path=kw.get("path"),
-                    username=kw.get("username"), password=kw.get("password"), db=kw.get("db") or 0)
-            return self._fast
-
-    async def _command(self, *args: Any) -> Any:
-        c = await self._conn()
-        return await c.request(encode(args))
+        # EVALSHA sha 4 <entry> <index> <sizes> <total> <member> <value> <ttl> <budget> <prefix>
+        # <overhead>: all but the entry, member, value and ttl never change.
+        sha = hashlib.sha1(_PUT.encode()).hexdigest()
+        self._put_head = b"*13\r\n" + b"".join(bulk(a) for a in (b"EVALSHA", sha, 4))
+        self._put_keys = b"".join(bulk(k) for k in self._keys)
+        self._put_tail = b"".join(bulk(a) for a in (max_bytes, self.prefix, _ENTRY_OVERHEAD))
+        self._get_head = b"*2\r\n" + bulk(b"GET")
 
     async def get(self, key: str) -> bytes | None:
         try:
-            async with asyncio.timeout(self.timeout):
-                if self._endpoint is not None:
-                    got = await self._command(b"GET", self.prefix + key)
-                else:
+            if self.pipelined is not None:
+                got = await self.pipelined(self._get_head + bulk(self.prefix + key))
+            else:
+                async with asyncio.timeout(self.timeout):
                     got = await self.client.get(self.prefix + key)
         except Exception as e:  # a cache that fails is a miss, never an error
             _warn.warning("get", "response cache: the store failed a lookup (%s); serving a miss",
@@ -346,20 +339,23 @@ class RedisAnswers:
     async def put(self, key: str, value: bytes, ttl_ms: int) -> bool:
         if len(value) > self.max_entry_bytes or len(value) + _ENTRY_OVERHEAD > self.max_bytes:
             return False
+        ttl = max(int(ttl_ms), 1)
         keys = [self.prefix + key, *self._keys]
-        args: list[str | bytes | int] = [key, value, max(int(ttl_ms), 1), self.max_bytes, self.prefix,
-                                         _ENTRY_OVERHEAD]
         try:
-            async with asyncio.timeout(self.timeout):
-                if self._endpoint is None:
-                    await self._put(keys=keys, args=args)
-                    return True
-                try:
-                    await self._command(b"EVALSHA", self._sha, len(keys), *keys, *args)
-                except ReplyError as e:
-                    if e.code != "NOSCRIPT":
-                        raise
-                    await self._command(b"EVAL", _PUT, len(keys), *keys, *args)  # loads it too
+            if self.pipelined is None:
+                async with asyncio.timeout(self.timeout):
+                    await self._put(keys=keys,
+                                    args=[key, value, ttl, self.max_bytes, self.prefix, _ENTRY_OVERHEAD])
+                return True
+            try:
+                await self.pipelined(b"".join((self._put_head, bulk(keys[0]), self._put_keys, bulk(key),
+                                               bulk(value), bulk(ttl), self._put_tail)))
+            except ReplyError as e:
+                if e.code != "NOSCRIPT":
+                    raise
+                # A Redis that restarted, or whose scripts were flushed: EVAL loads it again.
+                await self.pipelined(encode((b"EVAL", _PUT, 4, *keys, key, value, ttl, self.max_bytes,
+                                             self.prefix, _ENTRY_OVERHEAD)))
         except Exception as e:  # the answer was given; only its keeping failed
             _warn.warning("put", "response cache: the store failed to keep an answer (%s)", type(e).__name__)
             return False
@@ -393,21 +389,19 @@ class RedisAnswers:
         return f"{self.prefix[:-2]}s:{hashlib.blake2b(scope.encode(), digest_size=12).hexdigest()}"
 
     async def aclose(self) -> None:
-        if self._fast is not None:
-            self._fast.close()
-            self._fast = None
+        pass  # its connections are the store's
 
     async def used_bytes(self) -> int:
         """The accounted total (tests, the docs' example)."""
         return int(await self.client.get(self._keys[2]) or 0)
 
 
-def open_answers(client: Redis | RedisCluster | None, *, ns: str, timeout: float, max_bytes: int,
-                 max_entry_bytes: int) -> Answers:
+def open_answers(store: Store, *, max_bytes: int, max_entry_bytes: int) -> Answers:
     """The store's Redis when it has one, else this process's memory."""
-    if client is None:
+    if store.client is None:
         return MemoryAnswers(max_bytes, max_entry_bytes)
-    return RedisAnswers(client, ns=ns, timeout=timeout, max_bytes=max_bytes, max_entry_bytes=max_entry_bytes)
+    return RedisAnswers(store.client, ns=store.ns, timeout=store.timeout, max_bytes=max_bytes,
+                        max_entry_bytes=max_entry_bytes, pipelined=store.pipelined)
 
 
 __all__ = ["Answers", "Entry", "MemoryAnswers", "RedisAnswers", "cache_key", "decode_entry", "encode_entry",

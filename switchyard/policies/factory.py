@@ -117,8 +117,7 @@ def build_policies(config: Config, *, ns: str = "sy", key_cache_ttl: float = 1.0
     audit = AuditLog(store, sink=ledger.sink if ledger is not None else None,
                      retention_days=config.audit.retention_days)
     if answers is None:
-        answers = open_answers(store.client, ns=ns, timeout=config.store.timeout,
-                               max_bytes=config.store.cache_max_bytes,
+        answers = open_answers(store, max_bytes=config.store.cache_max_bytes,
                                max_entry_bytes=config.store.cache_max_entry_bytes)
     return Policies(config=config, store=store, keys=keys, policy=policy, registry=registry,
                     usage=usage, refusals=Refusals(store), audit=audit, answers=answers, ledger=ledger,

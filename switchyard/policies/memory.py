@@ -71,6 +71,7 @@ class MemoryStore:
                  max_records: int | None = None) -> None:
         self.ns = ns
         self.client = None  # in-process: nothing shared across replicas
+        self.pipelined = None
         self.timeout = 0.0
         self.clock = clock
         self.skew_ms = 0  # as RedisStore.skew_ms: tests move the clock with it

@@ -29,7 +29,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError
 
 from switchyard.policies.plan import KINDS, Plan, resv_keys, tag
-from switchyard.policies.resp import ReplyError, RespConnection
+from switchyard.policies.resp import ReplyError, RespConnection, bulk
 from switchyard.policies.store import (
     AUDIT_KEPT,
     DAY_MS,
@@ -49,12 +49,6 @@ _ERRORS = (RedisError, TimeoutError, OSError, AttributeError, ReplyError)
 # Error replies that mean "ask the cluster client": it follows the redirect and refreshes its map.
 _REDIRECTS = {"MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN"}
 _KINDS = {k.encode(): k for k in (*KINDS, "too_large", "cancelled")}
-
-
-def bulk(a: Any) -> bytes:
-    """One RESP bulk string."""
-    b = a if type(a) is bytes else (a if type(a) is str else str(a)).encode()
-    return b"$%d\r\n%s\r\n" % (len(b), b)
 
 
 def resp(args: Any) -> bytes:
@@ -140,6 +134,7 @@ class RedisStore:
             elif pool.connection_class is UnixDomainSocketConnection:
                 self._endpoint = (kw["path"], 0)
             self._conn_kw = kw
+        self.pipelined = self._pipelined if self._endpoint is not None and not self._cluster else None
 
     @classmethod
     def from_url(cls, url: str, *, timeout: float = 0.25, ns: str = "sy",
@@ -264,12 +259,26 @@ class RedisStore:
         async with asyncio.timeout(self.timeout):
             kw = self._conn_kw
             c = await RespConnection.open(addr[0], addr[1], path=kw.get("path"), username=kw.get("username"),
-                                          password=kw.get("password"), db=kw.get("db") or 0)
+                                          password=kw.get("password"), db=kw.get("db") or 0,
+                                          timeout=self.timeout)
         old = self._conns.get(addr)
         if old is not None:
             old.close()
         self._conns[addr] = c
         return c
+
+    async def _pipelined(self, packed: bytes) -> Any:
+        """``pipelined`` on a plain Redis: the connection keeps the deadline itself (one timer
+        per connection, not one per call)."""
+        fut = self._write_now(None, packed, defer=True)
+        if fut is None:
+            assert self._endpoint is not None  # pipelined is None otherwise
+            async with asyncio.timeout(self.timeout):
+                c = self._conns.get(self._endpoint)
+                if c is None or c.lost:
+                    c = await self._connect(self._endpoint)
+            fut = c.request(packed, defer=True)
+        return await fut
 
     async def _fast(self, pk: _Packed, packed: bytes, script: tuple[str, str], keys: Any,
                     args: Callable[[], list[Any]], fut: asyncio.Future[Any] | None = None) -> Any:

@@ -6,6 +6,11 @@ much as the loopback round trip itself. This client is one ``asyncio.Protocol`` 
 requests in order (Redis answers one connection's commands in order), so any number of
 concurrent requests share one connection. Everything else (admin reads, cluster topology,
 redirects, SCRIPT LOAD) stays with redis-py.
+
+A connection opened with a ``timeout`` keeps that deadline for every request itself: one timer
+per connection, armed for the oldest unanswered request (replies come in order, so when that one
+is overdue the link is stalled and every request on it fails). A caller then needs no
+``asyncio.timeout`` of its own, which cost a timer per call.
 """
 
 from __future__ import annotations
@@ -64,22 +69,26 @@ def _parse(buf: bytes, pos: int) -> tuple[Any, int]:
 class RespConnection(asyncio.Protocol):
     """One pipelined connection. ``request`` raises ``ConnectionError`` once the link is gone."""
 
-    def __init__(self) -> None:
+    def __init__(self, timeout: float | None = None) -> None:
         self.transport: asyncio.Transport | None = None
         self._waiters: deque[asyncio.Future[Any]] = deque()
         self._buf = b""
         self._out: list[bytes] = []  # deferred commands, written on the loop's next turn
         self.lost = False
+        self.timeout = timeout
+        self._due: deque[float] = deque()  # with a timeout: each waiter's deadline, in step
+        self._watch: asyncio.TimerHandle | None = None
 
     @classmethod
     async def open(cls, host: str | None, port: int | None, *, path: str | None = None,
-                   username: str | None = None, password: str | None = None, db: int = 0) -> RespConnection:
+                   username: str | None = None, password: str | None = None, db: int = 0,
+                   timeout: float | None = None) -> RespConnection:
         loop = asyncio.get_running_loop()
         if path:
-            _, proto = await loop.create_unix_connection(cls, path)
+            _, proto = await loop.create_unix_connection(lambda: cls(timeout), path)
         else:
             assert host is not None and port is not None, "a TCP connection needs host and port"
-            _, proto = await loop.create_connection(cls, host, port)
+            _, proto = await loop.create_connection(lambda: cls(timeout), host, port)
         try:
             if password:
                 user = (username.encode(),) if username else ()
@@ -112,6 +121,8 @@ class RespConnection(asyncio.Protocol):
                 self._fail(ConnectionError("unexpected reply"))
                 return
             fut = waiters.popleft()
+            if self.timeout is not None:
+                self._due.popleft()
             if not fut.done():  # a timed-out caller has gone; its reply is simply dropped
                 if isinstance(v, ReplyError):
                     fut.set_exception(v)
@@ -122,12 +133,7 @@ class RespConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         self.transport = None
-        err = ConnectionError(f"connection lost: {exc}" if exc else "connection closed")
-        while self._waiters:
-            fut = self._waiters.popleft()
-            if not fut.done():
-                fut.set_exception(err)
-                fut.exception()  # nobody may be left to retrieve it
+        self._fail(ConnectionError(f"connection lost: {exc}" if exc else "connection closed"))
 
     # -- client --
     def request(self, packed: bytes, *, defer: bool = False) -> asyncio.Future[Any]:
@@ -143,6 +149,11 @@ class RespConnection(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         self._waiters.append(fut)
+        if self.timeout is not None:
+            due = loop.time() + self.timeout
+            self._due.append(due)
+            if self._watch is None:
+                self._watch = loop.call_at(due, self._check)
         if defer:
             if not self._out:
                 loop.call_soon(self._flush)
@@ -160,13 +171,29 @@ class RespConnection(asyncio.Protocol):
             self._out.clear()
             self.transport.write(data)
 
+    def _check(self) -> None:
+        """The watchdog: fail the link when its oldest request is overdue, else wait for it."""
+        self._watch = None
+        if not self._due or self.lost:
+            return
+        due = self._due[0]
+        loop = asyncio.get_running_loop()
+        if due > loop.time():
+            self._watch = loop.call_at(due, self._check)
+        else:
+            self._fail(TimeoutError(f"Redis did not answer within {self.timeout:g} s"))
+
     def _fail(self, err: Exception) -> None:
         self.close()
+        self._due.clear()
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
         while self._waiters:
             fut = self._waiters.popleft()
             if not fut.done():
                 fut.set_exception(err)
-                fut.exception()
+                fut.exception()  # nobody may be left to retrieve it
 
     def close(self) -> None:
         self.lost = True
@@ -174,9 +201,12 @@ class RespConnection(asyncio.Protocol):
             self.transport.abort()
 
 
+def bulk(a: Any) -> bytes:
+    """One RESP bulk string."""
+    b = a if type(a) is bytes else (a if type(a) is str else str(a)).encode()
+    return b"$%d\r\n%s\r\n" % (len(b), b)
+
+
 def encode(args: Any) -> bytes:
-    parts = [b"*%d\r\n" % len(args)]
-    for a in args:
-        b = a if isinstance(a, bytes) else a.encode() if isinstance(a, str) else str(a).encode()
-        parts.append(b"$%d\r\n%s\r\n" % (len(b), b))
-    return b"".join(parts)
+    """A whole command."""
+    return b"*%d\r\n" % len(args) + b"".join([bulk(a) for a in args])

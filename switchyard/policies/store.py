@@ -8,7 +8,7 @@ file) and ``redis_store.RedisStore`` (every replica shares it; Redis or Redis Cl
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -193,6 +193,14 @@ class Store(Protocol):
 
     @property
     def client(self) -> Redis | RedisCluster | None: ...
+
+    @property
+    def pipelined(self) -> Callable[[bytes], Awaitable[Any]] | None:
+        """One pre-encoded command on the store's own pipelined connection to a plain Redis,
+        written on the loop's next turn beside the admissions and settlements queued then, and
+        bounded by ``timeout``; None where there is none (in-process, TLS, a cluster): then
+        ``client`` serves."""
+        ...
 
     async def admit(self, plan: Plan, *, tokens: int, spend: int, lease_id: str | None,
                     lease_ttl_ms: int, ticket: str) -> Admission:

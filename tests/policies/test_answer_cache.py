@@ -22,19 +22,35 @@ from switchyard.policies.cache import (
     encode_entry,
     index_entry,
     nearest,
+    open_answers,
     scope_of,
     semantic_text,
     storable,
 )
+from switchyard.policies.redis_store import RedisStore
 
 
-def redis_answers(url: str, max_bytes: int, max_entry: int = 10_000) -> RedisAnswers:
-    return RedisAnswers(Redis.from_url(url), ns=f"t{uuid.uuid4().hex[:8]}", timeout=2.0,
-                        max_bytes=max_bytes, max_entry_bytes=max_entry)
+@pytest.fixture
+async def stores():
+    """Each test's stores, closed after it."""
+    opened: list[RedisStore] = []
+    yield opened
+    for store in opened:
+        await store.aclose()
 
 
-async def test_redis_keeps_its_byte_budget_evicting_the_oldest(redis_url):
-    c = redis_answers(redis_url, max_bytes=3 * (1000 + 96))
+def redis_answers(stores: list[RedisStore], url: str, max_bytes: int, max_entry: int = 10_000,
+                  timeout: float = 2.0) -> RedisAnswers:
+    """The cache as the gateway opens it: on a RedisStore, over its pipelined connection."""
+    store = RedisStore.from_url(url, timeout=timeout, ns=f"t{uuid.uuid4().hex[:8]}")
+    stores.append(store)
+    c = open_answers(store, max_bytes=max_bytes, max_entry_bytes=max_entry)
+    assert isinstance(c, RedisAnswers) and c.pipelined is not None
+    return c
+
+
+async def test_redis_keeps_its_byte_budget_evicting_the_oldest(redis_url, stores):
+    c = redis_answers(stores, redis_url, max_bytes=3 * (1000 + 96))
     for i in range(5):
         assert await c.put(f"k{i}", bytes([i]) * 1000, 60_000)
     assert await c.get("k0") is None and await c.get("k1") is None
@@ -42,31 +58,27 @@ async def test_redis_keeps_its_byte_budget_evicting_the_oldest(redis_url):
     assert await c.used_bytes() == 3 * 1096
     assert await c.put("k4", b"x" * 10, 60_000)  # replacing an entry counts its new size only
     assert await c.used_bytes() == 2 * 1096 + 106
-    await c.client.aclose()
 
 
-async def test_redis_entries_expire_and_leave_the_budget(redis_url):
-    c = redis_answers(redis_url, max_bytes=100_000)
+async def test_redis_entries_expire_and_leave_the_budget(redis_url, stores):
+    c = redis_answers(stores, redis_url, max_bytes=100_000)
     assert await c.put("short", b"a" * 500, 50)
     await asyncio.sleep(0.1)
     assert await c.get("short") is None
     assert await c.put("next", b"b" * 100, 60_000)  # the insert forgets what expired
     assert await c.used_bytes() == 196
-    await c.client.aclose()
 
 
-async def test_an_answer_over_the_size_limit_is_not_kept(redis_url):
-    c = redis_answers(redis_url, max_bytes=100_000, max_entry=1000)
+async def test_an_answer_over_the_size_limit_is_not_kept(redis_url, stores):
+    c = redis_answers(stores, redis_url, max_bytes=100_000, max_entry=1000)
     assert not await c.put("big", b"x" * 1001, 60_000)
     assert await c.get("big") is None
     m = MemoryAnswers(100_000, 1000)
     assert not await m.put("big", b"x" * 1001, 60_000) and await m.get("big") is None
-    await c.client.aclose()
 
 
-async def test_a_store_that_fails_is_a_miss_not_an_error():
-    c = RedisAnswers(Redis.from_url("redis://127.0.0.1:1/0"), ns="x", timeout=0.2, max_bytes=10_000,
-                     max_entry_bytes=1000)
+async def test_a_store_that_fails_is_a_miss_not_an_error(stores):
+    c = redis_answers(stores, "redis://127.0.0.1:1/0", max_bytes=10_000, max_entry=1000, timeout=0.2)
     assert await c.get("k") is None
     assert not await c.put("k", b"v", 1000)
 
@@ -143,8 +155,8 @@ def test_a_semantic_group_is_the_request_but_for_the_users_turn():
     assert semantic_text(two) is None
 
 
-async def test_the_semantic_index_is_bounded_per_scope(redis_url):
-    c = redis_answers(redis_url, max_bytes=100_000)
+async def test_the_semantic_index_is_bounded_per_scope(redis_url, stores):
+    c = redis_answers(stores, redis_url, max_bytes=100_000)
     m = MemoryAnswers(100_000, 1000)
     for store in (c, m):
         for i in range(SEMANTIC_PER_SCOPE + 10):
@@ -153,16 +165,14 @@ async def test_the_semantic_index_is_bounded_per_scope(redis_url):
         assert len(got) == SEMANTIC_PER_SCOPE and await store.neighbours("other") == []
         assert nearest(got, "g", [1.0, 0.0], 0.9) == f"k{SEMANTIC_PER_SCOPE + 9}"  # the newest
         assert nearest(got, "g", [0.0, 1.0], 0.9) is None and nearest(got, "h", [1.0, 0.0], 0.9) is None
-    await c.client.aclose()
 
 
 async def test_redis_cluster_keeps_the_cache_on_one_slot(redis_cluster_url):
     from switchyard.policies.factory import open_store
 
     store = open_store(redis_cluster_url, timeout=2.0, ns=f"c{uuid.uuid4().hex[:6]}")
-    client = store.client
-    assert client is not None
-    c = RedisAnswers(client, ns=store.ns, timeout=2.0, max_bytes=2 * 1096, max_entry_bytes=10_000)
+    c = open_answers(store, max_bytes=2 * 1096, max_entry_bytes=10_000)
+    assert isinstance(c, RedisAnswers) and c.pipelined is None  # redis-py follows the slots
     for i in range(3):
         assert await c.put(f"k{i}", bytes([i]) * 1000, 60_000)
     assert await c.get("k0") is None and await c.get("k2") == bytes([2]) * 1000
@@ -177,3 +187,31 @@ def test_semantic_needs_an_embedder_and_a_threshold() -> None:
                                   "deployments": dep}]})
     with pytest.raises(ConfigError, match="needs a threshold"):
         parse_config({"models": [{"name": "v/m", "cache": {"mode": "semantic"}, "deployments": dep}]})
+
+
+async def test_redis_keeps_answers_after_its_scripts_are_flushed(redis_url, stores):
+    c = redis_answers(stores, redis_url, max_bytes=100_000)
+    assert await c.put("a", b"1", 60_000)
+    await c.client.script_flush()
+    assert await c.put("b", b"2", 60_000)  # NOSCRIPT: loaded again by EVAL, and kept
+    assert await c.put("c", b"3", 60_000)
+    assert [await c.get(k) for k in "abc"] == [b"1", b"2", b"3"]
+    assert await c.used_bytes() == 3 * 97
+
+
+async def test_a_redis_that_stops_answering_is_a_miss_within_the_deadline(redis_url, stores):
+    """The pipelined connection keeps the deadline itself: a stalled Redis (a paused server,
+    here CLIENT PAUSE) fails every waiting lookup at the store's timeout, and the next call
+    opens a fresh connection."""
+    c = redis_answers(stores, redis_url, max_bytes=100_000, timeout=0.3)
+    assert await c.put("k", b"v", 60_000)
+    admin = Redis.from_url(redis_url)
+    await admin.execute_command("CLIENT", "PAUSE", 1500, "ALL")
+    t0 = asyncio.get_running_loop().time()
+    got = await asyncio.gather(*(c.get("k") for _ in range(5)), c.put("k2", b"w", 60_000))
+    waited = asyncio.get_running_loop().time() - t0
+    assert got == [None] * 5 + [False]
+    assert 0.25 <= waited < 1.0, waited
+    await admin.execute_command("CLIENT", "UNPAUSE")
+    assert await c.get("k") == b"v"
+    await admin.aclose()
