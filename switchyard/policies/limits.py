@@ -127,7 +127,10 @@ class Limiter:
         self._reaper: asyncio.Task[None] | None = None
         # Store calls to replay once it answers (settlements, cancelled admissions), in order.
         self._backlog: deque[Callable[[], Awaitable[None]]] = deque(maxlen=max_backlog)
-        self._tasks: set[asyncio.Task[None]] = set()
+        # Settlements on the wire, their replies awaited in order by one task (``_drain``): a task
+        # per settlement cost more than the rest of settling.
+        self._settling: deque[tuple[Awaitable[None], dict[str, Any]]] = deque()
+        self._drainer: asyncio.Task[None] | None = None
         self._renewer: asyncio.Task[None] | None = None
         self._reconciler: asyncio.Task[None] | None = None
 
@@ -343,9 +346,9 @@ class Limiter:
             self._queue(lambda: self.store.settle(**replay))
             return
         # Off the critical path once the command is on the wire (this replica's next admissions
-        # queue behind it on the same connection): its reply is awaited in a task of its own,
-        # which handles failure as above; aclose waits for it. Not sent yet (no connection):
-        # the whole call is awaited here.
+        # queue behind it on the same connection): its reply is awaited by the drainer, which
+        # handles failure as above; aclose waits for it. Not sent yet (no connection): the whole
+        # call is awaited here.
         try:
             sent, pending = self.store.settle_nowait(**kw)
         except Exception:
@@ -356,9 +359,15 @@ class Limiter:
         if not sent:
             await self._settle_store(pending, kw)
             return
-        task = asyncio.ensure_future(self._settle_store(pending, kw))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._settling.append((pending, kw))
+        if self._drainer is None or self._drainer.done():
+            self._drainer = asyncio.create_task(self._drain())
+
+    async def _drain(self) -> None:
+        """Await the settlements on the wire one after another: replies come in the order they
+        were sent, so this task waits once per burst, not once per settlement."""
+        while self._settling:
+            await self._settle_store(*self._settling.popleft())
 
     async def _settle_store(self, pending: Awaitable[None], kw: dict[str, Any]) -> None:
         try:
@@ -371,8 +380,8 @@ class Limiter:
 
     async def flush(self) -> None:
         """Wait for settlements still in flight (shutdown, tests)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        while self._drainer is not None and not self._drainer.done():
+            await asyncio.shield(self._drainer)
 
     def _queue(self, op: Callable[[], Awaitable[None]]) -> None:
         """Run ``op`` against the store once it answers again, in order with the others."""

@@ -282,26 +282,32 @@ class RedisStore:
 
     async def _fast(self, pk: _Packed, packed: bytes, script: tuple[str, str], keys: Any,
                     args: Callable[[], list[Any]], fut: asyncio.Future[Any] | None = None) -> Any:
-        """One script call on the pipelined connection; redis-py when that cannot serve it."""
+        """One script call on the pipelined connection; redis-py when that cannot serve it. A
+        command already on the wire (``fut``) is bounded by its connection's watchdog, which was
+        armed as it went out; anything more (connecting, a retry, loading the scripts) by what is
+        left of the same deadline."""
         if self._endpoint is None:
             return await self._run(script, keys, args())
+        deadline = asyncio.get_running_loop().time() + self.timeout
         try:
-            async with asyncio.timeout(self.timeout):
-                try:
-                    for again in (False, True):
-                        try:
-                            if fut is None:
-                                fut = await self._write(pk, packed)
+            try:
+                for again in (False, True):
+                    try:
+                        if fut is not None:
                             return await fut
-                        except ConnectionError:
-                            # The connection died under this call (Redis restarted): once more on
-                            # a fresh one. Safe for every script here, even if the first copy ran
-                            # and only its reply was lost: each is idempotent per ticket (the
-                            # mark, see admit.lua and settle.lua; renew just sets expiries).
-                            if again:
-                                raise
-                            fut = None
-                except ReplyError as e:
+                        async with asyncio.timeout_at(deadline):
+                            return await (await self._write(pk, packed))
+                    except ConnectionError:
+                        # The connection died under this call (Redis restarted, or a command
+                        # ahead of it timed out): once more on a fresh one. Safe for every script
+                        # here, even if the first copy ran and only its reply was lost: each is
+                        # idempotent per ticket (the mark, see admit.lua and settle.lua; renew just
+                        # sets expiries).
+                        if again:
+                            raise
+                        fut = None
+            except ReplyError as e:
+                async with asyncio.timeout_at(deadline):
                     if e.code == "NOSCRIPT":  # a restarted or new node: load again, once
                         self._loaded = False
                         await self._load_scripts()
@@ -310,8 +316,8 @@ class RedisStore:
                         host, _, port = str(e).split(" ")[2].rpartition(":")
                         self._moved[pk.slot] = (host, int(port))
                         return await (await self._write(pk, packed))
-                    if e.code not in _REDIRECTS:
-                        raise
+                if e.code not in _REDIRECTS:
+                    raise
         except TimeoutError as e:
             # A node that does not answer in time is treated as gone: drop its connection so
             # that calls queued behind it fail now, and the next call reconnects.

@@ -8,9 +8,11 @@ concurrent requests share one connection. Everything else (admin reads, cluster 
 redirects, SCRIPT LOAD) stays with redis-py.
 
 A connection opened with a ``timeout`` keeps that deadline for every request itself: one timer
-per connection, armed for the oldest unanswered request (replies come in order, so when that one
-is overdue the link is stalled and every request on it fails). A caller then needs no
-``asyncio.timeout`` of its own, which cost a timer per call.
+per connection, armed for the oldest unanswered request. Replies come in order, so when that one
+is overdue the link is stalled: it fails with ``TimeoutError``, the connection is dropped, and
+the requests behind it fail with ``ConnectionError`` (their callers may try a fresh connection
+within their own deadline). A caller then needs no ``asyncio.timeout`` of its own, which cost a
+timer per call.
 """
 
 from __future__ import annotations
@@ -181,9 +183,11 @@ class RespConnection(asyncio.Protocol):
         if due > loop.time():
             self._watch = loop.call_at(due, self._check)
         else:
-            self._fail(TimeoutError(f"Redis did not answer within {self.timeout:g} s"))
+            self._fail(TimeoutError(f"Redis did not answer within {self.timeout:g} s"),
+                       ConnectionError("connection dropped: a command ahead of this one timed out"))
 
-    def _fail(self, err: Exception) -> None:
+    def _fail(self, err: Exception, behind: Exception | None = None) -> None:
+        """Fail every waiter with ``err`` (``behind``: the first with ``err``, the rest with it)."""
         self.close()
         self._due.clear()
         if self._watch is not None:
@@ -194,6 +198,8 @@ class RespConnection(asyncio.Protocol):
             if not fut.done():
                 fut.set_exception(err)
                 fut.exception()  # nobody may be left to retrieve it
+            if behind is not None:
+                err = behind
 
     def close(self) -> None:
         self.lost = True
