@@ -24,12 +24,15 @@ _RECORD = ("ts_ms", "key_id", "team", "model", "deployment", "prompt_tokens", "c
            "cached_tokens", "cost_nano", "status", "latency_ms", "request_id", "ticket_id", "endpoint",
            "dialect", "requested_model", "attempts", "ttfb_ms", "cut", "reason", "cache_write_tokens",
            "unpriced", "tags", "end_user", "session", "guardrails", "cache_hit", "saved_tokens", "saved_nano")
-# group_by=guardrail reads the records (the rollups keep no guard): one row per guard and action
-# that acted, from the comma-separated list each record carries.
-_RAW_GROUP_SQL = {**_GROUP_SQL, "guardrail": "g.guardrail",
+# What only the records keep (the rollups keep no tag, end user, session or guard) is summed from
+# them. A list column (tags; guardrails: each guard and action that acted) is unnested: a request
+# with two tags is in both tags' rows.
+_RAW_GROUP_SQL = {**_GROUP_SQL, "tag": "tag", "end_user": "end_user", "session": "session",
+                  "guardrail": "guardrail",
                   "day": "to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD')",
                   "hour": "to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:00:00\"Z\"')",
                   "minute": "to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:00\"Z\"')"}
+_UNNESTED = {"tag": "tags", "guardrail": "guardrails"}
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 # The rollups' sums, from raw records.
 _RECORD_SUMS = ("count(*) AS requests", "count(*) FILTER (WHERE status >= 400) AS errors",
@@ -93,11 +96,9 @@ class LedgerUsage:
         if "guardrail" in f.group_by and f.dimension() is not None:
             raise InvalidRequest("group_by=guardrail cannot be combined with tag, end_user or session",
                                  param="group_by")
-        if f.dimension() is not None:
+        if f.dimension() is not None or "guardrail" in f.group_by:
             return await self._by_records(f)
         args: list[Any] = []
-        if "guardrail" in f.group_by:
-            return await self._guarded(f)
         # By minute: the minute rollup (the last two days; no deployment), else the hourly one.
         table, time_col = ("usage_minute", "minute") if "minute" in f.group_by else ("usage_hourly", "hour")
         if table == "usage_minute" and "deployment" in f.group_by:
@@ -122,21 +123,19 @@ class LedgerUsage:
                 "group_by": list(f.group_by), "data": data, "total": _row(total)}
 
     async def _by_records(self, f: UsageFilter) -> dict[str, Any]:
-        """Grouped or filtered by tag, end user or session: summed from usage_records (a request
-        with two tags is in both tags' rows; the total counts it once)."""
-        if "minute" in f.group_by:
+        """Grouped or filtered by tag, end user, session or guardrail: summed from usage_records
+        (a request with two tags is in both tags' rows; the total counts it once)."""
+        if "minute" in f.group_by and f.dimension() is not None:
             raise InvalidRequest("group_by=minute cannot be combined with tag, end_user or session",
                                  param="group_by")
         args: list[Any] = []
-        where = _where(f, "ts", args)
-        cols = {**_GROUP_SQL, "hour": "to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:00:00\"Z\"')",
-                "day": "to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD')", "tag": "tag", "end_user": "end_user",
-                "session": "session"}
+        where = every = _where(f, "ts", args)
         sums = ", ".join([*_RECORD_SUMS, "sum(latency_ms) AS latency_ms"])
-        groups = [f"{cols[g]} AS g{i}" for i, g in enumerate(f.group_by)]
+        groups = [f"{_RAW_GROUP_SQL[g]} AS g{i}" for i, g in enumerate(f.group_by)]
         source = "usage_records"
-        if "tag" in f.group_by:
-            source += " CROSS JOIN LATERAL unnest(string_to_array(nullif(tags, ''), ',')) AS tag"
+        for g, column in _UNNESTED.items():
+            if g in f.group_by:
+                source += f" CROSS JOIN LATERAL unnest(string_to_array(nullif({column}, ''), ',')) AS {g}"
         for d in ("end_user", "session"):
             if d in f.group_by:
                 where += f" AND {d} <> ''"
@@ -144,29 +143,13 @@ class LedgerUsage:
         if groups:
             order = ", ".join(f"g{i}" for i in range(len(groups)))
             sql += f" GROUP BY {order} ORDER BY {order}"
-        total_sql = f"SELECT {sums} FROM usage_records WHERE {_where(f, 'ts', [])}"
         async with self.sink.reading() as conn:
             rows = await conn.fetch(sql, *args)
-            total = await conn.fetchrow(total_sql, *args)
+            total = await conn.fetchrow(f"SELECT {sums} FROM usage_records WHERE {every}", *args)
         data = [{g: r[f"g{i}"] for i, g in enumerate(f.group_by)} | _row(dict(r))
                 for r in rows if r["requests"]]
         return {"from": _day_or_instant(f.start, f, False), "to": _day_or_instant(f.end, f, True),
                 "group_by": list(f.group_by), "data": data, "total": _row(dict(total or {}))}
-    async def _guarded(self, f: UsageFilter) -> dict[str, Any]:
-        args: list[Any] = []
-        where = _where(f, "ts", args)
-        groups = [f"{_RAW_GROUP_SQL[g]} AS g{i}" for i, g in enumerate(f.group_by)]
-        sums = [*_RECORD_SUMS, "sum(latency_ms) AS latency_ms"]
-        order = ", ".join(f"g{i}" for i in range(len(groups)))
-        sql = (f"SELECT {', '.join(groups + sums)} FROM usage_records, "
-               "unnest(string_to_array(guardrails, ',')) AS g(guardrail) "
-               f"WHERE guardrails <> '' AND {where} GROUP BY {order} ORDER BY {order}")
-        async with self.sink.reading() as conn:
-            rows = await conn.fetch(sql, *args)
-        data = [{g: r[f"g{i}"] for i, g in enumerate(f.group_by)} | _row(dict(r)) for r in rows]
-        total = {k: sum(r[k] or 0 for r in rows) for k in (*_METRICS, "latency_ms")}
-        return {"from": _day_or_instant(f.start, f, False), "to": _day_or_instant(f.end, f, True),
-                "group_by": list(f.group_by), "data": data, "total": _row(total)}
 
     async def records(self, f: UsageFilter) -> dict[str, Any]:
         args: list[Any] = []

@@ -29,9 +29,10 @@ async def test_group_by_guardrail_from_the_ledger(database_url: str) -> None:
             assert (await send(f"b {MAIL}")).status_code == 200
             assert (await send("key AKIAIOSFODNN7EXAMPLE")).status_code == 400
             assert (await send("plain")).status_code == 200
+            assert (await send("plain again")).status_code == 200
             assert (await send(f"other team {MAIL}", "k2")).status_code == 200
-            rows = await wait_rows(database_url, 5)
-            assert sorted(r["guardrails"] for r in rows) == ["", "keys:block", "pii:redact",
+            rows = await wait_rows(database_url, 6)
+            assert sorted(r["guardrails"] for r in rows) == ["", "", "keys:block", "pii:redact",
                                                               "pii:redact", "pii:redact,ips:log"]
             u = (await client.get("/admin/usage", headers=ADMIN, params={"group_by": "guardrail"})).json()
             by_team = (await client.get("/admin/usage", headers=ADMIN,
@@ -39,6 +40,11 @@ async def test_group_by_guardrail_from_the_ledger(database_url: str) -> None:
     assert u["source"] == "ledger"
     assert [(d["guardrail"], d["requests"]) for d in u["data"]] == [
         ("ips:log", 1), ("keys:block", 1), ("pii:redact", 3)]
+    # A request two guards acted on is in both rows; the total counts every request once (the
+    # rows' sum would count that one twice and miss the two no guard acted on).
+    assert sum(d["requests"] for d in u["data"]) == 5
+    assert u["total"]["requests"] == 6 and u["total"]["errors"] == 1
     assert [(d["team"], d["guardrail"], d["requests"], d["errors"]) for d in by_team["data"]] == [
         ("t", "ips:log", 1, 0), ("t", "keys:block", 1, 1), ("t", "pii:redact", 2, 0)]
+    assert by_team["total"]["requests"] == 5
     assert MAIL not in str([dict(r) for r in rows]) and "AKIA" not in str([dict(r) for r in rows])
