@@ -323,22 +323,17 @@ def is_pattern(alias: str) -> bool:
     return any(c in alias for c in "*?[")
 
 
-# The bound sent and reserved when the caller gives none and neither the model's max_output_tokens
-# nor a catalog says more: long enough that an answer a caller expected whole is rarely cut, and
-# within every current model's output cap (docs/policies.md).
+# The bound sent and reserved when the caller gives none and the model sets no max_output_tokens
+# (the price catalog states context windows, not output caps): long enough that an answer a
+# caller expected whole is rarely cut, and within every current model's output cap
+# (docs/policies.md).
 DEFAULT_OUTPUT_TOKENS = 4096
-
-
-def catalog_output_tokens(model: ModelConfig) -> int | None:
-    """A model's own most output tokens, from a model catalog where one knows it; None: unknown.
-    No catalog is read in this build: this is where one (such as genai-prices') plugs in."""
-    return None
 
 
 def default_output_tokens(model: ModelConfig) -> int:
     """The completion bound, per choice, sent and reserved for a request that gives none: the
-    model's ``max_output_tokens``, else its catalog maximum, else ``DEFAULT_OUTPUT_TOKENS``."""
-    return model.max_output_tokens or catalog_output_tokens(model) or DEFAULT_OUTPUT_TOKENS
+    model's ``max_output_tokens``, else ``DEFAULT_OUTPUT_TOKENS``."""
+    return model.max_output_tokens or DEFAULT_OUTPUT_TOKENS
 
 
 def check_base_url(url: str) -> str:
