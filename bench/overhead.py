@@ -3,6 +3,7 @@
     .venv/bin/python bench/overhead.py [--duration 8] [--deployments 1] [--quick] [--store redis] [--limits]
     .venv/bin/python bench/overhead.py --workers 2 [--duration 8]
     .venv/bin/python bench/overhead.py --providers [--duration 8] [--quick]
+    .venv/bin/python bench/overhead.py --against REV [--rounds 4] [--duration 4] [--store redis] [--limits]
 
 Pins the server under test (the gateway, or for the baseline a second mock) to core 1 and the
 load generator plus the gateway's upstream mock to core 0, as ``../shared/bench`` does. Load is
@@ -15,6 +16,9 @@ own (core 0) instead of memory://, ``--limits`` gives the key four limits it nev
 tpm, tokens_per_day, max_concurrency): what admission and settlement cost. ``--workers N``
 instead compares N worker processes with one
 at c=64 (Redis store; every process shares both cores with the load and the mock).
+``--against REV`` instead runs the code of git revision REV (a worktree of its own, removed
+afterwards) and this tree side by side, same config, same store, alternately for ``--rounds``
+rounds: server CPU per request (c=64) and per 20-chunk stream (c=32), medians and new/old ratios.
 ``--providers`` instead compares the gateway's CPU per streamed chat request for three models in
 one gateway: the OpenAI pass-through, Anthropic (named SSE events) and Bedrock (SigV4 signing,
 event-stream frames), each against ``bench/provider_mock.py`` streaming the same 20-token answer
@@ -188,6 +192,8 @@ def main() -> int:
                     help="the gateways' store: memory://, or a redis-server of their own")
     ap.add_argument("--limits", action="store_true",
                     help="the key has rpm, tpm, tokens_per_day and max_concurrency (never reached)")
+    ap.add_argument("--against", metavar="REV", help="compare with the code of git revision REV, alternately")
+    ap.add_argument("--rounds", type=int, default=4, help="--against: rounds per tree")
     args = ap.parse_args()
     if not shutil.which("wrk"):
         sys.exit("bench/overhead.py needs wrk: apt-get install wrk")
@@ -198,6 +204,8 @@ def main() -> int:
         return compare_providers(1 if args.quick else args.duration, args.quick)
     if args.workers > 1:
         return compare_workers(args.workers, dur)
+    if args.against:
+        return compare_trees(args.against, dur, args.rounds, args.store, args.limits)
     if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
         os.sched_setaffinity(0, {0})  # this process (the TTFB client) is load too: core 0
     py = sys.executable
@@ -296,6 +304,62 @@ def main() -> int:
         print(f"{label:<44}{q[k]:>10.0f}{g[k]:>10.0f}{g[k] - q[k]:>+13.0f} us")
     print(f"{'p50 latency, non-streaming, c=1 (ms)':<44}{q['p50']:>10.3f}{g['p50']:>10.3f}"
           f"{g['p50'] - q['p50']:>+13.3f} ms")
+    return 0
+
+
+def compare_trees(rev: str, dur: int, rounds: int, store_kind: str, limits: bool) -> int:
+    """This tree against revision ``rev``: two gateways on core 1 (one idle while the other is
+    measured), same config and store (Redis: a database each), measured alternately."""
+    old_tree = Path(tempfile.mkdtemp()) / "old"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(old_tree), rev],
+                   check=True, capture_output=True)
+    if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
+        os.sched_setaffinity(0, {0})
+    py = sys.executable
+    procs = Procs()
+    res: dict[str, dict[str, list[float]]] = {t: {"req": [], "stream": []} for t in ("old", "new")}
+    try:
+        up = free_port()
+        procs.start(pinned("0", [py, str(MOCK), "--port", str(up)]))
+        rport = free_port()
+        if store_kind == "redis":
+            procs.start(pinned("0", ["redis-server", "--port", str(rport), "--save", "",
+                                     "--appendonly", "no"]))
+        gws = {}
+        for db, (name, tree) in enumerate((("old", old_tree), ("new", ROOT))):
+            store = f"redis://127.0.0.1:{rport}/{db}" if store_kind == "redis" else "memory://"
+            cfg = Path(tempfile.mkdtemp()) / "bench.yaml"
+            cfg.write_text(config_yaml([up], True, store, limits))
+            port = free_port()
+            gws[name] = (port, procs.start(pinned("1", [py, "-m", "switchyard", "serve", "--config", str(cfg),
+                                                        "--port", str(port)]), cwd=tree))
+        for p in (up, *(port for port, _ in gws.values())):
+            wait_http(p, "/health")
+        comp = {"model": "mock/gpt", "prompt": "Say this is a test", "max_tokens": 16}
+        stream = {"model": "mock/gpt", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 20,
+                  "stream": True, "stream_options": {"include_usage": True}}
+        for port, gw in gws.values():  # warm-up
+            wrk(f"http://127.0.0.1:{port}/v1/completions", comp, 64, 1, KEY, gw.pid)
+        for r in range(rounds):
+            for name in (("old", "new") if r % 2 == 0 else ("new", "old")):
+                port, gw = gws[name]
+                base = f"http://127.0.0.1:{port}/v1"
+                a = wrk(base + "/completions", comp, 64, dur, KEY, gw.pid)
+                b = wrk(base + "/chat/completions", stream, 32, dur, KEY, gw.pid)
+                if a["errors"] or b["errors"]:
+                    raise RuntimeError(f"{name}: {a['errors'] + b['errors']} errors")
+                res[name]["req"].append(a["cpu_us"])
+                res[name]["stream"].append(b["cpu_us"])
+    finally:
+        procs.stop()
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old_tree)],
+                       capture_output=True)
+    print(f"\nserver CPU, {rev} (old) and this tree (new) alternately: {rounds} rounds of {dur} s each, "
+          f"store {store_kind}{' with four limits on the key' if limits else ''}, gateway on core 1")
+    for k, label in (("req", "per request, c=64 (us)"), ("stream", "per 20-chunk stream, c=32 (us)")):
+        o, n = statistics.median(res["old"][k]), statistics.median(res["new"][k])
+        runs = "  ".join(f"{name} " + " ".join(f"{x:.0f}" for x in res[name][k]) for name in ("old", "new"))
+        print(f"  {label:<32} old {o:6.0f}  new {n:6.0f}  new/old {n / o:.3f}x   runs: {runs}")
     return 0
 
 
