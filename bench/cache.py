@@ -1,7 +1,7 @@
 """The response cache's cost: the gateway's CPU per request for a hit, a miss (kept) and the
 same request with the cache off (today's request), through the fast mock of ``../shared/bench``.
 
-    .venv/bin/python bench/cache.py [--requests 2000] [--rounds 3] [--store redis|memory]
+    .venv/bin/python bench/cache.py [--requests 2000] [--rounds 3] [--store redis|memory] [--against REV]
 
 One gateway (its own process, pinned to core 1; the mock and this client on core 0) with two
 models on one mock: ``off`` (no cache rule), ``on`` (an exact rule). Each round sends, at
@@ -25,7 +25,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from overhead import KEY, MOCK, ROOT, Procs, cpu_seconds, free_port, pinned, wait_http
+from overhead import KEY, MOCK, ROOT, Procs, cpu_seconds, free_port, pinned, wait_http, worktree
 
 
 def config_yaml(upstream: int, store: str) -> str:
@@ -78,7 +78,15 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--store", choices=("redis", "memory"), default="redis")
+    ap.add_argument("--against", metavar="REV", help="also measure the code of git revision REV, alternately")
     args = ap.parse_args()
+    if args.against:
+        with worktree(args.against) as old:
+            return run(args, {args.against: old, "new": ROOT})
+    return run(args, {"new": ROOT})
+
+
+def run(args: argparse.Namespace, trees: dict[str, Path]) -> int:
     if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
         os.sched_setaffinity(0, {0})
     py = sys.executable
@@ -86,21 +94,22 @@ def main() -> int:
     try:
         up = free_port()
         procs.start(pinned("0", [py, str(MOCK), "--port", str(up)]))
-        store = "memory://"
+        rport = free_port()
         if args.store == "redis":
-            rport = free_port()
             procs.start(pinned("0", ["redis-server", "--port", str(rport), "--save", "",
                                      "--appendonly", "no"]))
             time.sleep(0.3)
-            store = f"redis://127.0.0.1:{rport}/0"
-        cfg = Path(tempfile.mkdtemp()) / "cache.yaml"
-        cfg.write_text(config_yaml(up, store))
-        port = free_port()
-        serve = [py, "-m", "switchyard", "serve", "--config", str(cfg), "--port", str(port)]
-        gw = procs.start(pinned("1", serve), cwd=ROOT)
+        gws = {}
+        for db, (name, tree) in enumerate(trees.items()):
+            store = f"redis://127.0.0.1:{rport}/{db}" if args.store == "redis" else "memory://"
+            cfg = Path(tempfile.mkdtemp()) / "cache.yaml"
+            cfg.write_text(config_yaml(up, store))
+            port = free_port()
+            serve = [py, "-m", "switchyard", "serve", "--config", str(cfg), "--port", str(port)]
+            gws[name] = (port, procs.start(pinned("1", serve), cwd=tree))
         wait_http(up, "/health")
-        wait_http(port, "/health")
-        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        for port, _ in gws.values():
+            wait_http(port, "/health")
         n = args.requests
 
         def chat(model: str, text: str) -> dict:
@@ -108,29 +117,37 @@ def main() -> int:
                     "messages": [{"role": "user", "content": text}]}
 
         same = chat("mock/on", "the same question")
-        measure(url, [chat("mock/off", "warm")] * 200 + [same] * 200, gw.pid, args.concurrency)  # warm-up
-        runs: dict[str, list[float]] = {"off": [], "miss": [], "hit": []}
-        seen: dict[str, dict[str, int]] = {k: {} for k in runs}
+        for port, gw in gws.values():  # warm-up
+            measure(f"http://127.0.0.1:{port}/v1/chat/completions",
+                    [chat("mock/off", "warm")] * 200 + [same] * 200, gw.pid, args.concurrency)
+        runs: dict[tuple[str, str], list[float]] = {(t, k): [] for t in gws for k in ("off", "miss", "hit")}
+        seen: dict[tuple[str, str], dict[str, int]] = {k: {} for k in runs}
         errors = 0
-        for _ in range(args.rounds):
-            tag = uuid.uuid4().hex[:8]
-            kinds = {"off": [chat("mock/off", f"q {tag} {i}") for i in range(n)],
-                     "miss": [chat("mock/on", f"q {tag} {i}") for i in range(n)],
-                     "hit": [same] * n}
-            for kind, bodies in kinds.items():
-                cpu, got, err = measure(url, bodies, gw.pid, args.concurrency)
-                runs[kind].append(cpu)
-                errors += err
-                for k, v in got.items():
-                    seen[kind][k] = seen[kind].get(k, 0) + v
+        for r in range(args.rounds):
+            for name in (list(gws) if r % 2 == 0 else list(gws)[::-1]):
+                port, gw = gws[name]
+                tag = uuid.uuid4().hex[:8]
+                kinds = {"off": [chat("mock/off", f"q {tag} {i}") for i in range(n)],
+                         "miss": [chat("mock/on", f"q {tag} {i}") for i in range(n)],
+                         "hit": [same] * n}
+                for kind, bodies in kinds.items():
+                    cpu, got, err = measure(f"http://127.0.0.1:{port}/v1/chat/completions", bodies, gw.pid,
+                                            args.concurrency)
+                    runs[(name, kind)].append(cpu)
+                    errors += err
+                    for k, v in got.items():
+                        seen[(name, kind)][k] = seen[(name, kind)].get(k, 0) + v
         med = {k: statistics.median(v) for k, v in runs.items()}
         print(f"gateway CPU per whole chat request (us), {args.rounds} interleaved rounds of {n}, "
               f"c={args.concurrency}, store {args.store}, {os.cpu_count()} cores shared")
-        for k in runs:
-            each = ", ".join(f"{x:.0f}" for x in runs[k])
-            print(f"  {k:<5}{med[k]:>8.0f} us   runs {each}   headers {seen[k]}")
-        print(f"  miss/off {med['miss'] / med['off']:.3f}x   hit/miss {med['hit'] / med['miss']:.3f}x   "
-              f"hit {med['hit'] / 1000:.3f} ms   errors {errors}")
+        today = med[(next(iter(gws)), "off")]  # REV's request with the cache off, when given
+        for (name, kind), v in runs.items():
+            each = ", ".join(f"{x:.0f}" for x in v)
+            print(f"  {name:<8} {kind:<5}{med[(name, kind)]:>8.0f} us  {med[(name, kind)] / today:.3f}x   "
+                  f"runs {each}   headers {seen[(name, kind)]}")
+        m, hit = med[("new", "miss")], med[("new", "hit")]
+        print(f"  new: miss/off {m / med[('new', 'off')]:.3f}x   miss/today's request {m / today:.3f}x   "
+              f"hit/miss {hit / m:.3f}x   hit {hit / 1000:.3f} ms   errors {errors}")
         return 1 if errors else 0
     finally:
         procs.stop()

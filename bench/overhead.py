@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -41,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -307,12 +309,36 @@ def main() -> int:
     return 0
 
 
+@contextlib.contextmanager
+def worktree(rev: str) -> Iterator[Path]:
+    """The code of git revision ``rev`` in a worktree of its own, removed afterwards (run with
+    this venv: its dependencies must be this tree's)."""
+    tree = Path(tempfile.mkdtemp()) / "old"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), rev],
+                   check=True, capture_output=True)
+    try:
+        yield tree
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
+                       capture_output=True)
+
+
 def compare_trees(rev: str, dur: int, rounds: int, store_kind: str, limits: bool) -> int:
     """This tree against revision ``rev``: two gateways on core 1 (one idle while the other is
     measured), same config and store (Redis: a database each), measured alternately."""
-    old_tree = Path(tempfile.mkdtemp()) / "old"
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(old_tree), rev],
-                   check=True, capture_output=True)
+    with worktree(rev) as old_tree:
+        res = _compare_trees(old_tree, dur, rounds, store_kind, limits)
+    print(f"\nserver CPU, {rev} (old) and this tree (new) alternately: {rounds} rounds of {dur} s each, "
+          f"store {store_kind}{' with four limits on the key' if limits else ''}, gateway on core 1")
+    for k, label in (("req", "per request, c=64 (us)"), ("stream", "per 20-chunk stream, c=32 (us)")):
+        o, n = statistics.median(res["old"][k]), statistics.median(res["new"][k])
+        runs = "  ".join(f"{name} " + " ".join(f"{x:.0f}" for x in res[name][k]) for name in ("old", "new"))
+        print(f"  {label:<32} old {o:6.0f}  new {n:6.0f}  new/old {n / o:.3f}x   runs: {runs}")
+    return 0
+
+
+def _compare_trees(old_tree: Path, dur: int, rounds: int, store_kind: str,
+                   limits: bool) -> dict[str, dict[str, list[float]]]:
     if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
         os.sched_setaffinity(0, {0})
     py = sys.executable
@@ -352,15 +378,7 @@ def compare_trees(rev: str, dur: int, rounds: int, store_kind: str, limits: bool
                 res[name]["stream"].append(b["cpu_us"])
     finally:
         procs.stop()
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old_tree)],
-                       capture_output=True)
-    print(f"\nserver CPU, {rev} (old) and this tree (new) alternately: {rounds} rounds of {dur} s each, "
-          f"store {store_kind}{' with four limits on the key' if limits else ''}, gateway on core 1")
-    for k, label in (("req", "per request, c=64 (us)"), ("stream", "per 20-chunk stream, c=32 (us)")):
-        o, n = statistics.median(res["old"][k]), statistics.median(res["new"][k])
-        runs = "  ".join(f"{name} " + " ".join(f"{x:.0f}" for x in res[name][k]) for name in ("old", "new"))
-        print(f"  {label:<32} old {o:6.0f}  new {n:6.0f}  new/old {n / o:.3f}x   runs: {runs}")
-    return 0
+    return res
 
 
 def compare_workers(n: int, dur: int) -> int:
