@@ -187,7 +187,8 @@ class RespConnection(asyncio.Protocol):
                        ConnectionError("connection dropped: a command ahead of this one timed out"))
 
     def _fail(self, err: Exception, behind: Exception | None = None) -> None:
-        """Fail every waiter with ``err`` (``behind``: the first with ``err``, the rest with it)."""
+        """Fail every waiter with ``err``; given ``behind``, only the first gets ``err`` and the
+        rest ``behind``."""
         self.close()
         self._due.clear()
         if self._watch is not None:
