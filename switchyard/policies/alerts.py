@@ -93,19 +93,35 @@ async def _teams(registry: Registry, teams: Collection[str] | None) -> list[str]
     return (names if teams is None else [t for t in names if t in teams])[:MAX_TEAMS]
 
 
-async def budget_use(store: Store, registry: Registry, today: dt.date,
-                     teams: Collection[str] | None = None) -> list[BudgetUse]:
-    """Every day's and month's quota of every team (at most ``MAX_TEAMS``; ``teams``: of these
-    only) with what its settled usage has used of it (the store's daily aggregates)."""
+def _month(today: dt.date) -> tuple[int, list[int]]:
+    """Today and the days of its UTC month so far (epoch day numbers)."""
     day = (today - _EPOCH).days
-    month = list(range((today.replace(day=1) - _EPOCH).days, day + 1))
+    return day, list(range((today.replace(day=1) - _EPOCH).days, day + 1))
+
+
+async def month_sums(store: Store, registry: Registry, today: dt.date,
+                     teams: Collection[str] | None = None) -> dict[str, dict[int, dict[str, int]]]:
+    """Each team's (at most ``MAX_TEAMS``; ``teams``: of these only) daily aggregates this UTC
+    month so far, read once for both ``budget_use`` and ``month_spend``."""
+    _, month = _month(today)
+    return {team: await store.aggregates(team, month) for team in await _teams(registry, teams)}
+
+
+async def budget_use(store: Store, registry: Registry, today: dt.date,
+                     teams: Collection[str] | None = None, *,
+                     sums: dict[str, dict[int, dict[str, int]]] | None = None) -> list[BudgetUse]:
+    """Every day's and month's quota of every team (at most ``MAX_TEAMS``; ``teams``: of these
+    only) with what its settled usage has used of it (the store's daily aggregates). ``sums``:
+    the teams' month as ``month_sums`` read it (those teams, then); without it only the teams
+    with a quota are read."""
+    day, month = _month(today)
     keys = await registry.keys()
     out: list[BudgetUse] = []
-    for team in await _teams(registry, teams):
+    for team in sums if sums is not None else await _teams(registry, teams):
         budgets = await _team_budgets(registry, team, keys)
         if not budgets:
             continue
-        aggs = await store.aggregates(team, month)
+        aggs = sums[team] if sums is not None else await store.aggregates(team, month)
         dims = (await store.aggregates(team, month, dimensions=True)
                 if any(b.dimension for b in budgets) else {})
         for b in budgets:
@@ -120,16 +136,13 @@ async def budget_use(store: Store, registry: Registry, today: dt.date,
     return out
 
 
-async def month_spend(store: Store, registry: Registry, today: dt.date,
-                      teams: Collection[str] | None = None) -> list[dict[str, Any]]:
-    """Each team's (``teams``: of these only) spend this UTC month so far, and where it ends at
-    the pace so far."""
-    day = (today - _EPOCH).days
+def month_spend(sums: dict[str, dict[int, dict[str, int]]], today: dt.date) -> list[dict[str, Any]]:
+    """Each team's spend this UTC month so far (``sums``: as ``month_sums`` read them), and where
+    it ends at the pace so far."""
     first = today.replace(day=1)
     days_in = ((first + dt.timedelta(days=32)).replace(day=1) - first).days
     out = []
-    for team in await _teams(registry, teams):
-        aggs = await store.aggregates(team, list(range((first - _EPOCH).days, day + 1)))
+    for team, aggs in sums.items():
         nano = sum(int(v) for fields in aggs.values() for f, v in fields.items()
                    if f.endswith(f"{SEP}cost_nano"))
         usd = nano / NANO

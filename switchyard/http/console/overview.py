@@ -3,8 +3,9 @@ the requests refused and who they belong to, the requests that named no valid ke
 guardrails that acted.
 
 Every figure is a grouped read of an aggregate (the ledger's rollups, or the store's day and
-minute sums), never a scan of requests, except "refused now", which reads the newest records of
-each team from the store (at most ``NOW_RECORDS`` each) when there is no ledger.
+minute sums), never a scan of requests, except those that, when there is no ledger, come from the
+newest records of each team in the store (at most ``NOW_RECORDS`` each, read once per overview):
+the errors, the guardrails, who is refused now (and over the last hour).
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from switchyard.core.errors import InvalidRequest
-from switchyard.policies.alerts import budget_use, month_spend
-from switchyard.policies.store import DAY_MS, HOUR_MS, MINUTE_MS, SEP, refused
+from switchyard.policies.alerts import budget_use, month_spend, month_sums
+from switchyard.policies.store import DAY_MS, HOUR_MS, MINUTE_MS, SEP, UsageRecord, refused
 from switchyard.policies.usage_filter import UsageFilter, parse_filter
 
 if TYPE_CHECKING:
@@ -79,6 +80,8 @@ async def overview(policies: Policies, rng: str, now: dt.datetime, *, teams: tup
     def flt(query: dict[str, str]) -> UsageFilter:
         return replace(parse_filter(query), teams=teams, keys=keys)
 
+    # Without a ledger the errors, the guardrails and who is refused all come from these records.
+    newest = await _newest(policies, flt({})) if not ledger else {}
     series = await usage.query(flt(q | {"group_by": bucket}))
     by_model = await usage.query(flt(q | {"group_by": g + "model"}))
     by_team = await usage.query(flt(q | {"group_by": g + "team"}))
@@ -89,12 +92,19 @@ async def overview(policies: Policies, rng: str, now: dt.datetime, *, teams: tup
             "series": [{"t": b} | rows.get(b, empty) for b in _buckets(start, now, bucket)],
             "total": series["total"], "by_model": _merge(by_model["data"], "model"),
             "by_team": _merge(by_team["data"], "team"),
-            "errors": await errors_by(policies, q, start, flt),
-            "refused": await _refused_by(policies, q, bucket, start, flt),
-            "refused_now": await refused_now(policies, now, flt),
+            "errors": await errors_by(policies, q, start, flt, newest),
+            "refused": await _refused_by(policies, q, bucket, start, flt, newest),
+            "refused_now": await refused_now(policies, now, flt, newest),
             "unauthenticated": await unauthenticated(policies, start, now, bucket) if teams is None else {},
-            "guardrails": await guardrails(policies, q, start, flt),
+            "guardrails": await guardrails(policies, q, start, flt, newest),
             **await budgets(policies, now, teams=teams, keys=keys)}
+
+
+async def _newest(policies: Policies, scope: UsageFilter) -> dict[str, list[UsageRecord]]:
+    """Each of the reader's teams' newest records (at most ``NOW_RECORDS``), newest first."""
+    listed = scope.team_list()  # [] (none of the reader's): nothing; None: every team
+    return {team: await policies.store.records(team, NOW_RECORDS)
+            for team in (listed if listed is not None else await policies.registry.team_names())}
 
 
 NEAR = 0.5  # budgets at least this full are listed
@@ -109,17 +119,19 @@ async def budgets(policies: Policies, now: dt.datetime, *, teams: tuple[str, ...
     if keys is not None:
         return {"budgets": [], "month": []}
     today = now.date()
-    use = await budget_use(policies.store, policies.registry, today, teams)
+    sums = await month_sums(policies.store, policies.registry, today, teams)  # each team's, once
+    use = await budget_use(policies.store, policies.registry, today, sums=sums)
     near = sorted((u for u in use if u.fraction >= NEAR), key=lambda u: -u.fraction)[:NEAR_MAX]
-    month = await month_spend(policies.store, policies.registry, today, teams)
+    month = month_spend(sums, today)
     return {"budgets": [dataclasses.asdict(u) | {"fraction": round(u.fraction, 4)} for u in near],
             "month": month}
 
 
 async def guardrails(policies: Policies, q: dict[str, str], start: dt.datetime,
-                     flt: Callable[[dict[str, str]], UsageFilter] = parse_filter) -> list[dict[str, Any]]:
+                     flt: Callable[[dict[str, str]], UsageFilter],
+                     newest: dict[str, list[UsageRecord]]) -> list[dict[str, Any]]:
     """Requests each guardrail acted on over the range, per ``<guard>:<action>`` (docs/guardrails.md):
-    from the ledger's records, else from the store's newest records (``NOW_RECORDS`` per team)."""
+    from the ledger's records, else from the store's newest records (``newest``)."""
     if policies.ledger is not None:
         rows = (await policies.usage.query(flt(q | {"group_by": "guardrail"})))["data"]
         counts = {r["guardrail"]: r["requests"] for r in rows}
@@ -127,9 +139,8 @@ async def guardrails(policies: Policies, q: dict[str, str], start: dt.datetime,
         counts = defaultdict(int)
         floor_ms = int(start.timestamp() * 1000)
         scope = flt(q)
-        listed = scope.team_list()  # [] (none of the reader's): nothing; None: every team
-        for team in listed if listed is not None else await policies.registry.team_names():
-            for rec in await policies.store.records(team, NOW_RECORDS):
+        for recs in newest.values():
+            for rec in recs:
                 if rec.ts_ms < floor_ms:
                     break  # newest first
                 if not scope.key_ok(rec.key_id):
@@ -153,13 +164,14 @@ def _merge(rows: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
 
 
 async def _refused_by(policies: Policies, q: dict[str, str], bucket: str, start: dt.datetime,
-                      flt: Callable[[dict[str, str]], UsageFilter] = parse_filter) -> list[dict[str, Any]]:
+                      flt: Callable[[dict[str, str]], UsageFilter],
+                      newest: dict[str, list[UsageRecord]]) -> list[dict[str, Any]]:
     """Who was refused over the range: per team and key (and reason, with the ledger, or for
     the last hour from the store's newest records)."""
     if policies.ledger is not None:
         groups = ("minute," if bucket == "minute" else "") + "team,key,reason"
     elif bucket == "minute":  # the store's minute sums have no keys: its records do
-        return [{k: v for k, v in r.items() if k != "last"} for r in await _recent(policies, start, flt)]
+        return [{k: v for k, v in r.items() if k != "last"} for r in _recent(start, flt({}), newest)]
     else:
         groups = "team,key"
     rows = (await policies.usage.query(flt(q | {"group_by": groups})))["data"]
@@ -183,10 +195,11 @@ def side_of(status: int, deployment: str) -> str:
 
 
 async def errors_by(policies: Policies, q: dict[str, str], start: dt.datetime,
-                    flt: Callable[[dict[str, str]], UsageFilter] = parse_filter) -> dict[str, Any]:
+                    flt: Callable[[dict[str, str]], UsageFilter],
+                    newest: dict[str, list[UsageRecord]]) -> dict[str, Any]:
     """The errors over the range by side, status and deployment, so that upstream failures
     show apart from refusals. The ledger groups them over the whole range; without it the
-    store's newest records of each team are read (at most ``NOW_RECORDS`` each: ``sampled``
+    store's newest records of each team (``newest``, at most ``NOW_RECORDS`` each: ``sampled``
     says whether a team had more in the range than were read)."""
     out: dict[tuple[str, int, str], int] = defaultdict(int)
     sampled = False
@@ -198,9 +211,7 @@ async def errors_by(policies: Policies, q: dict[str, str], start: dt.datetime,
     else:
         floor_ms = int(start.timestamp() * 1000)
         f = flt(q)
-        listed = f.team_list()  # [] (none of the reader's): nothing; None: every team
-        for team in listed if listed is not None else await policies.registry.team_names():
-            recs = await policies.store.records(team, NOW_RECORDS)
+        for recs in newest.values():
             sampled |= len(recs) == NOW_RECORDS and recs[-1].ts_ms >= floor_ms
             for rec in recs:
                 if rec.ts_ms < floor_ms:
@@ -212,8 +223,8 @@ async def errors_by(policies: Policies, q: dict[str, str], start: dt.datetime,
     return {"data": rows, "sampled": sampled}
 
 
-async def refused_now(policies: Policies, now: dt.datetime,
-                      flt: Callable[[dict[str, str]], UsageFilter] = parse_filter) -> list[dict[str, Any]]:
+async def refused_now(policies: Policies, now: dt.datetime, flt: Callable[[dict[str, str]], UsageFilter],
+                      newest: dict[str, list[UsageRecord]]) -> list[dict[str, Any]]:
     """Refusals in the last five minutes per team, key and reason, with the newest one's time."""
     since = now - NOW
     out: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -225,7 +236,7 @@ async def refused_now(policies: Policies, now: dt.datetime,
         acc["last"] = max(acc["last"], last)
 
     if policies.ledger is None:
-        return await _recent(policies, since, flt)
+        return _recent(since, flt({}), newest)
     q = {"from": _iso(_floor(since, "minute")), "to": _iso(_floor(now, "minute") + _STEP["minute"]),
          "group_by": "minute,team,key,reason"}
     for r in (await policies.usage.query(flt(q)))["data"]:
@@ -234,15 +245,13 @@ async def refused_now(policies: Policies, now: dt.datetime,
     return sorted(out.values(), key=lambda x: (-x["refused"], x["team"], x["key"], x["reason"]))
 
 
-async def _recent(policies: Policies, since: dt.datetime,
-                  flt: Callable[[dict[str, str]], UsageFilter] = parse_filter) -> list[dict[str, Any]]:
-    """Refusals since ``since`` from the store's newest records (``NOW_RECORDS`` per team)."""
+def _recent(since: dt.datetime, scope: UsageFilter,
+            newest: dict[str, list[UsageRecord]]) -> list[dict[str, Any]]:
+    """Refusals since ``since`` from the store's newest records (``newest``)."""
     out: dict[tuple[str, str, str], dict[str, Any]] = {}
     floor_ms = int(since.timestamp() * 1000)
-    scope = flt({})
-    teams = scope.team_list()
-    for team in teams if teams is not None else await policies.registry.team_names():
-        for rec in await policies.store.records(team, NOW_RECORDS):
+    for team, recs in newest.items():
+        for rec in recs:
             if rec.ts_ms < floor_ms:
                 break  # newest first
             if refused(rec.status, rec.attempts) and scope.key_ok(rec.key_id):

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import datetime as dt
+from collections import Counter
+from typing import Any
+
+from switchyard.http.console.overview import overview
 from tests.fakes.upstream import Behaviour
 from tests.http.console.conftest import KEY, MASTER_AUTH, complete, console_config, gateway
 
@@ -84,6 +89,31 @@ async def test_overview_and_latency_count_the_requests_made(upstream):
         assert r.status_code == 400 and r.json()["error"]["param"] == "range"
         r = await c.get("/admin/usage/latency?window=abc", headers=MASTER_AUTH)
         assert r.status_code == 400 and r.json()["error"]["param"] == "window"
+
+
+async def test_the_overview_reads_each_teams_records_and_month_once(upstream, monkeypatch):
+    """Without a ledger the errors, guardrails and refusals come from each team's newest records,
+    the budgets and the month's spend from its month of daily sums: one read of each per team."""
+    async with gateway(console_config(upstream.url)) as c:
+        assert (await complete(c, KEY)).status_code == 200
+        await c.app.state.gateway.drain()  # type: ignore[attr-defined]
+        policies = c.app.state.gateway.policies  # type: ignore[attr-defined]
+        reads: Counter[tuple[str, str]] = Counter()
+
+        def counted(name: str) -> Any:
+            real = getattr(policies.store, name)
+
+            async def read(team: str, *args: Any, **kw: Any) -> Any:
+                reads[name, team] += 1
+                return await real(team, *args, **kw)
+            return read
+
+        for name in ("records", "aggregates"):
+            monkeypatch.setattr(policies.store, name, counted(name))
+        # 1h: the series come from the minute sums, who was refused from the records
+        o = await overview(policies, "1h", dt.datetime.now(dt.UTC))
+        assert o["total"]["requests"] == 1 and [m["team"] for m in o["month"]] == ["ml", "ops"]
+        assert reads == {(name, team): 1 for name in ("records", "aggregates") for team in ("ml", "ops")}
 
 
 async def test_overview_from_the_ledger_buckets_by_hour(upstream, database_url):
