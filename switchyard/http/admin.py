@@ -112,12 +112,16 @@ ADMIN_ERRORS: dict[Any, Any] = {
     SerializationException: _on_bad_json}
 
 
-def scoped(actor: Actor, f: UsageFilter, own_keys: list[str] | None) -> UsageFilter:
-    """``f`` narrowed to what ``actor`` may read: its teams, and (a member) its own keys."""
-    if f.team is not None:
+async def scoped(registry: Registry, actor: Actor, f: UsageFilter) -> UsageFilter:
+    """``f`` narrowed to what ``actor`` may read: its teams, and (a member) its own keys. The one
+    narrowing of usage reads: /admin/usage and its records, the console's overview and latency."""
+    if f.team is not None:  # refused before anything is read
         actor.check_team(f.team, "usage.read")
     if actor.teams is None:
         return f
+    own_keys: list[str] | None = None  # None: a role that reads whole teams
+    if actor.reach("usage.read") == OWN:
+        own_keys = [k["id"] for k in await registry.keys() if actor.owns(k, "keys.read")]
     team = f.team if f.team is not None or len(actor.teams) != 1 else next(iter(actor.teams))
     if own_keys is not None and f.key is not None and f.key not in own_keys:
         raise Forbidden(f"usage.read of key {f.key[:64]!r}: not one of your keys", param="key")
@@ -142,12 +146,6 @@ def admin_router(registry: Registry, usage: UsageSource, auth: AdminAuth) -> Rou
                             if actor.reach(ability) != OWN else
                             f"{ability} on key {key_id[:64]!r}: not one of your keys", param="key_id")
         return info
-
-    async def own_keys(actor: Actor) -> list[str] | None:
-        """A member's own key ids (None for a role that reads whole teams)."""
-        if actor.reach("usage.read") != OWN:
-            return None
-        return [k["id"] for k in await registry.keys() if actor.owns(k, "keys.read")]
 
     async def within(actor: Actor, team: str, limits: Any, models: Any) -> None:
         if actor.role != "admin":
@@ -272,8 +270,7 @@ def admin_router(registry: Registry, usage: UsageSource, auth: AdminAuth) -> Rou
 
     @get("/usage")
     async def get_usage(request: Request[Any, Any, Any]) -> Response[Any]:
-        actor = actor_of(request)
-        f = scoped(actor, parse_filter(request.query_params), await own_keys(actor))
+        f = await scoped(registry, actor_of(request), parse_filter(request.query_params))
         body = await usage.query(f) | {"source": usage.source}
         if f.csv:
             cols = [*f.group_by, *(body["total"].keys())]
@@ -282,8 +279,7 @@ def admin_router(registry: Registry, usage: UsageSource, auth: AdminAuth) -> Rou
 
     @get("/usage/records")
     async def get_records(request: Request[Any, Any, Any]) -> Response[Any]:
-        actor = actor_of(request)
-        f = scoped(actor, parse_filter(request.query_params, records=True), await own_keys(actor))
+        f = await scoped(registry, actor_of(request), parse_filter(request.query_params, records=True))
         body = await usage.records(f) | {"source": usage.source}
         if f.csv:
             return Response(to_csv(body["data"], list(RECORD_FIELDS)), media_type="text/csv")

@@ -12,11 +12,10 @@ from urllib.parse import urlsplit, urlunsplit
 from litestar import Request, Router, get, post
 
 from switchyard.core.errors import InvalidRequest, NotFound
-from switchyard.http.admin import ADMIN_ERRORS, json_body
+from switchyard.http.admin import ADMIN_ERRORS, json_body, scoped
 from switchyard.http.admin_auth import actor_of
 from switchyard.http.console.overview import RANGES, overview
 from switchyard.policies.latency import latency, parse_window
-from switchyard.policies.roles import OWN
 from switchyard.policies.usage_filter import UsageFilter
 from switchyard.routing.snapshot import target_snapshot
 
@@ -68,16 +67,9 @@ def console_api(gw: Gateway, router: GatewayRouter, policies: Policies, auth: Ad
         return after
 
     async def scope_of(request: Request[Any, Any, Any]) -> UsageFilter:
-        """What the caller may read, as a filter's teams and keys (None: all)."""
-        actor = actor_of(request)
-        team = request.query_params.get("team") or None
-        if team is not None:
-            actor.check_team(team, "usage.read")
-        own = None
-        if actor.reach("usage.read") == OWN:
-            own = tuple(k["id"] for k in await policies.registry.keys() if actor.owns(k, "keys.read"))
-        return UsageFilter(team=team, teams=tuple(sorted(actor.teams)) if actor.teams is not None else None,
-                           keys=own)
+        """What the caller may read, as a filter's team, teams and keys (None: all)."""
+        return await scoped(policies.registry, actor_of(request),
+                            UsageFilter(team=request.query_params.get("team") or None))
 
     @get("/usage/latency")
     async def usage_latency(request: Request[Any, Any, Any]) -> dict[str, Any]:
