@@ -16,7 +16,7 @@ from litestar.params import FromPath
 from switchyard.core.errors import Forbidden, GatewayError, InvalidRequest, NotFound
 from switchyard.dialects.errors import openai_error
 from switchyard.http.admin_auth import AdminAuth, actor_of
-from switchyard.policies.registry import UNSET, Registry
+from switchyard.policies.registry import UNSET, Registry, apply_key_policy, check_within_team
 from switchyard.policies.roles import OWN, ROLES, Actor
 from switchyard.policies.store import StoreDown, StoreSlow, UsageRecord
 from switchyard.policies.usage import UsageSource
@@ -147,9 +147,9 @@ def admin_router(registry: Registry, usage: UsageSource, auth: AdminAuth) -> Rou
                             f"{ability} on key {key_id[:64]!r}: not one of your keys", param="key_id")
         return info
 
-    async def within(actor: Actor, team: str, limits: Any, models: Any) -> None:
+    def within(actor: Actor, team: dict[str, Any], limits: Any, models: Any) -> None:
         if actor.role != "admin":
-            await registry.check_within_team(team, limits, models)
+            check_within_team(team, limits, models)
 
     @get("/me")
     async def me(request: Request[Any, Any, Any]) -> dict[str, Any]:
@@ -164,12 +164,14 @@ def admin_router(registry: Registry, usage: UsageSource, auth: AdminAuth) -> Rou
         if not isinstance(b.get("team"), str):
             raise InvalidRequest("team is required (a string)", param="team")
         actor.check_team(b["team"], "keys.write")
-        if b["team"] not in await registry.team_names():
-            raise NotFound(f"no team {b['team'][:64]!r}", param="team")
-        limits, models, expires = await registry.apply_key_policy(
-            b["team"], b.get("limits"), b.get("models"), b.get("expires_at"))
-        await within(actor, b["team"], limits, models)
-        raw, info = await registry.create_key(b["team"], key_id=b.get("id"), models=models, limits=limits,
+        try:  # read once: its key policy, its limits and allow-list, the new key's team
+            team = await registry.team(b["team"])
+        except NotFound:
+            raise NotFound(f"no team {b['team'][:64]!r}", param="team") from None
+        limits, models, expires = apply_key_policy(team, b.get("limits"), b.get("models"),
+                                                   b.get("expires_at"))
+        within(actor, team, limits, models)
+        raw, info = await registry.create_key(team, key_id=b.get("id"), models=models, limits=limits,
                                               expires_at=expires, created_by=actor.user or actor.id)
         await auth.record(request, "key.create", info["id"], after=info, teams=[info["team"]])
         return {**info, "key": raw}
@@ -199,9 +201,11 @@ def admin_router(registry: Registry, usage: UsageSource, auth: AdminAuth) -> Rou
         revoked = b.get("revoked")
         if revoked is not None and not isinstance(revoked, bool):
             raise InvalidRequest("revoked must be true or false", param="revoked")
-        await within(actor, info["team"], b.get("limits"), b.get("models", UNSET))
-        if actor.role != "admin" and "expires_at" in b:
-            await registry.apply_key_policy(info["team"], {}, None, b["expires_at"])
+        if actor.role != "admin":  # within its team (read once) and the key policy's longest expiry
+            team = await registry.team(info["team"])
+            check_within_team(team, b.get("limits"), b.get("models", UNSET))
+            if "expires_at" in b:
+                apply_key_policy(team, {}, None, b["expires_at"])
         after = await registry.update_key(key_id, limits=b.get("limits"), models=b.get("models", UNSET),
                                           revoked=revoked, expires_at=b.get("expires_at", UNSET))
         await auth.record(request, "key.update", key_id, before=info, after=after, teams=[info["team"]])
@@ -258,11 +262,12 @@ def admin_router(registry: Registry, usage: UsageSource, auth: AdminAuth) -> Rou
         actor = actor_of(request)
         actor.check_team(name, "policy.write")
         b = await json_body(request, ("defaults", "max_expiry_days", "models"))
+        team = await registry.team(name)
         if isinstance(b.get("defaults"), dict):
-            await within(actor, name, b["defaults"], b.get("models", UNSET))
+            within(actor, team, b["defaults"], b.get("models", UNSET))
         elif "models" in b:
-            await within(actor, name, None, b["models"])
-        before = (await registry.team(name))["key_policy"]
+            within(actor, team, None, b["models"])
+        before = team["key_policy"]
         after = await registry.set_key_policy(name, b)
         await auth.record(request, "team.key_policy", name, before=before, after=after["key_policy"],
                           teams=[name])

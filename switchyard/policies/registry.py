@@ -101,6 +101,53 @@ def _check_models(models: Any) -> list[str] | None:
     return models
 
 
+def apply_key_policy(team: dict[str, Any], limits: dict[str, Any] | None, models: Any,
+                     expires_at: Any) -> tuple[dict[str, Any] | None, Any, Any]:
+    """A new key's (limits, models, expires_at) under its team's key policy (``team``: as
+    ``Registry.team`` read it): defaults filled in, or a 400 naming what the policy does not allow."""
+    name, policy = team["name"], team["key_policy"] or {}
+    if not limits and policy.get("defaults"):
+        limits = dict(policy["defaults"])
+    allowed = policy.get("models")
+    if allowed is not None:
+        if models is None:
+            models = list(allowed)
+        outside = [m for m in _check_models(models) or [] if not model_allowed(m, frozenset(allowed))]
+        if outside:
+            raise InvalidRequest(f"models: {', '.join(map(str, outside[:5]))} not allowed by team "
+                                 f"{name!r}'s key policy", param="models")
+    days = policy.get("max_expiry_days")
+    if days is not None:
+        latest = int(time.time() * 1000) + days * 86_400_000
+        ms = parse_expiry(expires_at)
+        if ms is None:
+            expires_at = format_ms(latest)
+        elif ms > latest:
+            raise InvalidRequest(f"expires_at: team {name!r}'s key policy allows at most {days} days",
+                                 param="expires_at")
+    return limits, models, expires_at
+
+
+def check_within_team(team: dict[str, Any], limits: dict[str, Any] | None, models: Any) -> None:
+    """A 400 when a key's ``limits`` go above its team's (``team``: as ``Registry.team`` read it)
+    or ``models`` leave the team's allow-list (what a team admin or member may set; an admin may
+    set anything)."""
+    name = team["name"]
+    given = limits if isinstance(limits, dict) else {}  # not an object: merge_limits says so (400)
+    for field, ceiling in team["limits"].items():
+        v = given.get(field)
+        if isinstance(ceiling, int | float) and not isinstance(ceiling, bool) and \
+                isinstance(v, int | float) and not isinstance(v, bool) and v > ceiling:
+            raise InvalidRequest(f"limits.{field}: {v} is above team {name!r}'s {ceiling}",
+                                 param=f"limits.{field}")
+    allowed = team["models"]
+    if allowed is not None and models is not UNSET and models is not None:
+        outside = [m for m in _check_models(models) or [] if not model_allowed(m, frozenset(allowed))]
+        if outside:
+            raise InvalidRequest(f"models: {', '.join(map(str, outside[:5]))} not in team {name!r}'s "
+                                 "allow-list", param="models")
+
+
 class Registry:
     def __init__(self, config: Config, store: Store, keyring: KeyRing) -> None:
         self.config = config
@@ -193,45 +240,18 @@ class Registry:
         await self.store.add_member(self.n["teams"], name)
         return await self.team(name)
 
-    async def apply_key_policy(self, team: str, limits: dict[str, Any] | None, models: Any,
-                               expires_at: Any) -> tuple[dict[str, Any] | None, Any, Any]:
-        """A new key's (limits, models, expires_at) under its team's key policy: defaults filled
-        in, or a 400 naming what the policy does not allow."""
-        policy = (await self.team(team))["key_policy"] or {}
-        if not limits and policy.get("defaults"):
-            limits = dict(policy["defaults"])
-        allowed = policy.get("models")
-        if allowed is not None:
-            if models is None:
-                models = list(allowed)
-            outside = [m for m in _check_models(models) or [] if not model_allowed(m, frozenset(allowed))]
-            if outside:
-                raise InvalidRequest(f"models: {', '.join(map(str, outside[:5]))} not allowed by team "
-                                     f"{team!r}'s key policy", param="models")
-        days = policy.get("max_expiry_days")
-        if days is not None:
-            latest = int(time.time() * 1000) + days * 86_400_000
-            ms = parse_expiry(expires_at)
-            if ms is None:
-                expires_at = format_ms(latest)
-            elif ms > latest:
-                raise InvalidRequest(f"expires_at: team {team!r}'s key policy allows at most {days} days",
-                                     param="expires_at")
-        return limits, models, expires_at
-
-    async def create_key(self, team: str, *, key_id: str | None = None, models: Any = None,
+    async def create_key(self, team: dict[str, Any], *, key_id: str | None = None, models: Any = None,
                          limits: dict[str, Any] | None = None,
                          expires_at: Any = None, created_by: str = "master") -> tuple[str, dict[str, Any]]:
         """Returns the raw key (shown this once; only its sha256 is stored) and the key's info.
-        ``created_by``: ``master``, an admin token's id, or the user it was made for."""
-        if team not in await self.team_names():
-            raise NotFound(f"no team {team!r}", param="team")
+        ``team``: as ``Registry.team`` read it (so it exists); ``created_by``: ``master``, an admin
+        token's id, or the user it was made for."""
         key_id = check_name(key_id, "id") if key_id is not None else f"key-{secrets.token_hex(6)}"
         if key_id in self._cfg_keys or (await self.store.get_docs([self.n["keyid"] + key_id]))[0]:
             raise InvalidRequest(f"a key with id {key_id!r} exists", param="id")
         raw = "sk-sy-" + secrets.token_urlsafe(32)
         d = digest(raw)
-        doc = {"id": key_id, "team": team, "models": _check_models(models),
+        doc = {"id": key_id, "team": team["name"], "models": _check_models(models),
                "limits": merge_limits(Limits(), limits).model_dump(exclude_none=True),
                "revoked": False, "created_ms": int(time.time() * 1000),
                "expires_ms": parse_expiry(expires_at), "created_by": created_by}
@@ -335,24 +355,6 @@ class Registry:
         await self.store.put_doc(self.n["keyid"] + key_id, {"digest": d})
         self.keyring.forget()
         return raw, await self.key(key_id)
-
-    async def check_within_team(self, team: str, limits: dict[str, Any] | None, models: Any) -> None:
-        """A 400 when a key's ``limits`` go above its team's or ``models`` leave the team's
-        allow-list (what a team admin or member may set; an admin may set anything)."""
-        t = await self.team(team)
-        given = limits if isinstance(limits, dict) else {}  # not an object: merge_limits says so (400)
-        for field, ceiling in t["limits"].items():
-            v = given.get(field)
-            if isinstance(ceiling, int | float) and not isinstance(ceiling, bool) and \
-                    isinstance(v, int | float) and not isinstance(v, bool) and v > ceiling:
-                raise InvalidRequest(f"limits.{field}: {v} is above team {team!r}'s {ceiling}",
-                                     param=f"limits.{field}")
-        allowed = t["models"]
-        if allowed is not None and models is not UNSET and models is not None:
-            outside = [m for m in _check_models(models) or [] if not model_allowed(m, frozenset(allowed))]
-            if outside:
-                raise InvalidRequest(f"models: {', '.join(map(str, outside[:5]))} not in team {team!r}'s "
-                                     "allow-list", param="models")
 
     async def revoke(self, key_id: str) -> dict[str, Any]:
         return await self.update_key(key_id, revoked=True)

@@ -16,6 +16,7 @@ import pytest
 
 from switchyard.core.settings import Role
 from switchyard.http.app import create_app
+from switchyard.policies.keys import doc_names
 from switchyard.policies.roles import ROLES, ROUTES
 from tests.http.roles_world import ACTORS, CASES, MASTER, SCOPED, World, config, make_token, record
 from tests.policies.ledger.conftest import database_url, pg_server_url  # noqa: F401
@@ -221,6 +222,34 @@ async def test_the_team_key_policy_shapes_new_keys(world: World) -> None:
     assert r.status_code == 400 and r.json()["error"]["param"] == "models", r.text
     # A member cannot set the policy.
     assert (await c.put("/admin/teams/alpha/key_policy", headers=m, json={})).status_code == 403
+
+
+@pytest.mark.parametrize("actor", ["master", "team_admin"])
+async def test_a_key_written_reads_its_team_once(world: World, actor: str, monkeypatch) -> None:
+    """The team's key policy, limits and allow-list (a team admin's key stays within them) come
+    from one read of the team; the list of every team is not read; an admin's change reads none."""
+    names, store, reads = doc_names(world.store.ns), world.store, []
+    get_docs, members = store.get_docs, store.members
+
+    async def counted_docs(docs: list[str]) -> Any:
+        reads.extend(docs)
+        return await get_docs(docs)
+
+    async def counted_members(name: str) -> Any:
+        reads.append(name)
+        return await members(name)
+
+    monkeypatch.setattr(store, "get_docs", counted_docs)
+    monkeypatch.setattr(store, "members", counted_members)
+    h = world.auth[actor]
+    r = await world.c.post("/admin/keys", headers=h,
+                           json={"team": "alpha", "id": "once", "limits": {"rpm": 5}})
+    assert r.status_code == 201, r.text
+    assert reads.count(names["team"] + "alpha") == 1 and names["teams"] not in reads, reads
+    reads.clear()
+    r = await world.c.patch("/admin/keys/once", headers=h, json={"limits": {"rpm": 6}, "expires_at": None})
+    assert r.status_code == 200, r.text
+    assert reads.count(names["team"] + "alpha") == (0 if actor == "master" else 1), reads
 
 
 async def test_scoped_reads_from_the_ledger(database_url):  # noqa: F811
