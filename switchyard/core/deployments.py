@@ -143,6 +143,11 @@ class DeploymentConfig(ConfigModel):
         "long system prompt and tool list when the caller placed none (docs/cache.md)")
     engine: EngineConfig | None = None
 
+    def upstream_model(self, route: str) -> str:
+        """The model name the upstream knows: ``model``, else the model_name part of the route's
+        ``vendor/model_name``."""
+        return self.model or route.split("/", 1)[-1]
+
     @model_validator(mode="before")
     @classmethod
     def _provider(cls, data: Any) -> Any:

@@ -48,9 +48,7 @@ class Unpriced:
 
 def upstream_model(model: ModelConfig, dep: DeploymentConfig, upstream: str | None = None) -> str:
     """The model id the upstream is asked for (a ``vendor/*`` route: the caller's name)."""
-    if upstream is not None:
-        return upstream
-    return dep.model or model.name.split("/", 1)[1]
+    return upstream if upstream is not None else dep.upstream_model(model.name)
 
 
 def deployment_price(model: ModelConfig, dep: DeploymentConfig,

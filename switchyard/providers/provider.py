@@ -45,8 +45,7 @@ class UpstreamBackend:
         self.deployment = deployment
         self.wire: Wire = wire_for(deployment)
         self.codec = self.wire.codec
-        # The name the upstream knows: configured, else the model_name part of vendor/model_name.
-        self.upstream_model = deployment.model or model_name.split("/", 1)[-1]
+        self.upstream_model = deployment.upstream_model(model_name)
         self._given_transport = transport
         self._exchange: Exchange | None = None
         base, self._query = split_query(deployment.base_url or "")  # Azure: ?api-version=...

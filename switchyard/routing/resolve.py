@@ -44,7 +44,7 @@ def carries_of(model: ModelConfig, dep: DeploymentConfig) -> frozenset[str]:
     if dep.backend != "upstream":
         return frozenset()
     carries = wire_for(dep).carries
-    return carries(dep.model or model.name.split("/", 1)[-1]) if carries is not None else frozenset()
+    return carries(dep.upstream_model(model.name)) if carries is not None else frozenset()
 
 
 @dataclass(slots=True, eq=False)

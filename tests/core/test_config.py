@@ -50,3 +50,10 @@ def test_azure_api_version_given_once():
         parse_config(deployment(**twice))
     for once in ({**twice, "api_version": None}, {**twice, "base_url": "https://r.openai.azure.com"}):
         parse_config(deployment(**once))
+
+
+def test_upstream_model_is_the_configured_name_else_the_routes_model_name():
+    m = parse_config(deployment()).models[0]
+    named = parse_config(deployment(model="gpt-up")).models[0]
+    assert m.deployments[0].upstream_model(m.name) == "m"
+    assert named.deployments[0].upstream_model(named.name) == "gpt-up"
