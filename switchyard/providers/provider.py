@@ -34,6 +34,7 @@ from switchyard.providers.failures import (
 from switchyard.providers.openai.window import ReportedWindows
 from switchyard.providers.rows import wire_for
 from switchyard.providers.sse import sse_batches
+from switchyard.providers.turns import one_prompt
 from switchyard.providers.wire import Wire, WireError
 
 _encode = msgspec.json.encode
@@ -195,7 +196,7 @@ class UpstreamBackend:
                 echo = _echo_of(req, self.wire.name)
             req = dataclasses.replace(req, echo=None)
         if req.kind == "completion" and ("completion", req.stream) not in self.wire.paths:
-            req = _as_chat(req)
+            req = _as_chat(req, self.wire.name)
         target = self._target(req, upstream_model)  # a kind the row has no path for: refused first
         body, emulation = self._render(req, upstream_model)
         if echo is not None:
@@ -312,22 +313,14 @@ def _echo_of(req: CanonicalRequest, upstream: str) -> str:
         raise InvalidRequest(f"echo with logprobs is not supported by model {req.model}: its upstream "
                              f"({upstream}) is a chat API, which gives no logprobs for the prompt",
                              param="echo")
-    prompts = req.prompt or []
-    if len(prompts) != 1 or not isinstance(prompts[0], str):
-        raise InvalidRequest(f"model {req.model} takes one text prompt per call (its upstream is a chat API)",
-                             param="prompt")
-    return prompts[0]
+    return one_prompt(req, upstream)
 
 
-def _as_chat(req: CanonicalRequest) -> CanonicalRequest:
+def _as_chat(req: CanonicalRequest, upstream: str) -> CanonicalRequest:
     """A completion body (any completion dialect) for a chat-only API: its prompt as one user
-    message. Several prompts were fanned out by the router (the row's ``Caps.prompts``)."""
-    prompts = req.prompt or []
-    if len(prompts) != 1 or not isinstance(prompts[0], str):
-        raise InvalidRequest(f"model {req.model} takes one text prompt per call (its upstream is a chat API)",
-                             param="prompt")
+    message."""
     return dataclasses.replace(req, kind="chat", prompt=None,
-                               messages=[{"role": "user", "content": prompts[0]}])
+                               messages=[{"role": "user", "content": one_prompt(req, upstream)}])
 
 
 async def _read_some(resp: Answered, limit: int) -> bytes:

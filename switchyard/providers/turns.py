@@ -94,19 +94,23 @@ class Turn:
     name: str | None = None
 
 
+def one_prompt(req: CanonicalRequest, upstream: str) -> str:
+    """A completion's prompt for a chat API, which takes one text a call (the router fans several
+    out: the row's ``Caps.prompts``)."""
+    prompts = req.prompt or []
+    if len(prompts) != 1 or not isinstance(prompts[0], str):
+        raise InvalidRequest(f"model {req.model} takes one text prompt per call (its upstream is "
+                             f"{upstream}, a chat API)", param="prompt")
+    return prompts[0]
+
+
 def read_turns(req: CanonicalRequest, provider: str, *,
                image_urls: bool = False) -> tuple[list[str], list[Turn]]:
     """The system texts and the other turns of a chat request; a completion's prompt is one user
     turn (chat-only vendors). ``image_urls``: the vendor fetches http(s) images itself (Anthropic);
     else only ``data:`` URLs are taken."""
     if req.kind == "completion":
-        prompts = req.prompt or []
-        if len(prompts) != 1 or not isinstance(prompts[0], str):
-            raise InvalidRequest(
-                f"model {req.model} takes one text prompt (its upstream is {provider}, a chat API)",
-                param="prompt",
-            )
-        return [], [Turn("user", [("text", prompts[0])])]
+        return [], [Turn("user", [("text", one_prompt(req, provider))])]
     system: list[str] = []
     turns: list[Turn] = []
     names: dict[str, str] = {}  # tool call id -> function name (Gemini answers by name)

@@ -240,10 +240,12 @@ def test_echo_passed_where_documented(upstream: str) -> None:
     assert body["echo"] is True and em.echo is None
 
 
-def test_echo_emulated_for_sgp() -> None:
-    # SGP's v4 completions document no echo: the gateway prepends the prompt itself.
-    body, em = render("sgp", req("openai", echo=True, prompt="Once"))
-    assert "echo" not in body and em.echo == "Once"
+def test_echo_the_dialect_cannot_write_is_refused_by_the_codec() -> None:
+    # SGP's v4 completions document no echo: the driver emulates it before the codec renders
+    # (test_upstream_http.py), so echo reaches the codec only from outside a route.
+    with pytest.raises(InvalidRequest) as e:
+        render("sgp", req("openai", echo=True, prompt="Once"))
+    assert e.value.param == "echo"
 
 
 def test_echo_of_token_ids_refused_where_it_cannot_be_emulated() -> None:

@@ -166,8 +166,11 @@ async def test_echo_emulated_for_sgp_upstream(upstream, gateway_for) -> None:
     upstream.default = Behaviour(text="world")
     async with gateway_for(_config(upstream.url, "sgp")) as client:
         r = await client.post("/v1/completions", json={"model": MODEL, "prompt": "hello ", "echo": True})
+        ids = await client.post("/v1/completions", json={"model": MODEL, "prompt": [1, 2], "echo": True})
     assert r.json()["choices"][0]["text"] == "hello world"
     assert "echo" not in upstream.requests[0].body
+    assert ids.status_code == 400 and ids.json()["error"]["param"] == "prompt"  # no text to prepend
+    assert len(upstream.requests) == 1
 
 
 async def test_multiple_prompts_and_n(upstream, gateway_for) -> None:

@@ -64,13 +64,12 @@ def render_request(dialect: Dialect, req: CanonicalRequest, upstream_model: str,
                                  f"{req.model}: its upstream speaks the {dialect.name} dialect",
                                  param=caller_param(req, field)) from None
     _stops(dialect, req, body, emits, emulation)
+    # Echo a dialect cannot write is emulated by the driver (provider.py), which clears it for
+    # every row without Caps.echo: only a request rendered outside a route gets here with it.
     if req.echo:
-        if "echo" in emits:
-            body.update(emits["echo"](True))
-        elif req.prompt and isinstance(req.prompt[0], str) and len(req.prompt) == 1:
-            emulation.echo = req.prompt[0]
-        else:
+        if "echo" not in emits:
             _refuse(req, "echo", dialect)
+        body.update(emits["echo"](True))
     if req.stream:
         body["stream"] = True
         if stream_usage:
