@@ -25,7 +25,7 @@ from switchyard.core.deployments import DeploymentConfig
 from switchyard.dialects import passthrough
 from switchyard.providers.emulation import Emulation
 from switchyard.providers.turns import text_inputs
-from switchyard.providers.wire import BEARER, Caps, Wire, WireError
+from switchyard.providers.wire import BEARER, NO_LANES, Caps, Wire, WireError
 
 MAX_TEXTS = 96  # texts per call: Cohere's API reference and Bedrock's Cohere Embed parameters
 INPUT_TYPE = "search_document"
@@ -89,6 +89,7 @@ class CohereEmbedCodec:
     """Cohere's own ``/v2/embed``."""
 
     __slots__ = ()
+    lanes = NO_LANES
 
     def render(self, req: CanonicalRequest, model: str,
                dep: DeploymentConfig) -> tuple[dict[str, Any], Emulation]:

@@ -40,7 +40,7 @@ def _row(name: str, dialect: Dialect, caps: Caps,
     # A completions endpoint whose dialect writes echo carries it; a chat-only row has it emulated.
     caps = dataclasses.replace(caps, reports_window=True, applies_overflow="overflow" in dialect.emits,
                                echo="echo" in dialect.emits and ("completion", False) in where)
-    return Wire(name, OpenAICodec(dialect, caps), where, auth=auth, caps=caps, native_dialect=dialect.name)
+    return Wire(name, OpenAICodec(dialect, caps), where, auth=auth, caps=caps)
 
 
 _D = DIALECTS

@@ -31,15 +31,18 @@ The two protocols, for whoever writes a codec or an auth:
     deployment's name and scrubs any upstream text); ``retryable=True`` only when nothing of the
     answer can have reached the caller (an in-band overload before any content).
 
-The optional lanes are declared on the row, never probed on the codec:
+The optional lanes are declared by the codec (``Codec.lanes``, ``Lanes``), never probed; the
+row copies them from its codec when it is built, so a row given another codec
+(``dataclasses.replace(row, codec=...)``) has that codec's lanes, never the old one's:
+    ``Wire.native_dialect``: the caller dialect whose bodies the codec writes (its native lane's).
     ``Wire.native`` (``NativeLane``): when the caller spoke this API itself (``Wire.native_dialect``),
     the caller's body is kept as sent except the fields the gateway owns; the row's
     ``native_headers`` go as the caller sent them.
     ``Wire.carries(model) -> frozenset[str]``: what the caller's API makes optional that this row
     sends for ``model`` (``thinking.budget_tokens``); the rest is named as left out.
-    ``Wire.count`` (``CountLane``): the upstream's own token count on the native lane: its path
-    (``{model}`` filled as in ``paths``), the body from the caller's count request, and the count
-    read from the answer.
+    ``Wire.count`` (``CountLane``): the upstream's own token count on the native lane: the body
+    from the caller's count request and the count read from the answer, sent to the row's
+    ``count_path`` (``{model}`` filled as in ``paths``; none: no count).
     ``Caps.reports_window``: the upstream may report its context window (vLLM's ``/v1/models``);
     ``Caps.applies_overflow``: it applies the caller's overflow policy itself (a body field).
 """
@@ -125,12 +128,24 @@ class NativeLane(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class CountLane:
-    """The upstream's own prompt token count: ``path`` below base_url; ``body(caller's body, model,
-    allow_params)``; ``read(answer) -> count`` (None: the estimate stands in)."""
+    """The upstream's own prompt token count: ``body(caller's body, model, allow_params)``;
+    ``read(answer) -> count`` (None: the estimate stands in)."""
 
-    path: str
     body: Callable[[dict[str, Any], str, list[str] | None], dict[str, Any]]
     read: Callable[[bytes], int | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Lanes:
+    """What a codec offers beyond render/whole/stream (None: its API has none)."""
+
+    native_dialect: str | None = None  # the caller dialect whose bodies it writes
+    native: NativeLane | None = None  # the caller's own body, kept (with native_dialect)
+    carries: Callable[[str], frozenset[str]] | None = None  # optional fields it sends, per model
+    count: CountLane | None = None  # the upstream's own prompt token count (native lane only)
+
+
+NO_LANES = Lanes()
 
 
 class Codec(Protocol):
@@ -140,6 +155,9 @@ class Codec(Protocol):
     def whole(self, raw: bytes, req: CanonicalRequest) -> list[Chunk]: ...
 
     def stream(self, req: CanonicalRequest) -> StreamDecoder: ...
+
+    @property
+    def lanes(self) -> Lanes: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,21 +202,31 @@ class Wire:
     stream_type: str = SSE  # the content type a streamed answer must have
     retry_statuses: frozenset[int] = RETRY_STATUSES
     caps: Caps = Caps()
-    native_dialect: str | None = None  # the caller dialect whose bodies this API takes as sent
     # Sent per request: the deployment's value, or on the native lane the caller's (anthropic-version).
     native_headers: frozenset[str] = frozenset()
-    native: NativeLane | None = None  # the native lane's body writer (with native_dialect)
-    count: CountLane | None = None  # the upstream's own prompt token count (native lane only)
-    carries: Callable[[str], frozenset[str]] | None = None  # optional fields it sends, per model
+    count_path: str | None = None  # where the codec's count lane is asked (None: not here)
     # The URL the paths sit below, from the deployment's base_url (None: that URL itself).
     base: Callable[[str], str] | None = None
     # A whole answer's prompt tokens, when its body reports none (Bedrock InvokeModel's header).
     tokens_header: str | None = None
+    # The codec's lanes (Lanes), never given: set from the codec whenever a row is built or
+    # replaced, so they cannot outlive the codec they came from.
+    native_dialect: str | None = field(init=False)
+    native: NativeLane | None = field(init=False)
+    carries: Callable[[str], frozenset[str]] | None = field(init=False)
+    count: CountLane | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        lanes = self.codec.lanes
+        object.__setattr__(self, "native_dialect", lanes.native_dialect)
+        object.__setattr__(self, "native", lanes.native)
+        object.__setattr__(self, "carries", lanes.carries)
+        object.__setattr__(self, "count", lanes.count if self.count_path is not None else None)
 
     def count_target(self, model: str) -> str | None:
-        if self.count is None:
+        if self.count is None or self.count_path is None:
             return None
-        return self.count.path.replace("{model}", quote(model, safe=""))
+        return self.count_path.replace("{model}", quote(model, safe=""))
 
     def target(self, kind: RequestKind, stream: bool, model: str) -> str:
         path = self.paths[(kind, stream)]

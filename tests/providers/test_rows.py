@@ -4,6 +4,7 @@ provider (its public endpoint, its required and own fields, its body dialect) na
 
 from __future__ import annotations
 
+import dataclasses
 from typing import get_args
 
 from switchyard.core.deployments import (
@@ -15,6 +16,9 @@ from switchyard.core.deployments import (
     ProviderName,
     _wire_dialect,
 )
+from switchyard.providers.anthropic import ROW as ANTHROPIC_ROW
+from switchyard.providers.aws.converse import CONVERSE
+from switchyard.providers.aws.invoke_claude import INVOKE
 from switchyard.providers.openai.codec import OpenAICodec
 from switchyard.providers.rows import ROWS, wire_for
 
@@ -51,3 +55,18 @@ def test_the_config_dialect_is_the_rows_body_dialect() -> None:
             assert dep.dialect == name, name
         if name in OPENAI_FAMILY:
             assert isinstance(wire.codec, OpenAICodec) and wire.name == name, name
+
+
+def test_a_row_given_another_codec_has_that_codecs_lanes_never_the_old_ones() -> None:
+    # The Anthropic row's native lane and count do not outlive its codec ...
+    plain = dataclasses.replace(ANTHROPIC_ROW, codec=CONVERSE)
+    assert (plain.native_dialect, plain.native, plain.count) == (None, None, None)
+    assert plain.count_target("m") is None and plain.carries == CONVERSE.carries
+    # ... and a codec brings its own, counted where the row says
+    converse = wire_for(_dep("bedrock"))
+    assert converse.carries == CONVERSE.carries and converse.native_dialect is None
+    invoke = dataclasses.replace(converse, codec=INVOKE, count_path="/model/{model}/count-tokens")
+    assert (invoke.native_dialect, invoke.native, invoke.carries) == ("anthropic", INVOKE.native, None)
+    assert invoke.count is not None
+    assert (invoke.count.body, invoke.count.read) == (INVOKE.count, INVOKE.counted)
+    assert invoke.count_target("a/b") == "/model/a%2Fb/count-tokens"

@@ -8,7 +8,7 @@ from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.errors import RETRY_STATUSES
 from switchyard.dialects.anthropic.wire import DEFAULT_VERSION
 from switchyard.providers.anthropic.codec import AnthropicCodec
-from switchyard.providers.wire import Caps, CountLane, HeaderAuth, Wire, paths
+from switchyard.providers.wire import Caps, HeaderAuth, Wire, paths
 
 CODEC = AnthropicCodec()
 _OWNED = frozenset({"x-api-key", "authorization", "anthropic-version"})
@@ -24,10 +24,9 @@ def _auth(dep: DeploymentConfig) -> HeaderAuth:
 # Chat only; a legacy completion body becomes one user message (prompts fan out one per call).
 ROW = Wire("anthropic", CODEC, paths("/v1/messages", "/v1/messages"), auth=_auth,
            retry_statuses=RETRY_STATUSES | {529},
-           caps=Caps(n=False, chat_n=False, best_of=False, prompts=False), native_dialect="anthropic",
+           caps=Caps(n=False, chat_n=False, best_of=False, prompts=False),
            native_headers=frozenset({"anthropic-version", "anthropic-beta"}),
-           native=CODEC.native,
-           count=CountLane("/v1/messages/count_tokens", CODEC.count, CODEC.counted))
+           count_path="/v1/messages/count_tokens")
 
 
 __all__ = ["CODEC", "ROW", "AnthropicCodec"]

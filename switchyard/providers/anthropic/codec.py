@@ -14,6 +14,7 @@ from switchyard.dialects.anthropic.wire import DEFAULT_MAX_TOKENS
 from switchyard.providers.anthropic import answers as decode
 from switchyard.providers.anthropic import request
 from switchyard.providers.emulation import Emulation
+from switchyard.providers.wire import CountLane, Lanes
 
 # The Messages API's body fields (anthropic SDK ``MessageCreateParams``): a native body keeps
 # these as the caller wrote them; any other field passes only if the deployment allows it.
@@ -32,6 +33,11 @@ class AnthropicCodec:
     model_field: bool = True
     stream_field: bool = True
     envelope: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def lanes(self) -> Lanes:
+        return Lanes(native_dialect="anthropic", native=self.native,
+                     count=CountLane(self.count, self.counted))
 
     def render(self, req: CanonicalRequest, model: str,
                dep: DeploymentConfig) -> tuple[dict[str, Any], Emulation]:

@@ -44,7 +44,7 @@ from switchyard.providers.turns import (
     stops,
     tool_plan,
 )
-from switchyard.providers.wire import Caps, Wire
+from switchyard.providers.wire import Caps, Lanes, Wire
 
 PROVIDER = "bedrock"
 # requestMetadata values (the service model's RequestMetadataValueString)
@@ -63,6 +63,10 @@ _IMAGE_FORMATS = {
 
 class ConverseCodec:
     """Stateless; one per process (``CONVERSE``)."""
+
+    @property
+    def lanes(self) -> Lanes:
+        return Lanes(carries=self.carries)
 
     def carries(self, model: str) -> frozenset[str]:
         """Claude models that think take the caller's reasoning budget (``additionalModelRequestFields``)."""
@@ -224,7 +228,6 @@ def bedrock_row(dep: DeploymentConfig) -> Wire:
         # deployment may serve (ThrottlingException and ModelNotReadyException are 429s).
         retry_statuses=RETRY_STATUSES | {424},
         caps=CAPS,
-        carries=CONVERSE.carries,
     )
     if family(dep.model) is not None:  # an embeddings model: InvokeModel with its own body
         return embed_row(row, dep.model)

@@ -30,7 +30,7 @@ from switchyard.providers.anthropic import answers as decode
 from switchyard.providers.anthropic.codec import AnthropicCodec, count_field
 from switchyard.providers.aws.converse_answers import RETRYABLE_EXCEPTIONS
 from switchyard.providers.emulation import Emulation
-from switchyard.providers.wire import CountLane, Wire, WireError
+from switchyard.providers.wire import CountLane, Lanes, Wire, WireError
 
 VERSION = "bedrock-2023-05-31"  # the anthropic_version Bedrock documents for InvokeModel
 BETA = "anthropic-beta"
@@ -71,6 +71,11 @@ class InvokeCodec:
 
     __slots__ = ()
     inner = AnthropicCodec(model_field=False, stream_field=False, envelope={"anthropic_version": VERSION})
+
+    @property
+    def lanes(self) -> Lanes:
+        return Lanes(native_dialect="anthropic", native=self.native,
+                     count=CountLane(self.count, self.counted))
 
     def render(self, req: CanonicalRequest, model: str,
                dep: DeploymentConfig) -> tuple[dict[str, Any], Emulation]:
@@ -151,6 +156,4 @@ INVOKE = InvokeCodec()
 def invoke_row(converse: Wire) -> Wire:
     """The Converse row (auth, framing, statuses) with InvokeModel's paths and the Claude codec;
     an Anthropic caller's body takes the native lane (betas ride in the body, not as headers)."""
-    return dataclasses.replace(converse, codec=INVOKE, paths=PATHS, native_dialect="anthropic",
-                               native=INVOKE.native, carries=None,
-                               count=CountLane("/model/{model}/count-tokens", INVOKE.count, INVOKE.counted))
+    return dataclasses.replace(converse, codec=INVOKE, paths=PATHS, count_path="/model/{model}/count-tokens")

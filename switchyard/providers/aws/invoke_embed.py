@@ -26,7 +26,7 @@ from switchyard.core.errors import InvalidRequest
 from switchyard.providers.cohere import MAX_TEXTS, embed_body, read, vectors_of
 from switchyard.providers.emulation import Emulation
 from switchyard.providers.turns import text_inputs
-from switchyard.providers.wire import Wire, WireError
+from switchyard.providers.wire import NO_LANES, Wire, WireError
 
 PATHS: dict[tuple[RequestKind, bool], str] = {("embedding", False): "/model/{model}/invoke"}
 TOKENS_HEADER = "x-amzn-bedrock-input-token-count"
@@ -62,6 +62,7 @@ class InvokeEmbedCodec:
     """Stateless; the model named in the path decides the body."""
 
     __slots__ = ()
+    lanes = NO_LANES
 
     def render(self, req: CanonicalRequest, model: str,
                dep: DeploymentConfig) -> tuple[dict[str, Any], Emulation]:
@@ -111,4 +112,4 @@ def embed_row(converse: Wire, model: str | None) -> Wire:
     one_a_call = family(model) == "titan"
     caps = dataclasses.replace(converse.caps, embed_inputs=1 if one_a_call else MAX_TEXTS)
     return dataclasses.replace(converse, codec=INVOKE_EMBED, paths=PATHS, caps=caps,
-                               tokens_header=TOKENS_HEADER, carries=None)
+                               tokens_header=TOKENS_HEADER)

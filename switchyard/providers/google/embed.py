@@ -32,7 +32,7 @@ from switchyard.core.deployments import DeploymentConfig
 from switchyard.providers.emulation import Emulation
 from switchyard.providers.failures import message_of
 from switchyard.providers.turns import refuse, text_inputs
-from switchyard.providers.wire import Codec, StreamDecoder, Wire, WireError
+from switchyard.providers.wire import Codec, Lanes, StreamDecoder, Wire, WireError
 
 Style = Literal["gemini", "vertex", "predict"]
 # Inputs per call: the Gemini API's batch limit, Vertex's for text-embedding models (the router
@@ -96,6 +96,10 @@ class WithEmbeddings:
 
     chat: Codec
     embed: Embedder
+
+    @property
+    def lanes(self) -> Lanes:
+        return self.chat.lanes
 
     def render(
         self, req: CanonicalRequest, model: str, dep: DeploymentConfig

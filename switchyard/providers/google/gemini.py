@@ -37,7 +37,7 @@ from switchyard.providers.turns import (
     stops,
     tool_plan,
 )
-from switchyard.providers.wire import Caps, Wire, header_auth
+from switchyard.providers.wire import Caps, Lanes, Wire, header_auth
 
 CARRIED = (
     "max_tokens",
@@ -99,6 +99,10 @@ def thinking_config(req: CanonicalRequest, model: str) -> dict[str, Any] | None:
 
 class GeminiCodec:
     """Stateless; one per process (``GEMINI``). ``provider``: the name refusals use."""
+
+    @property
+    def lanes(self) -> Lanes:
+        return Lanes(carries=self.carries)
 
     def carries(self, model: str) -> frozenset[str]:
         """A thinking model takes the caller's reasoning budget (``thinking_config``)."""
@@ -213,6 +217,5 @@ def gemini_paths(base: str) -> dict[tuple[RequestKind, bool], str]:
     }
 
 
-_ROW = Wire("gemini", GEMINI, gemini_paths(_BASE), auth=header_auth("x-goog-api-key"), caps=CAPS,
-            carries=GEMINI.carries)
+_ROW = Wire("gemini", GEMINI, gemini_paths(_BASE), auth=header_auth("x-goog-api-key"), caps=CAPS)
 GEMINI_ROW = with_embeddings(_ROW, _BASE, "gemini")

@@ -24,7 +24,7 @@ from switchyard.core.settings import ConfigError
 from switchyard.providers.credentials import Refresher
 from switchyard.providers.google.embed import vertex_style, with_embeddings
 from switchyard.providers.google.gemini import GEMINI_ROW, GeminiCodec, gemini_paths
-from switchyard.providers.wire import CountLane, Wire
+from switchyard.providers.wire import Wire
 
 SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 EARLY = 300.0  # refresh this many seconds before expiry
@@ -101,13 +101,11 @@ def vertex_row(dep: DeploymentConfig) -> Wire:
         }
         return dataclasses.replace(
             CLAUDE, name="vertex", codec=codec, paths=claude_paths, auth=vertex_auth, headers={},
-            native=codec.native,
-            count=CountLane(base + "/anthropic/models/count-tokens:rawPredict", codec.count, codec.counted),
+            count_path=base + "/anthropic/models/count-tokens:rawPredict",
         )
     google = base + "/google/models/{model}"
     row = dataclasses.replace(
         GEMINI_ROW, name="vertex", codec=VERTEX, paths=gemini_paths(google), auth=vertex_auth,
-        carries=VERTEX.carries,
     )
     return with_embeddings(row, google, vertex_style(dep.model or ""))
 

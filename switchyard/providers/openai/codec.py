@@ -19,7 +19,7 @@ from switchyard.providers.emulation import Emulation
 from switchyard.providers.failures import message_of
 from switchyard.providers.openai.answers import chunks_of, decode_answer, embeddings_of
 from switchyard.providers.openai.request import render_request
-from switchyard.providers.wire import Caps, WireError
+from switchyard.providers.wire import Caps, Lanes, WireError
 
 
 def _error_text(error: Any) -> str:
@@ -41,6 +41,10 @@ def embeddings_body(req: CanonicalRequest, model: str) -> dict[str, Any]:
 class OpenAICodec:
     dialect: Dialect  # the body's field names (the upstream's own dialect table)
     caps: Caps
+
+    @property
+    def lanes(self) -> Lanes:
+        return Lanes(native_dialect=self.dialect.name)
 
     def render(self, req: CanonicalRequest, model: str,
                dep: DeploymentConfig) -> tuple[dict[str, Any], Emulation]:
