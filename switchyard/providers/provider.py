@@ -19,7 +19,6 @@ from switchyard.core.deployments import DeploymentConfig, split_query
 from switchyard.core.errors import InvalidRequest, UpstreamError
 from switchyard.core.propagation import OUTGOING
 from switchyard.dialects import passthrough
-from switchyard.providers.anthropic.codec import auto_breakpoints
 from switchyard.providers.client import make_transport
 from switchyard.providers.emulation import Emulation, Emulator
 from switchyard.providers.exchange import Answered, Exchange, make_exchange
@@ -166,8 +165,10 @@ class UpstreamBackend:
             emulation = Emulation()
         else:
             body, emulation = self.codec.render(req, upstream_model, dep)
-        if dep.prompt_cache == "auto" and self.wire.native_dialect == "anthropic":  # Messages bodies
-            auto_breakpoints(body)
+        # Placed on the body as it will be sent, whichever lane wrote it: the caller's own marks
+        # (which leave it alone) may sit anywhere in it, allowed extra params included.
+        if dep.prompt_cache == "auto" and self.wire.cache_breakpoints is not None:
+            self.wire.cache_breakpoints(body)
         return body, emulation
 
     def _target(self, req: CanonicalRequest, upstream_model: str) -> str:

@@ -43,6 +43,8 @@ row copies them from its codec when it is built, so a row given another codec
     ``Wire.count`` (``CountLane``): the upstream's own token count on the native lane: the body
     from the caller's count request and the count read from the answer, sent to the row's
     ``count_path`` (``{model}`` filled as in ``paths``; none: no count).
+    ``Wire.cache_breakpoints(body) -> bool``: ``prompt_cache: auto``'s placement of prompt-cache
+    breakpoints on the codec's bodies (Messages bodies; True when it placed any).
     ``Caps.reports_window``: the upstream may report its context window (vLLM's ``/v1/models``);
     ``Caps.applies_overflow``: it applies the caller's overflow policy itself (a body field).
 """
@@ -143,6 +145,7 @@ class Lanes:
     native: NativeLane | None = None  # the caller's own body, kept (with native_dialect)
     carries: Callable[[str], frozenset[str]] | None = None  # optional fields it sends, per model
     count: CountLane | None = None  # the upstream's own prompt token count (native lane only)
+    cache_breakpoints: Callable[[dict[str, Any]], bool] | None = None  # prompt_cache: auto's
 
 
 NO_LANES = Lanes()
@@ -215,6 +218,7 @@ class Wire:
     native: NativeLane | None = field(init=False)
     carries: Callable[[str], frozenset[str]] | None = field(init=False)
     count: CountLane | None = field(init=False)
+    cache_breakpoints: Callable[[dict[str, Any]], bool] | None = field(init=False)
 
     def __post_init__(self) -> None:
         lanes = self.codec.lanes
@@ -222,6 +226,7 @@ class Wire:
         object.__setattr__(self, "native", lanes.native)
         object.__setattr__(self, "carries", lanes.carries)
         object.__setattr__(self, "count", lanes.count if self.count_path is not None else None)
+        object.__setattr__(self, "cache_breakpoints", lanes.cache_breakpoints)
 
     def count_target(self, model: str) -> str | None:
         if self.count is None or self.count_path is None:

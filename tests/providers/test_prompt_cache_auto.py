@@ -8,8 +8,10 @@ from typing import Any
 
 import pytest
 
+from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.settings import ConfigError
 from switchyard.providers.anthropic.codec import AUTO_CACHE_CHARS, auto_breakpoints
+from switchyard.providers.rows import ROWS, wire_for
 from tests.fakes.anthropic import FakeAnthropic
 from tests.gateway.conftest import base_config, serve
 
@@ -62,3 +64,13 @@ def test_prompt_cache_auto_is_for_claude_providers():
     with pytest.raises(ConfigError, match="prompt_cache: auto is for Claude"):
         base_config([{"name": "v/m", "deployments": [{"name": "d", "provider": "openai",
                                                       "base_url": "http://x/v1", "prompt_cache": "auto"}]}])
+
+
+def test_breakpoints_are_placed_where_the_codec_writes_messages_bodies():
+    def places(**dep: Any) -> bool:
+        return wire_for(DeploymentConfig(name="d", base_url="http://x", **dep)).cache_breakpoints is not None
+    claude = {"anthropic": {}, "bedrock": {"region": "r", "api": "invoke", "model": "anthropic.claude-x"},
+              "vertex": {"project": "p", "model": "claude-sonnet-4"}}
+    assert all(places(provider=name, **dep) for name, dep in claude.items())
+    others = {"bedrock": {"region": "r", "model": "anthropic.claude-x"}, "vertex": {"project": "p"}}
+    assert not any(places(provider=name, **others.get(name, {})) for name in ROWS if name != "anthropic")

@@ -37,7 +37,7 @@ class AnthropicCodec:
     @property
     def lanes(self) -> Lanes:
         return Lanes(native_dialect="anthropic", native=self.native,
-                     count=CountLane(self.count, self.counted))
+                     count=CountLane(self.count, self.counted), cache_breakpoints=auto_breakpoints)
 
     def render(self, req: CanonicalRequest, model: str,
                dep: DeploymentConfig) -> tuple[dict[str, Any], Emulation]:

@@ -74,8 +74,9 @@ class InvokeCodec:
 
     @property
     def lanes(self) -> Lanes:
-        return Lanes(native_dialect="anthropic", native=self.native,
-                     count=CountLane(self.count, self.counted))
+        """The Anthropic codec's, with this envelope's own native body and count."""
+        return dataclasses.replace(self.inner.lanes, native=self.native,
+                                   count=CountLane(self.count, self.counted))
 
     def render(self, req: CanonicalRequest, model: str,
                dep: DeploymentConfig) -> tuple[dict[str, Any], Emulation]:
