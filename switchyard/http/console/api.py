@@ -38,7 +38,7 @@ def _public_url(url: str | None) -> str | None:
 
 def _deployment(t: Target) -> dict[str, Any]:
     d = t.deployment
-    return {"base_url": _public_url(d.base_url), "upstream_model": d.model or t.model.name,
+    return {"base_url": _public_url(d.base_url), "upstream_model": d.upstream_model(t.model.name),
             "weight": d.weight, "provider": d.provider if d.backend == "upstream" else None}
 
 

@@ -11,6 +11,17 @@ from tests.fakes.upstream import Behaviour
 from tests.http.console.conftest import KEY, MASTER_AUTH, complete, console_config, gateway
 
 
+async def test_a_deployment_shows_the_model_name_its_upstream_is_sent(upstream):
+    """Without ``model:`` a deployment sends the route's model_name (gpt-4o), not vendor/name."""
+    deps = [{"name": "d1", "base_url": upstream.url, "model": "gpt-4o-2024-08-06"},
+            {"name": "d2", "base_url": upstream.url}]
+    cfg = console_config(upstream.url, models=[{"name": "openai/gpt-4o", "deployments": deps}])
+    async with gateway(cfg) as c:
+        data = (await c.get("/admin/deployments", headers=MASTER_AUTH)).json()["data"]
+    assert [(d["name"], d["upstream_model"]) for d in data] == [
+        ("openai/gpt-4o/d1", "gpt-4o-2024-08-06"), ("openai/gpt-4o/d2", "gpt-4o")]
+
+
 async def test_deployments_show_circuit_cooldown_and_recent_errors(upstream):
     async with gateway(console_config(upstream.url)) as c:
         r = await c.get("/admin/deployments", headers=MASTER_AUTH)
