@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
 
 from switchyard.core.canonical import CanonicalRequest, Chunk
 from switchyard.core.settings import CacheConfig
@@ -33,30 +32,35 @@ MATCH_HEADER = "x-switchyard-cache-match"  # on a hit: exact, or semantic (a nea
 Embed = Callable[[str], Awaitable[list[float] | None]]
 
 
-def directives(headers: Mapping[str, str]) -> frozenset[str]:
-    """The caller's Cache-Control directives, lower-case, without their arguments."""
-    raw = headers.get("cache-control")
+def directives(raw: str | None) -> frozenset[str]:
+    """The directives of a Cache-Control header's value, lower-case, without their arguments."""
     if not raw:
-        return frozenset()
+        return _NONE
     return frozenset(d.split("=", 1)[0].strip().lower() for d in raw.split(","))
 
 
-@dataclass(slots=True)
+_NONE: frozenset[str] = frozenset()
+
+
 class Lane:
     """How one request meets the cache: the header it answers with, the chunks of a hit to
-    replay, and where to keep a miss's answer."""
+    replay, and where to keep a miss's answer. Built for every request under a rule: a plain
+    slotted class, no default factories."""
 
-    state: str  # hit | miss | bypass (a whole answer kept says stored)
-    headers: dict[str, str] = field(default_factory=dict)
-    hit: list[Chunk] | None = None
-    answers: Answers | None = None  # set: keep the answer when it ends cleanly
-    key: str = ""
-    ttl_ms: int = 0
-    got: list[Chunk] = field(default_factory=list)
-    complete: bool = False  # the backend's stream ran to its end
-    # Semantic mode: (the scope's index, the request's group, the prompt's vector), to index a
-    # kept answer under.
-    semantic: tuple[str, str, list[float]] | None = None
+    __slots__ = ("answers", "complete", "got", "headers", "hit", "key", "semantic", "state", "ttl_ms")
+
+    def __init__(self, state: str, answers: Answers | None = None, key: str = "", ttl_ms: int = 0) -> None:
+        self.state = state  # hit | miss | bypass (a whole answer kept says stored)
+        self.answers = answers  # set: keep the answer when it ends cleanly
+        self.key = key
+        self.ttl_ms = ttl_ms
+        self.headers: dict[str, str] | None = None  # a hit's age and match
+        self.hit: list[Chunk] | None = None
+        self.got: list[Chunk] = []  # a stream's chunks as recorded
+        self.complete = False  # the backend's stream ran to its end
+        # Semantic mode: (the scope's index, the request's group, the prompt's vector), to index
+        # a kept answer under.
+        self.semantic: tuple[str, str, list[float]] | None = None
 
     def chunks(self, upstream: Callable[[], AsyncGenerator[Chunk, None]],
                streamed: bool) -> AsyncGenerator[Chunk, None]:
@@ -106,15 +110,14 @@ async def lane_for(ctx: RequestContext, req: CanonicalRequest, rule: CacheConfig
     """Look ``req`` up under ``rule``; never raises (a store that fails is a miss). In semantic
     mode an exact miss of a single-turn request without tools may be served by the answer to a
     near-identical prompt of the same group (``embed`` gives the vectors)."""
-    said = directives(headers)
     if rule.repeatable_only and not repeatable(req):
         return Lane("bypass")
     p, route = ctx.principal, ctx.route
     assert p is not None and route is not None
     scope = scope_of(rule, p)
     key = cache_key(req, route.group, scope)
-    keep = answers if "no-store" not in said else None
-    lane = Lane("miss", answers=keep, key=key, ttl_ms=int(rule.ttl * 1000))
+    said = directives(headers.get("cache-control"))
+    lane = Lane("miss", answers if "no-store" not in said else None, key, int(rule.ttl * 1000))
     if "no-cache" in said:  # a fresh answer, which refreshes the entry (unless no-store too)
         lane.state = "bypass"
         return lane
@@ -136,8 +139,8 @@ async def lane_for(ctx: RequestContext, req: CanonicalRequest, rule: CacheConfig
     # replayed only the way it was given.
     if entry is not None and (entry.streamed == req.stream or not any(ch.thinking for ch in entry.chunks)):
         lane.state, lane.hit, lane.answers = "hit", entry.chunks, None
-        lane.headers["age"] = str(max(int(time.time() * 1000) - entry.created_ms, 0) // 1000)
-        lane.headers[MATCH_HEADER] = match
+        lane.headers = {"age": str(max(int(time.time() * 1000) - entry.created_ms, 0) // 1000),
+                        MATCH_HEADER: match}
     return lane
 
 

@@ -326,7 +326,8 @@ class Gateway:
         else:
             ctx.cache = lane.state
             headers[CACHE_HEADER] = lane.state
-            headers.update(lane.headers)
+            if lane.headers:
+                headers.update(lane.headers)
             chunks = lane.chunks(lambda: self.router.stream(req, route, ctx.run), req.stream)
         if ctx.guards is not None and ctx.guards.answers():
             chunks = ctx.guards.answer(chunks, req.stream, lambda r: self.router.stream(r, route, ctx.run))
