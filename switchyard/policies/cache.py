@@ -25,11 +25,11 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import fields
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import msgspec
 
-from switchyard.core.canonical import CanonicalRequest, Chunk
+from switchyard.core.canonical import CanonicalRequest, Chunk, FinishReason, TokenLogprob, Usage
 from switchyard.core.logs import Throttled
 from switchyard.core.settings import CacheConfig
 from switchyard.dialects.defaults import sampling_defaults
@@ -56,14 +56,27 @@ SEMANTIC_PER_SCOPE = 256  # prompts a scope's semantic index holds, newest first
 _ENTRY_OVERHEAD = 96  # bytes counted per entry beyond its value (key, index and size fields)
 
 
-class Entry(msgspec.Struct, array_like=True):
+# A chunk kept by position, in ``Chunk.__reduce__``'s order (as the engine pickles it): the field
+# names made up most of an entry's bytes.
+ChunkRow = tuple[int, str, FinishReason | None, list[TokenLogprob] | None, Usage | None, int | None,
+                 str | None, list[dict[str, Any]] | None, list[TokenLogprob] | None, str | None, bool,
+                 list[dict[str, Any]] | None, list[list[float]] | None, str]
+
+
+class Stored(msgspec.Struct, array_like=True):
     created_ms: int  # wall clock, for the ``age`` header
     streamed: bool  # stored from a stream (its chunks are the stream's pieces)
+    chunks: list[ChunkRow]
+
+
+class Entry(NamedTuple):
+    created_ms: int
+    streamed: bool
     chunks: list[Chunk]
 
 
 _encode = msgspec.msgpack.Encoder().encode
-_decode = msgspec.msgpack.Decoder(Entry).decode
+_decode = msgspec.msgpack.Decoder(Stored).decode
 _key_json = msgspec.json.Encoder(order="sorted").encode
 _key_pack = msgspec.msgpack.Encoder(order="sorted").encode
 _SEEDED: dict[str, Any] = {}  # a dialect's defaults, hashed (cache_key)
@@ -183,14 +196,15 @@ def storable(chunks: list[Chunk]) -> bool:
 
 
 def encode_entry(chunks: list[Chunk], streamed: bool) -> bytes:
-    return _encode(Entry(int(time.time() * 1000), streamed, chunks))
+    return _encode(Stored(int(time.time() * 1000), streamed, [ch.__reduce__()[1] for ch in chunks]))
 
 
 def decode_entry(value: bytes) -> Entry | None:
     try:
-        return _decode(value)
+        got = _decode(value)
     except msgspec.DecodeError:  # written by another version: a miss, overwritten by this answer
         return None
+    return Entry(got.created_ms, got.streamed, [Chunk(*row) for row in got.chunks])
 
 
 class Answers(Protocol):
