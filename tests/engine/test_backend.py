@@ -102,19 +102,10 @@ async def test_crash_fails_in_flight_and_restarts(backend):
 async def test_a_chunk_with_every_field_set_crosses_the_channel_whole():
     """Chunks pickle by position (``Chunk.__reduce__``): a field left out would arrive as its
     default."""
-    import dataclasses
     import pickle
 
-    from switchyard.core.canonical import Chunk, TokenLogprob, Usage
     from switchyard.engine.channel import encode
+    from tests.fakes.chunks import every_field_chunk
 
-    lp = [TokenLogprob(token="a", logprob=-0.5, bytes=[97], top=[])]
-    values = {"index": 3, "text": "hi", "finish_reason": "stop", "logprobs": lp,
-              "usage": Usage(prompt_tokens=4, completion_tokens=2, cached_tokens=1), "tokens": 2,
-              "role": "assistant", "tool_calls": [{"id": "c1"}], "prompt_logprobs": lp, "stop_word": "###",
-              "more": True, "thinking": [{"type": "thinking_delta", "thinking": "t"}],
-              "embeddings": [[0.5, -0.25]], "reasoning": "so"}
-    fields = {f.name: f.default for f in dataclasses.fields(Chunk)}
-    assert set(values) == set(fields) and all(values[k] != fields[k] for k in fields)
-    chunk = Chunk(**values)
+    chunk = every_field_chunk()
     assert pickle.loads(encode(("chunk", 1, chunk))[4:])[2] == chunk

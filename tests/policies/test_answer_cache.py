@@ -220,19 +220,9 @@ async def test_a_redis_that_stops_answering_is_a_miss_within_the_deadline(redis_
 def test_an_entry_keeps_every_field_of_every_chunk():
     """Entries keep chunks by position (``Chunk.__reduce__``'s order): a field left out, or out
     of order, would come back wrong."""
-    import dataclasses
+    from tests.fakes.chunks import every_field_chunk
 
-    from switchyard.core.canonical import TokenLogprob
-
-    lp = [TokenLogprob(token="a", logprob=-0.5, bytes=[97], top=[])]
-    values = {"index": 3, "text": "hi", "finish_reason": "stop", "logprobs": lp,
-              "usage": Usage(prompt_tokens=4, completion_tokens=2, cached_tokens=1), "tokens": 2,
-              "role": "assistant", "tool_calls": [{"id": "c1"}], "prompt_logprobs": lp, "stop_word": "###",
-              "more": True, "thinking": [{"type": "thinking_delta", "thinking": "t"}],
-              "embeddings": [[0.5, -0.25]], "reasoning": "so"}
-    defaults = {f.name: f.default for f in dataclasses.fields(Chunk)}
-    assert set(values) == set(defaults) and all(values[k] != defaults[k] for k in defaults)
-    chunks = [Chunk(**values), Chunk(index=1, text="plain")]
+    chunks = [every_field_chunk(), Chunk(index=1, text="plain")]
     entry = decode_entry(encode_entry(chunks, True))
     assert entry is not None and entry.streamed and entry.chunks == chunks
     assert decode_entry(b"\x93\x01") is None  # another version's bytes: a miss
