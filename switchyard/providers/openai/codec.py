@@ -107,7 +107,10 @@ class OpenAIStream:
         self.events += 1
         got = chunks_of(ans, chat=self.chat, delta=True)
         if not self.finished:
-            self.finished = any(c.finish_reason for c in got)
+            for c in got:  # (a loop, not any() over a generator: this runs once an event)
+                if c.finish_reason:
+                    self.finished = True
+                    break
         return got
 
     def ending(self) -> str | None:
