@@ -34,6 +34,7 @@ log = logging.getLogger("switchyard.alerts")
 QUOTAS = ("tokens_per_day", "tokens_per_month", "spend_per_day", "spend_per_month")
 MAX_TEAMS = 500  # a check reads at most this many teams' aggregates
 CLAIM_MS = 40 * 86_400_000  # a claim outlives its month
+MAX_DECIDED = 10_000  # claims remembered as decided (then forgotten at once, and asked again)
 RETRIES = 4  # attempts per webhook
 SIGNATURE = "x-switchyard-signature"
 _EPOCH = dt.date(1970, 1, 1)
@@ -180,6 +181,9 @@ class Alerts:
         self._task: asyncio.Task[None] | None = None
         self._sends: set[asyncio.Task[None]] = set()
         self._client: httpx.AsyncClient | None = None
+        # Claims this replica has seen decided (won here or elsewhere): a claim stands for its
+        # period, so it is not asked for again every interval.
+        self._decided: set[str] = set()
 
     def start(self) -> None:
         if self._task is None or self._task.done():
@@ -209,7 +213,13 @@ class Alerts:
             if used < t * limit:
                 break
             name = f"{self.store.ns}:alert:{team}:{scope}:{quota}:{period}:{t:g}"
-            if await self.store.claim(name, CLAIM_MS):
+            if name in self._decided:
+                continue
+            won = await self.store.claim(name, CLAIM_MS)
+            if len(self._decided) >= MAX_DECIDED:
+                self._decided.clear()
+            self._decided.add(name)
+            if won:
                 n += 1
                 body = self._body(scope, quota, period, t, used, limit)
                 task = asyncio.ensure_future(self._send(body))

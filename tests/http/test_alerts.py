@@ -15,6 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from switchyard.core.config import parse_config
+from switchyard.core.tasks import stop
 from tests.fakes.serve import serve_app
 from tests.fakes.upstream import FakeUpstream
 from tests.gateway.conftest import KEY, MASTER, serve
@@ -121,3 +122,26 @@ async def test_a_soft_budget_alerts_and_never_refuses() -> None:
             await asyncio.sleep(0.3)
             assert sorted((g["scope"], g["threshold"]) for g in got) == [
                 ("key k1", 0.5), ("key k1", 0.8), ("key k1", 1.0)]
+
+
+async def test_a_decided_threshold_is_not_claimed_again_every_interval() -> None:
+    async with FakeUpstream() as up, Receiver() as hook, serve(config(up.url, hook.url, "memory://")) as c:
+        await spend(c, 2)  # 60%: the 0.5 threshold
+        await hook.wait(1)
+        alerts = c.app.state.gateway.policies.alerts  # type: ignore[attr-defined]
+        await stop(alerts._task)  # checked by hand from here: no loop racing the counts
+        store = alerts.store
+        claims: list[str] = []
+        claim = store.claim
+
+        async def counted(name: str, ttl_ms: int) -> bool:
+            claims.append(name)
+            return await claim(name, ttl_ms)
+
+        store.claim = counted
+        assert await alerts.check() == 0 and await alerts.check() == 0
+        assert claims == []  # decided once: not asked for again
+        await spend(c, 1)  # 90%: 0.8 is new, asked for once
+        assert await alerts.check() == 1 and await alerts.check() == 0
+        assert len(claims) == 1 and claims[0].endswith(":0.8")
+        assert [g["threshold"] for g in await hook.wait(2)] == [0.5, 0.8]
