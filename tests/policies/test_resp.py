@@ -4,63 +4,71 @@ answers late or never: its watchdog, one timer per connection, bounds every comm
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 
 from switchyard.policies.resp import RespConnection, encode
 
 
-async def silent_server(replies: bytes = b"") -> tuple[asyncio.Server, int]:
-    """Reads commands and answers ``replies`` once to the first one, then nothing more."""
+@asynccontextmanager
+async def silent_server(replies: bytes = b"") -> AsyncIterator[int]:
+    """A server on loopback (its port) that answers ``replies`` once, to the first command, then
+    nothing more; its connections are closed when the test leaves it."""
+    writers: list[asyncio.StreamWriter] = []
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writers.append(writer)
         await reader.read(1)
         writer.write(replies)
         await writer.drain()
         await reader.read()  # until the client hangs up
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    return server, server.sockets[0].getsockname()[1]
+    try:
+        yield server.sockets[0].getsockname()[1]
+    finally:
+        for w in writers:
+            w.close()
+        server.close()
+        await server.wait_closed()
 
 
 async def test_a_stalled_link_fails_its_oldest_command_by_timeout_and_the_rest_to_retry():
-    server, port = await silent_server()
-    c = await RespConnection.open("127.0.0.1", port, timeout=0.2)
-    loop = asyncio.get_running_loop()
-    t0 = loop.time()
-    futs = [c.request(encode((b"GET", f"k{i}")), defer=i > 0) for i in range(3)]
-    got = await asyncio.gather(*futs, return_exceptions=True)
-    assert 0.15 <= loop.time() - t0 < 0.6
-    assert type(got[0]) is TimeoutError
-    assert all(type(e) is ConnectionError for e in got[1:])
-    assert c.lost
-    with pytest.raises(ConnectionError):
-        c.request(encode((b"GET", b"k")))
-    server.close()
+    async with silent_server() as port:
+        c = await RespConnection.open("127.0.0.1", port, timeout=0.2)
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        futs = [c.request(encode((b"GET", f"k{i}")), defer=i > 0) for i in range(3)]
+        got = await asyncio.gather(*futs, return_exceptions=True)
+        assert 0.15 <= loop.time() - t0 < 0.6
+        assert type(got[0]) is TimeoutError
+        assert all(type(e) is ConnectionError for e in got[1:])
+        assert c.lost
+        with pytest.raises(ConnectionError):
+            c.request(encode((b"GET", b"k")))
 
 
 async def test_answered_commands_leave_the_watchdog_for_the_next_one():
     # The first command is answered at once; the second, sent later, gets its own full deadline.
-    server, port = await silent_server(b"$1\r\nv\r\n")
-    c = await RespConnection.open("127.0.0.1", port, timeout=0.3)
-    assert await c.request(encode((b"GET", b"a"))) == b"v"
-    await asyncio.sleep(0.2)
-    loop = asyncio.get_running_loop()
-    t0 = loop.time()
-    with pytest.raises(TimeoutError):
-        await c.request(encode((b"GET", b"b")))
-    assert loop.time() - t0 >= 0.25  # not the first command's deadline
-    c.close()
-    server.close()
+    async with silent_server(b"$1\r\nv\r\n") as port:
+        c = await RespConnection.open("127.0.0.1", port, timeout=0.3)
+        assert await c.request(encode((b"GET", b"a"))) == b"v"
+        await asyncio.sleep(0.2)
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        with pytest.raises(TimeoutError):
+            await c.request(encode((b"GET", b"b")))
+        assert loop.time() - t0 >= 0.25  # not the first command's deadline
 
 
 async def test_without_a_timeout_nothing_is_armed():
-    server, port = await silent_server()
-    c = await RespConnection.open("127.0.0.1", port)
-    fut = c.request(encode((b"GET", b"a")))
-    await asyncio.sleep(0.3)
-    assert not fut.done() and c._watch is None
-    c.close()
-    with pytest.raises(ConnectionError):
-        await fut
-    server.close()
+    async with silent_server() as port:
+        c = await RespConnection.open("127.0.0.1", port)
+        fut = c.request(encode((b"GET", b"a")))
+        await asyncio.sleep(0.3)
+        assert not fut.done() and c._watch is None
+        c.close()
+        with pytest.raises(ConnectionError):
+            await fut
