@@ -108,17 +108,15 @@ async def month_sums(store: Store, registry: Registry, today: dt.date,
     return {team: await store.aggregates(team, month) for team in await _teams(registry, teams)}
 
 
-async def budget_use(store: Store, registry: Registry, today: dt.date,
-                     teams: Collection[str] | None = None, *,
+async def budget_use(store: Store, registry: Registry, today: dt.date, *,
                      sums: dict[str, dict[int, dict[str, int]]] | None = None) -> list[BudgetUse]:
-    """Every day's and month's quota of every team (at most ``MAX_TEAMS``; ``teams``: of these
-    only) with what its settled usage has used of it (the store's daily aggregates). ``sums``:
-    the teams' month as ``month_sums`` read it (those teams, then); without it only the teams
-    with a quota are read."""
+    """Every day's and month's quota of every team (at most ``MAX_TEAMS``) with what its settled
+    usage has used of it (the store's daily aggregates). ``sums``: the month of some teams as
+    ``month_sums`` read it (those teams, then); without it only the teams with a quota are read."""
     day, month = _month(today)
     keys = await registry.keys()
     out: list[BudgetUse] = []
-    for team in sums if sums is not None else await _teams(registry, teams):
+    for team in sums if sums is not None else await _teams(registry, None):
         budgets = await _team_budgets(registry, team, keys)
         if not budgets:
             continue

@@ -211,9 +211,10 @@ class RedisStore:
 
     # -- the hot path: admit and settle over RespConnection (switchyard/policies/resp.py) ---------------
 
-    def _addr(self, pk: _Packed) -> tuple[str, int] | None:
-        """The node that serves the plan's slot (the one node of a plain Redis)."""
-        if not self._cluster:
+    def _addr(self, pk: _Packed | None) -> tuple[str, int] | None:
+        """The node that serves the plan's slot (the one node of a plain Redis; no plan: a
+        command of ``pipelined``, which only a plain Redis has)."""
+        if not self._cluster or pk is None:
             return self._endpoint
         moved = self._moved.get(pk.slot)
         if moved is not None:
@@ -228,7 +229,7 @@ class RedisStore:
         if not self._loaded:
             return None
         # The node is known once the scripts are loaded.
-        c = self._conns.get(self._addr(pk) if pk is not None else self._endpoint)  # type: ignore[arg-type]
+        c = self._conns.get(self._addr(pk))  # type: ignore[arg-type]
         if c is None or c.lost:
             return None
         try:
@@ -236,12 +237,12 @@ class RedisStore:
         except ConnectionError:
             return None
 
-    async def _write(self, pk: _Packed, packed: bytes) -> asyncio.Future[Any]:
+    async def _write(self, pk: _Packed | None, packed: bytes) -> asyncio.Future[Any]:
         if not self._loaded:
             await self._load_scripts()
         addr = self._addr(pk)
         if addr is None:
-            raise ConnectionError(f"no cluster node known for slot {pk.slot}")
+            raise ConnectionError(f"no cluster node known for slot {pk.slot if pk is not None else '?'}")
         c = self._conns.get(addr)
         if c is None or c.lost:
             c = await self._connect(addr)
@@ -271,13 +272,9 @@ class RedisStore:
         """``pipelined`` on a plain Redis: the connection keeps the deadline itself (one timer
         per connection, not one per call)."""
         fut = self._write_now(None, packed, defer=True)
-        if fut is None:
-            assert self._endpoint is not None  # pipelined is None otherwise
+        if fut is None:  # not connected yet (or the scripts not loaded): as the hot path connects
             async with asyncio.timeout(self.timeout):
-                c = self._conns.get(self._endpoint)
-                if c is None or c.lost:
-                    c = await self._connect(self._endpoint)
-            fut = c.request(packed, defer=True)
+                fut = await self._write(None, packed)
         return await fut
 
     async def _fast(self, pk: _Packed, packed: bytes, script: tuple[str, str], keys: Any,

@@ -101,6 +101,14 @@ def _check_models(models: Any) -> list[str] | None:
     return models
 
 
+def _outside(models: Any, allowed: Any, what: str) -> None:
+    """A 400 naming the ``models`` (a list, checked) that ``allowed`` does not cover (``what``
+    says whose list that is)."""
+    outside = [m for m in _check_models(models) or [] if not model_allowed(m, frozenset(allowed))]
+    if outside:
+        raise InvalidRequest(f"models: {', '.join(map(str, outside[:5]))} {what}", param="models")
+
+
 def apply_key_policy(team: dict[str, Any], limits: dict[str, Any] | None, models: Any,
                      expires_at: Any) -> tuple[dict[str, Any] | None, Any, Any]:
     """A new key's (limits, models, expires_at) under its team's key policy (``team``: as
@@ -112,10 +120,7 @@ def apply_key_policy(team: dict[str, Any], limits: dict[str, Any] | None, models
     if allowed is not None:
         if models is None:
             models = list(allowed)
-        outside = [m for m in _check_models(models) or [] if not model_allowed(m, frozenset(allowed))]
-        if outside:
-            raise InvalidRequest(f"models: {', '.join(map(str, outside[:5]))} not allowed by team "
-                                 f"{name!r}'s key policy", param="models")
+        _outside(models, allowed, f"not allowed by team {name!r}'s key policy")
     days = policy.get("max_expiry_days")
     if days is not None:
         latest = int(time.time() * 1000) + days * 86_400_000
@@ -142,10 +147,7 @@ def check_within_team(team: dict[str, Any], limits: dict[str, Any] | None, model
                                  param=f"limits.{field}")
     allowed = team["models"]
     if allowed is not None and models is not UNSET and models is not None:
-        outside = [m for m in _check_models(models) or [] if not model_allowed(m, frozenset(allowed))]
-        if outside:
-            raise InvalidRequest(f"models: {', '.join(map(str, outside[:5]))} not in team {name!r}'s "
-                                 "allow-list", param="models")
+        _outside(models, allowed, f"not in team {name!r}'s allow-list")
 
 
 class Registry:
