@@ -1,5 +1,5 @@
-"""Serving the gateway: uvicorn with limits on slow clients, one or several worker processes on
-one port, and a graceful stop.
+"""Serving the gateway: uvicorn's server with our HTTP protocol (``http.protocol``: limits on slow
+clients), one or several worker processes on one port, and a graceful stop.
 
 Several workers share one listening socket (uvicorn's supervisor restarts any that dies). Limits
 are only exact across processes when they live in a shared store, so ``--workers`` above 1 needs
@@ -9,36 +9,28 @@ up to ``server.shutdown_grace`` seconds, settles usage, and the process exits 0.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import fcntl
 import gc
 import glob
 import logging
 import os
 import signal
 import socket
-import struct
 import sys
 import tempfile
-import termios
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import uvicorn
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.supervisors import Multiprocess
 
 from switchyard.core.config import Config
 from switchyard.core.deployments import BUILT_IN_BACKENDS
-from switchyard.core.errors import InvalidRequest
-from switchyard.core.settings import ConfigError, ServerConfig, master_key_file
-from switchyard.dialects.errors import error_bytes
-from switchyard.http.asgi import error_shape
+from switchyard.core.settings import ConfigError, master_key_file
 from switchyard.http.checked import load_checked
-from switchyard.http.disconnect import DISCONNECT, Disconnect
 from switchyard.http.logs import configure_logging, settings
+from switchyard.http.protocol import ServeConfig
 from switchyard.http.reload import Reloadable, engine_change
 from switchyard.http.scrape import METRICS_DIR, metrics_dir, prepare_dir
 from switchyard.http.verdict import PID_FILE_ENV, remove, write_verdict
@@ -47,137 +39,13 @@ from switchyard.policies.factory import NOT_KEPT, state_kept
 
 log = logging.getLogger("switchyard")
 CONFIG_ENV = "SWITCHYARD_CONFIG"  # the config file a worker process loads
-_OUTQ: int | None = getattr(termios, "TIOCOUTQ", None) if sys.platform == "linux" else None  # SIOCOUTQ
-_TIMEOUT_REPLY = b"HTTP/1.1 408 Request Timeout\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
-
-
-class ServeConfig(uvicorn.Config):
-    """uvicorn's settings plus the gateway's limits on slow clients (read by ``GuardedHttp``)."""
-
-    def __init__(self, app: Any, server: ServerConfig, **kw: Any) -> None:
-        super().__init__(app, **kw)
-        self.header_timeout = server.header_timeout
-        # The completion endpoints answer a slow body with their own 408 (gateway.asgi); this
-        # backstop closes a connection whose body stalls anywhere else a little later.
-        self.body_timeout = server.body_timeout + 5.0
-        self.write_timeout = server.write_timeout
-
-
-class GuardedHttp(HttpToolsProtocol):
-    """uvicorn's httptools protocol with a deadline for a request's headers (from the connection's
-    first byte, or the previous response, to the end of the headers) and for its body. Without
-    them a client that sends a header line a minute holds a connection forever (slowloris). A
-    client that takes no byte of its answer for ``write_timeout`` seconds (a full send buffer
-    that does not drain at all) loses the connection: its request is cut as if it had hung up,
-    so that what it holds (a pool slot upstream, a concurrency slot) comes free.
-    Each request's scope also carries a ``Disconnect`` hook (extension ``switchyard.disconnect``)."""
-
-    def __init__(self, config: ServeConfig, *args: Any, **kw: Any) -> None:
-        super().__init__(config, *args, **kw)
-        self._limits = config
-        self._deadline: asyncio.TimerHandle | None = None
-        self._stall: asyncio.TimerHandle | None = None  # armed while writing is paused
-        self._unsent = 0  # bytes buffered when it was armed
-        self._hooks: list[Disconnect] = []
-        self.url = b""  # (uvicorn sets it at each request's start; a parse error may come before)
-
-    def _arm(self, seconds: float) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-        self._deadline = self.loop.call_later(seconds, self._expired)
-
-    def _disarm(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
-
-    def _expired(self) -> None:
-        self._deadline = None
-        if self.transport.is_closing():
-            return
-        if self.cycle is None or self.cycle.response_complete:  # nothing answered yet: say why
-            self.transport.write(_TIMEOUT_REPLY)
-        self.transport.close()
-
-    def send_400_response(self, msg: str) -> None:
-        """A request the HTTP parser refused (a bad header byte, a broken request line): answered
-        in the gateway's error shape rather than uvicorn's plain text."""
-        path = self.url.split(b"?", 1)[0].decode("latin-1")
-        body = error_bytes(error_shape(path), InvalidRequest(f"malformed HTTP request: {msg}",
-                                                             param="headers"))[1]
-        self.transport.write(b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
-                             b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
-        self.transport.close()
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn types it as asyncio.Transport
-        super().connection_made(transport)
-        self._arm(self._limits.header_timeout)
-
-    def pause_writing(self) -> None:
-        super().pause_writing()
-        if self._stall is None:
-            self._unsent = self._pending()
-            self._stall = self.loop.call_later(self._limits.write_timeout, self._stalled)
-
-    def resume_writing(self) -> None:
-        super().resume_writing()
-        if self._stall is not None:
-            self._stall.cancel()
-            self._stall = None
-
-    def _pending(self) -> int:
-        """Bytes of the answer the client has not taken: ours, and (on Linux) the kernel's send
-        queue, so that a client reading slowly shows progress before the socket turns writable
-        again (which waits for a good part of the kernel's send buffer to drain)."""
-        n = self.transport.get_write_buffer_size()
-        sock = self.transport.get_extra_info("socket")
-        if _OUTQ is not None and sock is not None:
-            with contextlib.suppress(OSError, ValueError):
-                n += struct.unpack("i", fcntl.ioctl(sock.fileno(), _OUTQ, b"\0\0\0\0"))[0]
-        return n
-
-    def _stalled(self) -> None:
-        self._stall = None
-        left = self._pending()
-        if left < self._unsent:  # a slow reader, not a stalled one: another period
-            self._unsent = left
-            self._stall = self.loop.call_later(self._limits.write_timeout, self._stalled)
-            return
-        self.transport.abort()  # (close() would wait for the unread bytes to leave: forever)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
-        if self._stall is not None:
-            self._stall.cancel()
-            self._stall = None
-        super().connection_lost(exc)
-        for hook in self._hooks:
-            hook.fire()
-        self._hooks.clear()
-
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
-        self._arm(self._limits.header_timeout)
-        hook = Disconnect()
-        # Requests that stopped listening need no hook any more; pipelined ones keep theirs.
-        self._hooks = [h for h in self._hooks if not h.done]
-        self._hooks.append(hook)
-        self.scope["extensions"] = {DISCONNECT: hook}  # type: ignore[dict-item]  # our own extension: an object
-
-    def on_headers_complete(self) -> None:
-        self._arm(self._limits.body_timeout)
-        super().on_headers_complete()
-
-    def on_message_complete(self) -> None:
-        self._disarm()
-        super().on_message_complete()
 
 
 def serve_config(app: Any, config: Config, host: str, port: int, **kw: Any) -> ServeConfig:
     s = config.server
     # No proxy-header rewriting, Server or Date headers: per-request work nobody here uses.
     # uvicorn's own lines go through our handler (gateway.logs): JSON like every other line.
-    return ServeConfig(app, s, host=host, port=port, http=GuardedHttp, loop="uvloop",
+    return ServeConfig(app, s, host=host, port=port, loop="uvloop",
                        access_log=False, log_level="warning", log_config=None, lifespan="on",
                        proxy_headers=False, server_header=False, date_header=False,
                        timeout_keep_alive=int(s.idle_timeout),

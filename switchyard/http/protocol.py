@@ -1,0 +1,492 @@
+"""The gateway's HTTP/1.1 server protocol: httptools parsing, ASGI 3 to the app, served under
+uvicorn's ``Server`` (which keeps the listening sockets, the lifespan, signals, graceful stop and
+the worker supervisor).
+
+uvicorn's own httptools protocol costs about four times this one per request (measured with a
+bare app: a timer armed and cancelled per request, an ``asyncio.Event`` and a cycle object per
+request, a regular expression per response header, a URL parser call). This one keeps what the
+gateway relies on, with one timer per connection:
+- deadlines for a request's headers (slowloris), its body and an idle keep-alive connection;
+- a client that takes no byte of its answer for ``write_timeout`` seconds loses the connection,
+  so that what its request holds (an upstream connection, a concurrency slot) comes free;
+- a ``Disconnect`` hook per request (extension ``switchyard.disconnect``): how a request hears
+  that its client left without a task blocked in ``receive()``;
+- pipelined requests answered in order; ``Expect: 100-continue``; HTTP/1.0 without keep-alive;
+- a request the parser refuses answered in the gateway's error shape.
+No WebSocket upgrade (the gateway serves none) and no ``limit_concurrency`` (the gateway's own
+limits apply per key).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import http
+import logging
+import re
+import struct
+import sys
+import termios
+import urllib.parse
+from collections import deque
+from typing import Any
+
+import httptools
+import uvicorn
+from uvicorn.server import ServerState
+
+from switchyard.core.errors import InvalidRequest
+from switchyard.core.settings import ServerConfig
+from switchyard.dialects.errors import error_bytes
+from switchyard.http.asgi import error_shape
+from switchyard.http.disconnect import DISCONNECT, Disconnect
+from switchyard.http.types import ASGIApp
+
+log = logging.getLogger("switchyard")
+
+_OUTQ: int | None = getattr(termios, "TIOCOUTQ", None) if sys.platform == "linux" else None  # SIOCOUTQ
+_TIMEOUT_REPLY = b"HTTP/1.1 408 Request Timeout\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_HIGH_WATER = 65536  # request body bytes buffered before reading pauses
+_STATUS = {int(s): b"HTTP/1.1 %d %s\r\n" % (s, s.phrase.encode()) for s in http.HTTPStatus}
+# What may not appear in a header name or value (CR and LF above all: no response splitting).
+_BAD_NAME = re.compile(b'[\x00-\x1f\x7f()<>@,;:\\[\\]={} \t\\\\"]')
+_BAD_VALUE = re.compile(b"[\x00-\x08\x0a-\x1f\x7f]")
+_METHODS = {m.encode(): m for m in ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")}
+_ASGI = {"version": "3.0", "spec_version": "2.3"}
+_DISCONNECTED = {"type": "http.disconnect"}
+_NO_DEADLINE = 0.0
+
+
+class ServeConfig(uvicorn.Config):
+    """uvicorn's settings plus the gateway's limits on slow clients (read by ``Http11``)."""
+
+    def __init__(self, app: Any, server: ServerConfig, **kw: Any) -> None:
+        super().__init__(app, http=Http11, **kw)
+        self.header_timeout = server.header_timeout
+        # The completion endpoints answer a slow body with their own 408 (gateway.asgi); this
+        # backstop closes a connection whose body stalls anywhere else a little later.
+        self.body_timeout = server.body_timeout + 5.0
+        self.write_timeout = server.write_timeout
+
+
+class Http11(asyncio.Protocol):
+    """One client connection (uvicorn's ``Server`` makes one per accepted socket)."""
+
+    def __init__(self, config: ServeConfig, server_state: ServerState, app_state: dict[str, Any],
+                 _loop: asyncio.AbstractEventLoop | None = None) -> None:
+        if not config.loaded:
+            config.load()
+        self.app: ASGIApp = config.loaded_app
+        self.loop = _loop or asyncio.get_event_loop()
+        self.limits = config
+        self.state = server_state
+        self.app_state = app_state
+        self.parser = httptools.HttpRequestParser(self)
+        # A pipelined request right behind one that closes the connection is not an error.
+        self.parser.set_dangerous_leniencies(lenient_data_after_close=True)
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set on connection_made
+        self.server: tuple[str, int] | None = None
+        self.client: tuple[str, int] | None = None
+        self.scheme = "http"
+        self.url = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.expect_continue = False
+        self.reading: Exchange | None = None  # the request whose head or body is being parsed
+        self.answering: Exchange | None = None  # the request whose app runs (answers go in order)
+        self.queued: deque[Exchange] = deque()  # pipelined requests behind it
+        self.hooks: list[Disconnect] = []  # of requests that still listen for the client leaving
+        self.write_paused = False
+        self.drained: asyncio.Future[None] | None = None  # what a paused writer waits on
+        self.read_paused = False
+        # One timer for every deadline (headers, body, idle): ``due`` moves freely and the timer,
+        # armed no later than it, re-arms itself when it fires early. Per request that is a float
+        # written, not a timer armed and cancelled.
+        self.due = _NO_DEADLINE
+        self.timer: asyncio.TimerHandle | None = None
+        self.timer_at = 0.0
+        self.idle = False  # the deadline is an idle keep-alive connection's: closed without a word
+        self.stall: asyncio.TimerHandle | None = None  # armed while writing is paused
+        self.unsent = 0  # bytes buffered when it was armed
+
+    # -- deadlines --------------------------------------------------------------------------
+
+    def _until(self, seconds: float) -> None:
+        due = self.due = self.loop.time() + seconds
+        if self.timer is None or self.timer_at > due:
+            if self.timer is not None:
+                self.timer.cancel()
+            self.timer_at = due
+            self.timer = self.loop.call_at(due, self._tick)
+
+    def _tick(self) -> None:
+        self.timer = None
+        if self.due == _NO_DEADLINE or self.transport.is_closing():
+            return
+        if self.loop.time() < self.due:
+            self.timer_at = self.due
+            self.timer = self.loop.call_at(self.due, self._tick)
+            return
+        answering = self.answering
+        if not self.idle and (answering is None or answering.complete):  # a request too slow: say why
+            self.transport.write(_TIMEOUT_REPLY)
+        self.transport.close()
+
+    # -- asyncio.Protocol -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # a stream transport
+        self.state.connections.add(self)  # type: ignore[arg-type]  # uvicorn types its own protocols
+        self.server = transport.get_extra_info("sockname")
+        self.client = transport.get_extra_info("peername")
+        if transport.get_extra_info("sslcontext") is not None:
+            self.scheme = "https"
+        self._until(self.limits.header_timeout)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.state.connections.discard(self)
+        self.due = _NO_DEADLINE
+        for handle in (self.timer, self.stall):
+            if handle is not None:
+                handle.cancel()
+        self.timer = self.stall = None
+        for ex in (self.answering, self.reading):
+            if ex is not None:
+                ex.lost()
+        self.queued.clear()
+        self._resume_writers()
+        for hook in self.hooks:
+            hook.fire()
+        self.hooks.clear()
+
+    def eof_received(self) -> None:
+        pass  # (the client may half-close and still read its answer)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            pass  # the request was parsed; what follows the upgrade is not HTTP (and unserved)
+        except httptools.HttpParserError as e:
+            self._refuse(str(e) or "Invalid HTTP request received.")
+
+    def _refuse(self, why: str) -> None:
+        """A request the parser refused (a bad header byte, a broken request line): answered in
+        the gateway's error shape, the connection closed."""
+        if self.answering is not None and not self.answering.complete:
+            self.transport.close()  # an answer is under way: a second one would garble it
+            return
+        path = self.url.split(b"?", 1)[0].decode("latin-1")
+        body = error_bytes(error_shape(path), InvalidRequest(
+            "malformed HTTP request: Invalid HTTP request received.", param="headers"))[1]
+        log.debug("malformed HTTP request: %s", why)
+        self.transport.write(b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
+                             b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+        self.transport.close()
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+        if self.stall is None:
+            self.unsent = self._pending()
+            self.stall = self.loop.call_later(self.limits.write_timeout, self._stalled)
+
+    def resume_writing(self) -> None:
+        self._resume_writers()
+        if self.stall is not None:
+            self.stall.cancel()
+            self.stall = None
+
+    def _resume_writers(self) -> None:
+        self.write_paused = False
+        if self.drained is not None:
+            if not self.drained.done():
+                self.drained.set_result(None)
+            self.drained = None
+
+    def _pending(self) -> int:
+        """Bytes of the answer the client has not taken: ours, and (on Linux) the kernel's send
+        queue, so that a client reading slowly shows progress before the socket turns writable
+        again (which waits for a good part of the kernel's send buffer to drain)."""
+        n = self.transport.get_write_buffer_size()
+        sock = self.transport.get_extra_info("socket")
+        if _OUTQ is not None and sock is not None:
+            with contextlib.suppress(OSError, ValueError):
+                n += struct.unpack("i", fcntl.ioctl(sock.fileno(), _OUTQ, b"\0\0\0\0"))[0]
+        return n
+
+    def _stalled(self) -> None:
+        self.stall = None
+        left = self._pending()
+        if left < self.unsent:  # a slow reader, not a stalled one: another period
+            self.unsent = left
+            self.stall = self.loop.call_later(self.limits.write_timeout, self._stalled)
+            return
+        self.transport.abort()  # (close() would wait for the unread bytes to leave: forever)
+
+    async def drain(self) -> None:
+        if self.drained is None:
+            self.drained = self.loop.create_future()
+        await self.drained
+
+    def shutdown(self) -> None:
+        """uvicorn's ``Server`` asks every connection to stop: at once when idle, else after the
+        answer under way."""
+        if self.answering is None or self.answering.complete:
+            self.transport.close()
+        else:
+            self.answering.keep_alive = False
+
+    # -- httptools callbacks ----------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self.url = b""
+        self.headers = []
+        self.expect_continue = False
+        self.idle = False
+        self._until(self.limits.header_timeout)
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        name = name.lower()
+        if name == b"expect" and value.lower() == b"100-continue":
+            self.expect_continue = True
+        self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        self._until(self.limits.body_timeout)
+        parser = self.parser
+        raw = parser.get_method()
+        version = parser.get_http_version()
+        url = self.url
+        if url[:1] == b"/" and b"#" not in url:
+            raw_path, _, query = url.partition(b"?")
+        else:  # absolute form (a proxy's), or a fragment
+            parsed = httptools.parse_url(url)
+            raw_path, query = parsed.path or b"/", parsed.query or b""
+        path = raw_path.decode("latin-1")
+        if "%" in path:
+            path = urllib.parse.unquote(path)
+        hook = Disconnect()
+        self.hooks = [h for h in self.hooks if not h.done]  # (pipelined ones keep theirs)
+        self.hooks.append(hook)
+        scope = {
+            "type": "http", "asgi": _ASGI, "http_version": version, "server": self.server,
+            "client": self.client, "scheme": self.scheme, "root_path": "",
+            "method": _METHODS.get(raw) or raw.decode("ascii"), "path": path, "raw_path": raw_path,
+            "query_string": query, "headers": self.headers, "state": self.app_state.copy(),
+            "extensions": {DISCONNECT: hook},
+        }
+        # (an Upgrade is not served: the connection closes after the answer)
+        keep_alive = version != "1.0" and parser.should_keep_alive() and not parser.should_upgrade()
+        ex = self.reading = Exchange(self, scope, self.expect_continue, keep_alive)
+        if self.answering is None or self.answering.complete:
+            self._start(ex)
+        else:  # pipelined: answered once the one before it is
+            self._pause_reading()
+            self.queued.append(ex)
+
+    def on_body(self, body: bytes) -> None:
+        ex = self.reading
+        if ex is None or ex.complete:
+            return
+        ex.body.append(body)
+        ex.buffered += len(body)
+        if ex.buffered > _HIGH_WATER:
+            self._pause_reading()
+        ex.wake()
+
+    def on_message_complete(self) -> None:
+        self.due = _NO_DEADLINE  # the app has the request now: its own deadlines apply
+        ex, self.reading = self.reading, None
+        if ex is None or ex.complete:
+            return
+        ex.more_body = False
+        ex.wake()
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def _start(self, ex: Exchange) -> None:
+        self.answering = ex
+        task = self.loop.create_task(ex.run(self.app))
+        tasks = self.state.tasks
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    def _pause_reading(self) -> None:
+        if not self.read_paused:
+            self.read_paused = True
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.read_paused:
+            self.read_paused = False
+            self.transport.resume_reading()
+
+    def answered(self, ex: Exchange) -> None:
+        """``ex``'s answer is complete: the next pipelined request's turn, or an idle deadline."""
+        self.state.total_requests += 1
+        if not ex.keep_alive:
+            self.transport.close()
+            return
+        if self.transport.is_closing():
+            return
+        self.resume_reading()
+        if self.queued:
+            self._start(self.queued.popleft())
+        elif self.reading is None:
+            self.idle = True
+            self._until(self.limits.timeout_keep_alive)
+
+
+class Exchange:
+    """One request and its answer: the ASGI ``receive`` and ``send`` of its app."""
+
+    __slots__ = ("body", "buffered", "chunked", "complete", "conn", "continue_", "delivered",
+                 "disconnected", "keep_alive", "left", "more_body", "scope", "started", "waiter")
+
+    def __init__(self, conn: Http11, scope: dict[str, Any], expect_continue: bool, keep_alive: bool) -> None:
+        self.conn = conn
+        self.scope = scope
+        self.continue_ = expect_continue  # a 100 Continue is owed at the first receive()
+        self.keep_alive = keep_alive
+        self.body: list[bytes] = []
+        self.buffered = 0
+        self.more_body = True
+        self.delivered = False  # the body's last part was handed to the app
+        self.waiter: asyncio.Future[None] | None = None  # a receive() waiting for body or an end
+        self.disconnected = False
+        self.started = False
+        self.complete = False
+        self.chunked = False
+        self.left = 0  # bytes of a content-length answer still to send
+
+    def wake(self) -> None:
+        w = self.waiter
+        if w is not None:
+            self.waiter = None
+            if not w.done():
+                w.set_result(None)
+
+    def lost(self) -> None:
+        if not self.complete:
+            self.disconnected = True
+        self.wake()
+
+    async def run(self, app: ASGIApp) -> None:
+        try:
+            await app(self.scope, self.receive, self.send)
+        except asyncio.CancelledError:  # (the stopping server's grace ran out)
+            self.conn.transport.close()
+            raise
+        except Exception as e:
+            log.error("the app failed on a request to %s", self.scope["path"], exc_info=e)
+            if not self.started:
+                await self._plain_500()
+            else:
+                self.conn.transport.close()
+        else:
+            if not self.started and not self.disconnected:
+                log.error("the app answered nothing to %s", self.scope["path"])
+                await self._plain_500()
+            elif not self.complete and not self.disconnected:
+                log.error("the app left its answer to %s unfinished", self.scope["path"])
+                self.conn.transport.close()
+
+    async def _plain_500(self) -> None:
+        await self.send({"type": "http.response.start", "status": 500,
+                         "headers": [(b"content-type", b"text/plain; charset=utf-8"),
+                                     (b"content-length", b"21"), (b"connection", b"close")]})
+        await self.send({"type": "http.response.body", "body": b"Internal Server Error"})
+
+    async def receive(self) -> dict[str, Any]:
+        conn = self.conn
+        if self.continue_:
+            self.continue_ = False
+            if not conn.transport.is_closing() and not self.started:
+                conn.transport.write(_CONTINUE)
+        while True:
+            if self.disconnected or self.complete:
+                return _DISCONNECTED
+            if not self.delivered and (self.body or not self.more_body):
+                break
+            conn.resume_reading()
+            self.waiter = conn.loop.create_future()
+            await self.waiter
+        body = self.body[0] if len(self.body) == 1 else b"".join(self.body)
+        self.body = []
+        self.buffered = 0
+        if not self.more_body:
+            self.delivered = True
+        return {"type": "http.request", "body": body, "more_body": self.more_body}
+
+    async def send(self, message: Any) -> None:
+        conn = self.conn
+        if conn.write_paused and not self.disconnected:
+            await conn.drain()
+        if self.disconnected:
+            return
+        if not self.started:
+            if message["type"] != "http.response.start":
+                raise RuntimeError(f"expected 'http.response.start', got {message['type']!r}")
+            self._head(message["status"], message.get("headers", ()))
+            return
+        if self.complete or message["type"] != "http.response.body":
+            raise RuntimeError(f"unexpected ASGI message {message['type']!r} after the answer began")
+        body = message.get("body", b"")
+        more = message.get("more_body", False)
+        if self.scope["method"] == "HEAD":
+            pass
+        elif self.chunked:
+            if body and more:
+                conn.transport.write(b"%x\r\n%s\r\n" % (len(body), body))
+            elif body:
+                conn.transport.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+            elif not more:
+                conn.transport.write(b"0\r\n\r\n")
+        else:
+            if len(body) > self.left:
+                raise RuntimeError("the answer's body is longer than its content-length")
+            self.left -= len(body)
+            if body:
+                conn.transport.write(body)
+        if not more:
+            if self.left and self.scope["method"] != "HEAD":
+                raise RuntimeError("the answer's body is shorter than its content-length")
+            self.complete = True
+            self.wake()
+            conn.answered(self)
+
+    def _head(self, status: int, headers: Any) -> None:
+        self.started = True
+        self.continue_ = False
+        lines = [_STATUS.get(status) or b"HTTP/1.1 %d \r\n" % status]
+        length: int | None = None
+        close = False
+        names = []
+        values = []
+        for name, value in headers:
+            names.append(name)
+            values.append(value)
+            name = name.lower()
+            if name == b"content-length":
+                length = int(value)
+            elif name == b"transfer-encoding":
+                self.chunked = value.lower() == b"chunked"
+            elif name == b"connection" and b"close" in value.lower():
+                self.keep_alive = False
+                close = True
+            lines.append(b"%s: %s\r\n" % (name, value))
+        if _BAD_NAME.search(b"".join(names)) or _BAD_VALUE.search(b"\t".join(values)):
+            raise RuntimeError("a response header holds a character HTTP forbids there")
+        if not self.keep_alive and not close:
+            lines.append(b"connection: close\r\n")
+        if length is not None and not self.chunked:
+            self.left = length
+        elif self.scope["method"] != "HEAD" and status not in (204, 304) and not self.chunked:
+            self.chunked = True
+            lines.append(b"transfer-encoding: chunked\r\n")
+        lines.append(b"\r\n")
+        self.conn.transport.write(b"".join(lines))

@@ -1,0 +1,96 @@
+"""The gateway's own HTTP/1.1 protocol (``switchyard.http.protocol``), spoken to byte by byte:
+pipelining, 100-continue, HTTP/1.0, HEAD, bodies in pieces, an idle close without a word, and a
+malformed request answered in the gateway's error shape."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from tests.gateway.conftest import KEY
+from tests.http.test_server import closed_by_server, guarded
+
+
+async def exchange(port: int, raw: bytes, within: float = 5) -> bytes:
+    """Everything the server answers to ``raw`` until it closes the connection."""
+    r, w = await asyncio.open_connection("127.0.0.1", port)
+    w.write(raw)
+    await w.drain()
+    try:
+        return await closed_by_server(r, within)
+    finally:
+        w.close()
+
+
+def answers(data: bytes) -> list[tuple[bytes, bytes]]:
+    """(head, body) of each content-length answer in ``data``, in order."""
+    out = []
+    while data:
+        head, _, data = data.partition(b"\r\n\r\n")
+        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:"))
+        out.append((head, data[:length]))
+        data = data[length:]
+    return out
+
+
+def post(path: str, body: bytes, *extra: bytes) -> bytes:
+    lines = [b"POST %s HTTP/1.1" % path.encode(), b"host: x", b"authorization: Bearer " + KEY.encode(),
+             b"content-type: application/json", b"content-length: %d" % len(body), *extra]
+    return b"\r\n".join(lines) + b"\r\n\r\n" + body
+
+
+async def test_pipelined_requests_are_answered_in_order():
+    async with guarded() as port:
+        bad = json.dumps({"model": "v/m", "messages": "nope"}).encode()
+        raw = (b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n" + post("/v1/chat/completions", bad)
+               + b"GET /nowhere HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        got = answers(await exchange(port, raw))
+        assert [h.split(b"\r\n")[0] for h, _ in got] == [
+            b"HTTP/1.1 200 OK", b"HTTP/1.1 400 Bad Request", b"HTTP/1.1 404 Not Found"]
+        assert json.loads(got[1][1])["error"]["param"] == "messages"
+        assert b"connection: close" in got[2][0].lower()
+
+
+async def test_expect_100_continue_then_a_body_in_pieces():
+    async with guarded() as port:
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        body = json.dumps({"model": "v/m", "messages": "nope"}).encode()
+        w.write(post("/v1/chat/completions", b"", b"expect: 100-continue").replace(
+            b"content-length: 0", b"content-length: %d" % len(body)))
+        await w.drain()
+        assert await asyncio.wait_for(r.readuntil(b"\r\n\r\n"), 5) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        for i in range(0, len(body), 7):  # the body trickles in, 7 bytes a write
+            w.write(body[i:i + 7])
+            await w.drain()
+            await asyncio.sleep(0.01)
+        head = await asyncio.wait_for(r.readuntil(b"\r\n\r\n"), 5)
+        assert head.startswith(b"HTTP/1.1 400")
+        w.close()
+
+
+async def test_http_1_0_is_answered_and_closed():
+    async with guarded() as port:
+        got = answers(await exchange(port, b"GET /health HTTP/1.0\r\n\r\n"))
+        assert got[0][0].startswith(b"HTTP/1.1 200") and b"connection: close" in got[0][0].lower()
+
+
+async def test_head_answers_a_head_without_a_body():
+    async with guarded(idle_timeout=0.5) as port:
+        data = await exchange(port, b"HEAD /health HTTP/1.1\r\nhost: x\r\n\r\n")
+        head, _, rest = data.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 ") and rest == b""
+
+
+async def test_an_idle_connection_is_closed_without_a_408():
+    async with guarded(idle_timeout=0.5, header_timeout=30) as port:
+        got = answers(await exchange(port, b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n"))
+        assert len(got) == 1 and got[0][0].startswith(b"HTTP/1.1 200")  # and nothing more
+
+
+async def test_a_request_the_parser_refuses_gets_the_gateway_error_shape():
+    async with guarded() as port:
+        data = await exchange(port, b"POST /v1/chat/completions HTTP/1.1\r\nbad header\r\n\r\n")
+        head, body = answers(data)[0]
+        assert head.startswith(b"HTTP/1.1 400")
+        assert json.loads(body)["error"]["param"] == "headers"
