@@ -345,7 +345,7 @@ class Exchange:
     """One request and its answer: the ASGI ``receive`` and ``send`` of its app."""
 
     __slots__ = ("body", "buffered", "chunked", "complete", "conn", "continue_", "delivered",
-                 "disconnected", "keep_alive", "left", "more_body", "scope", "started", "waiter")
+                 "disconnected", "head", "keep_alive", "left", "more_body", "scope", "started", "waiter")
 
     def __init__(self, conn: Http11, scope: dict[str, Any], expect_continue: bool, keep_alive: bool) -> None:
         self.conn = conn
@@ -362,6 +362,7 @@ class Exchange:
         self.complete = False
         self.chunked = False
         self.left = 0  # bytes of a content-length answer still to send
+        self.head = b""  # the answer's head, until its body's first part goes with it
 
     def wake(self) -> None:
         w = self.waiter
@@ -438,20 +439,22 @@ class Exchange:
         body = message.get("body", b"")
         more = message.get("more_body", False)
         if self.scope["method"] == "HEAD":
-            pass
+            data = b""
         elif self.chunked:
-            if body and more:
-                conn.transport.write(b"%x\r\n%s\r\n" % (len(body), body))
-            elif body:
-                conn.transport.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
-            elif not more:
-                conn.transport.write(b"0\r\n\r\n")
+            if body:
+                data = (b"%x\r\n%s\r\n" if more else b"%x\r\n%s\r\n0\r\n\r\n") % (len(body), body)
+            else:
+                data = b"" if more else b"0\r\n\r\n"
         else:
             if len(body) > self.left:
                 raise RuntimeError("the answer's body is longer than its content-length")
             self.left -= len(body)
-            if body:
-                conn.transport.write(body)
+            data = body
+        if self.head:  # the head and the first body part in one system call
+            head, self.head = self.head, b""
+            conn.transport.writelines((head, data))
+        elif data:
+            conn.transport.write(data)
         if not more:
             if self.left and self.scope["method"] != "HEAD":
                 raise RuntimeError("the answer's body is shorter than its content-length")
@@ -489,4 +492,12 @@ class Exchange:
             self.chunked = True
             lines.append(b"transfer-encoding: chunked\r\n")
         lines.append(b"\r\n")
-        self.conn.transport.write(b"".join(lines))
+        # Held for the body's first part (what follows at once, nearly always): one write, not
+        # two. An app that waits before its body still has its head sent this loop turn.
+        self.head = b"".join(lines)
+        self.conn.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        if self.head and not self.conn.transport.is_closing():
+            head, self.head = self.head, b""
+            self.conn.transport.write(head)
