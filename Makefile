@@ -81,8 +81,14 @@ oidc-provider: $(OIDC_PROVIDER_DIR)/node_modules/oidc-provider/lib/index.js
 $(OIDC_PROVIDER_DIR)/node_modules/oidc-provider/lib/index.js:
 	$(call npm_install,$(OIDC_PROVIDER_DIR),oidc-provider@$(OIDC_PROVIDER_VERSION))
 
+# The suite runs in TEST_WORKERS processes (pytest-xdist), a test file to a process. schemathesis
+# gives every operation of tests/fuzz's OpenAPI test one node id, which xdist would run once: that
+# test runs on its own after.
+TEST_WORKERS ?= 2
+SCHEMA_FUZZ := tests/fuzz/test_fuzz.py::test_every_operation
 test: lint chromium claude-code codex oidc-provider
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --deselect $(SCHEMA_FUZZ)
+	$(PY) -m pytest -q -p no:cacheprovider $(SCHEMA_FUZZ)
 
 # ruff; the layers (http > gateway > routing > providers | engine | policies > dialects > core,
 # pyproject's import-linter contract); mypy over switchyard/.
