@@ -154,6 +154,9 @@ class Http11(asyncio.Protocol):
         for ex in (self.answering, self.reading):
             if ex is not None:
                 ex.lost()
+        # No cycles left for the collector (it runs seldom here: server._tune_gc).
+        self.answering = self.reading = None
+        self.parser = None  # type: ignore[assignment]  # (it holds this protocol's callbacks)
         self.queued.clear()
         self._resume_writers()
         for hook in self.hooks:
