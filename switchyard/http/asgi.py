@@ -151,7 +151,7 @@ class AsgiResponder:
                 self.gone = True
                 task.cancel()
 
-        if self._hook is not None:  # our own server tells us (gateway.server.GuardedHttp)
+        if self._hook is not None:  # our own protocol tells us (http.protocol)
             self._hook.callback = left
             return
 

@@ -1,4 +1,4 @@
-"""How a request hears that its client hung up: the server (``switchyard.http.server``) puts a
+"""How a request hears that its client hung up: the server (``switchyard.http.protocol``) puts a
 ``Disconnect`` in the scope's extensions under ``DISCONNECT``; the ASGI handlers
 (``switchyard.http.asgi``) set its callback. A leaf, so neither imports the other."""
 
