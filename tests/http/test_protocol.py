@@ -94,3 +94,20 @@ async def test_a_request_the_parser_refuses_gets_the_gateway_error_shape():
         head, body = answers(data)[0]
         assert head.startswith(b"HTTP/1.1 400")
         assert json.loads(body)["error"]["param"] == "headers"
+
+
+async def test_a_body_larger_than_the_read_buffer_is_read_whole():
+    async with guarded() as port:
+        # 300 KB in 50 KB writes: many reads, handed to the app as they come (reading pauses
+        # whenever 64 KB lie unread).
+        body = json.dumps({"model": "v/m", "messages": "nope", "metadata": {"pad": "x" * 300_000}}).encode()
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        w.write(post("/v1/chat/completions", b"", b"connection: close").replace(
+            b"content-length: 0", b"content-length: %d" % len(body)))
+        for i in range(0, len(body), 50_000):
+            w.write(body[i:i + 50_000])
+            await w.drain()
+        head, answer = answers(await closed_by_server(r, 10))[0]
+        w.close()
+        assert head.startswith(b"HTTP/1.1 400")
+        assert json.loads(answer)["error"]["param"] == "messages"
