@@ -296,6 +296,8 @@ class UpstreamBackend:
                 if decoder.done:
                     break
             if out:
+                if decoder.done:  # the end follows at once: the last events go with the close
+                    out[-1].more = True
                 yield out  # what was good still reaches the caller (and its usage counts)
             if failure is not None:
                 raise failure

@@ -160,6 +160,21 @@ async def test_sse_split_at_odd_boundaries() -> None:
     assert chunks[-1].finish_reason == "stop"
 
 
+@pytest.mark.parametrize("together", [True, False])
+async def test_chunks_that_arrived_with_the_streams_end_say_more_follows(together: bool) -> None:
+    """``Chunk.more``: what the gateway may write to the caller together. Events that arrived in
+    one piece with ``[DONE]`` are all followed at once (by the close); the last of a piece the end
+    did not come with is not."""
+    events = sse(text_event("a"), text_event("b", "stop"))
+    parts = (events + b"data: [DONE]\n\n",) if together else (events, b"data: [DONE]\n\n")
+    router = respx.Router()
+    router.post(f"{BASE}/completions").mock(return_value=httpx.Response(
+        200, headers={"content-type": "text/event-stream"}, content=pieces(*parts)))
+    chunks = await run(backend(router), creq(stream=True))
+    assert [c.text for c in chunks] == ["a", "b"]
+    assert [c.more for c in chunks] == [True, together]
+
+
 async def test_sse_comments_crlf_and_multiline_data() -> None:
     raw = (b": keep-alive\r\n\r\n" + b"data: " + text_event("x").encode() + b"\r\n\r\n"
            + b"event: ping\ndata: [DONE]\n\n")
