@@ -386,17 +386,18 @@ class Exchange:
             self.conn.transport.close()
             raise
         except Exception as e:
-            log.error("the app failed on a request to %s", self.scope["path"], exc_info=e)
+            # (no path in the line: it is what a caller typed, and may hold a secret)
+            log.error("the app failed on a request", exc_info=e)
             if not self.started:
                 await self._plain_500()
             else:
                 self.conn.transport.close()
         else:
             if not self.started and not self.disconnected:
-                log.error("the app answered nothing to %s", self.scope["path"])
+                log.error("the app answered nothing to a request")
                 await self._plain_500()
             elif not self.complete and not self.disconnected:
-                log.error("the app left its answer to %s unfinished", self.scope["path"])
+                log.error("the app left its answer to a request unfinished")
                 self.conn.transport.close()
 
     async def _plain_500(self) -> None:

@@ -1,12 +1,18 @@
 """The gateway's own HTTP/1.1 protocol (``switchyard.http.protocol``), spoken to byte by byte:
 pipelining, 100-continue, HTTP/1.0, HEAD, bodies in pieces, an idle close without a word, and a
-malformed request answered in the gateway's error shape."""
+malformed request answered in the gateway's error shape; an app that fails gets a 500."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 
+import uvicorn
+
+from switchyard.core.settings import ServerConfig
+from switchyard.http.protocol import ServeConfig
+from tests.conftest import free_port
 from tests.gateway.conftest import KEY
 from tests.http.test_server import closed_by_server, guarded
 
@@ -111,3 +117,27 @@ async def test_a_body_larger_than_the_read_buffer_is_read_whole():
         w.close()
         assert head.startswith(b"HTTP/1.1 400")
         assert json.loads(answer)["error"]["param"] == "messages"
+
+
+async def test_an_app_that_fails_gets_a_500_and_the_log_line_names_no_path(caplog):
+    async def failing(scope, receive, send):
+        if scope["type"] == "http":
+            raise RuntimeError("boom")
+
+    port = free_port()
+    server = uvicorn.Server(ServeConfig(failing, ServerConfig(), host="127.0.0.1", port=port,
+                                       loop="asyncio", lifespan="off", log_config=None))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    try:
+        with caplog.at_level(logging.ERROR, logger="switchyard"):
+            data = await exchange(port, b"GET /sk-secret-in-a-path HTTP/1.1\r\nhost: x\r\n\r\n")
+        head, body = answers(data)[0]
+        assert head.startswith(b"HTTP/1.1 500") and body == b"Internal Server Error"
+        lines = [r.getMessage() for r in caplog.records if r.name == "switchyard"]
+        assert lines == ["the app failed on a request"]
+        assert not any("sk-secret" in r.getMessage() for r in caplog.records)
+    finally:
+        server.should_exit = True
+        await task
