@@ -163,9 +163,6 @@ class Http11(asyncio.Protocol):
             hook.fire()
         self.hooks.clear()
 
-    def eof_received(self) -> None:
-        pass  # (the client may half-close and still read its answer)
-
     def data_received(self, data: bytes) -> None:
         try:
             self.parser.feed_data(data)
@@ -347,12 +344,13 @@ class Http11(asyncio.Protocol):
 class Exchange:
     """One request and its answer: the ASGI ``receive`` and ``send`` of its app."""
 
-    __slots__ = ("body", "buffered", "chunked", "complete", "conn", "continue_", "delivered",
+    __slots__ = ("bodiless", "body", "buffered", "chunked", "complete", "conn", "continue_", "delivered",
                  "disconnected", "head", "keep_alive", "left", "more_body", "scope", "started", "waiter")
 
     def __init__(self, conn: Http11, scope: dict[str, Any], expect_continue: bool, keep_alive: bool) -> None:
         self.conn = conn
         self.scope = scope
+        self.bodiless = scope["method"] == "HEAD"  # an answer's head only, whatever the app sends
         self.continue_ = expect_continue  # a 100 Continue is owed at the first receive()
         self.keep_alive = keep_alive
         self.body: list[bytes] = []
@@ -442,7 +440,7 @@ class Exchange:
             raise RuntimeError(f"unexpected ASGI message {message['type']!r} after the answer began")
         body = message.get("body", b"")
         more = message.get("more_body", False)
-        if self.scope["method"] == "HEAD":
+        if self.bodiless:
             data = b""
         elif self.chunked:
             if body:
@@ -460,7 +458,7 @@ class Exchange:
         elif data:
             conn.transport.write(data)
         if not more:
-            if self.left and self.scope["method"] != "HEAD":
+            if self.left and not self.bodiless:
                 raise RuntimeError("the answer's body is shorter than its content-length")
             self.complete = True
             self.wake()
@@ -492,7 +490,7 @@ class Exchange:
             lines.append(b"connection: close\r\n")
         if length is not None and not self.chunked:
             self.left = length
-        elif self.scope["method"] != "HEAD" and status not in (204, 304) and not self.chunked:
+        elif not self.bodiless and status not in (204, 304) and not self.chunked:
             self.chunked = True
             lines.append(b"transfer-encoding: chunked\r\n")
         lines.append(b"\r\n")
