@@ -57,7 +57,7 @@ def resp(args: Any) -> bytes:
     return b"".join([bulk(a) for a in args])
 
 
-_REC = tuple((name, bulk(name)) for name in UsageRecord.__dataclass_fields__)
+_NAMES = {name: bulk(name) for name in UsageRecord.__dataclass_fields__}  # a record's fields, encoded
 
 
 class _Packed:
@@ -349,8 +349,7 @@ class RedisStore:
         (``StoreDown``); when not ``sent`` it does the whole call."""
         mode = (b"2" if refund_request else b"1") if rates else b"0"
         return self._settle_call(plan, record.ticket_id, mode, token_delta, spend_delta, lease_id,
-                                 admitted_ms, record.ts_ms, agg_increments(record),
-                                 list(record.as_fields().values()))
+                                 admitted_ms, record.ts_ms, agg_increments(record), record.set_fields())
 
     async def cancel(self, plan: Plan, *, ticket: str, tokens: int, spend: int, lease_id: str | None) -> None:
         _, result = self._settle_call(plan, ticket, b"c", -tokens, -spend, lease_id, 0, 0, [], [])
@@ -359,7 +358,7 @@ class RedisStore:
 
     def _settle_call(self, plan: Plan, ticket: str, mode: bytes, token_delta: int, spend_delta: int,
                      lease_id: str | None, admitted_ms: int, ts_ms: int, aggs: list[tuple[str, int]],
-                     rec: list[str]) -> tuple[bool, Awaitable[None] | None]:
+                     rec: list[tuple[str, str]]) -> tuple[bool, Awaitable[None] | None]:
         keys = [*plan.keys, plan.agg_key(ts_ms // DAY_MS), f"{plan.agg_prefix}m:{ts_ms // HOUR_MS}",
                 plan.log, *plan.resv, plan.mark_prefix + ticket]
         pk = self._packed(plan)
@@ -370,8 +369,8 @@ class RedisStore:
                  bulk(self.max_records), bulk(len(aggs)), bulk(self.skew_ms), pk.vector]
         for field, inc in aggs:
             parts += (pk.field(field), bulk(inc))
-        for (_, head), value in zip(_REC, rec, strict=False):
-            parts += (head, bulk(value))
+        for name, value in rec:
+            parts += (_NAMES[name], bulk(value))
         packed = b"".join(parts)
 
         def args() -> list[Any]:  # for redis-py, when the slot moved
@@ -379,7 +378,7 @@ class RedisStore:
                             self.max_records, len(aggs), self.skew_ms, *plan.vector]
             for field, inc in aggs:
                 a += (field, inc)
-            for (name, _), value in zip(_REC, rec, strict=False):
+            for name, value in rec:
                 a += (name, value)
             return a
 
@@ -397,7 +396,7 @@ class RedisStore:
         args: list[Any] = [self.max_records, record.ts_ms // MINUTE_MS, len(aggs)]
         for field, inc in aggs:
             args += (field, inc)
-        for name, value in record.as_fields().items():
+        for name, value in record.set_fields():
             args += (name, value)
         if self._endpoint is None or self._cluster:  # TLS, or a cluster's slot map: redis-py
             return self._run(self._record, keys, args)

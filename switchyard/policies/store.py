@@ -9,7 +9,8 @@ file) and ``redis_store.RedisStore`` (every replica shares it; Redis or Redis Cl
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Protocol
 
 from switchyard.policies.attribution import Attribution, dimension_keys
@@ -89,6 +90,13 @@ class UsageRecord:
     def as_fields(self) -> dict[str, str]:
         return {k: _str(getattr(self, k)) for k in self.__dataclass_fields__}
 
+    def set_fields(self) -> list[tuple[str, str]]:
+        """``as_fields`` less the fields at their defaults: what a kept record must say, since
+        ``from_fields`` and the ledger's INSERT give those the same defaults (a plain request's
+        record has 17 fields to write, not 29)."""
+        return [(k, v if type(v) is str else ("1" if v else "0") if type(v) is bool else str(v))
+                for (k, default), v in zip(_DEFAULTS, _values(self), strict=True) if v != default]
+
     @classmethod
     def from_fields(cls, f: dict[str, Any]) -> UsageRecord:
         """From a stored record's fields (bytes or str); fields older records lack take defaults."""
@@ -105,6 +113,10 @@ class UsageRecord:
 def _str(v: Any) -> str:
     return ("1" if v else "0") if isinstance(v, bool) else str(v)
 
+
+# (name, default) per field; a field without a default (dataclasses.MISSING) is never left out.
+_DEFAULTS = tuple((f.name, f.default) for f in fields(UsageRecord))
+_values = attrgetter(*(name for name, _ in _DEFAULTS))
 
 _FIELD_TYPES: dict[str, type] = {
     **dict.fromkeys(("ts_ms", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_nano",

@@ -21,6 +21,7 @@ import redis.asyncio as aioredis
 import yaml
 
 from switchyard.http.cli import main, package_version
+from switchyard.policies.store import UsageRecord
 from tests.conftest import free_port
 from tests.fakes.upstream import Behaviour
 from tests.gateway.conftest import KEY, MASTER, base_config, serve, upstream_model
@@ -127,10 +128,12 @@ async def running(path: Path, *args: str) -> AsyncIterator[tuple[asyncio.subproc
                 await proc.wait()
 
 
-async def records(redis_url: str, team: str) -> list[dict[bytes, bytes]]:
+async def records(redis_url: str, team: str) -> list[UsageRecord]:
+    """The team's records as its stream keeps them (fields at their defaults left out)."""
     r = aioredis.from_url(redis_url)
     try:
-        return [fields for _, fields in await r.xrange(f"sy:{{{team}}}:log")]
+        return [UsageRecord.from_fields({k.decode(): v for k, v in fields.items()})
+                for _, fields in await r.xrange(f"sy:{{{team}}}:log")]
     finally:
         await r.aclose()
 
@@ -157,7 +160,7 @@ async def test_sigterm_finishes_the_stream_in_flight_settles_it_and_exits_0(
         assert await asyncio.wait_for(proc.wait(), 30) == 0
     recs = await records(redis_url, team)
     assert len(recs) == 1
-    assert recs[0][b"status"] == b"200" and recs[0][b"completion_tokens"] == b"16"
+    assert recs[0].status == 200 and recs[0].completion_tokens == 16
 
 
 async def test_requests_cut_by_shutdown_grace_are_answered_and_settled_as_cut(
@@ -185,9 +188,9 @@ async def test_requests_cut_by_shutdown_grace_are_answered_and_settled_as_cut(
         assert waited.status_code == 503 and "shutdown_grace" in waited.json()["error"]["message"]
         assert await asyncio.wait_for(proc.wait(), 30) == 0
         out = (await proc.stdout.read()).decode()  # type: ignore[union-attr]
-    recs = sorted(await records(redis_url, team), key=lambda f: f[b"cut"])
-    assert [(f[b"status"], f[b"cut"]) for f in recs] == [(b"503", b"0"), (b"503", b"1")]
-    assert 0 < int(recs[1][b"completion_tokens"]) < 16  # what was streamed before the cut is charged
+    recs = sorted(await records(redis_url, team), key=lambda f: f.cut)
+    assert [(f.status, f.cut) for f in recs] == [(503, False), (503, True)]
+    assert 0 < recs[1].completion_tokens < 16  # what was streamed before the cut is charged
     access = [json.loads(line) for line in out.splitlines() if '"event":"request"' in line]
     assert sorted((a["status"], a.get("cut", False)) for a in access) == [(503, False), (503, True)]
     assert "Traceback" not in out and "CancelledError" not in out, out

@@ -89,6 +89,30 @@ async def test_a_record_older_than_some_fields_takes_their_defaults(database_url
         await sink.aclose()
 
 
+async def test_a_record_kept_without_its_defaults_reads_back_whole(database_url):
+    """The Redis store keeps a record's ``set_fields`` only: both readers, ``from_fields`` and the
+    ledger's INSERT, give the rest their defaults, so the record and its row are unchanged."""
+    plain = rec(8, ticket="plain")  # ttfb -1, not cut, no reason, tags or cache hit: at their defaults
+    fields = dict(plain.set_fields())
+    assert {"ttfb_ms", "cut", "reason", "tags", "cache_hit", "saved_nano"}.isdisjoint(fields)
+    assert {"ts_ms", "key_id", "cached_tokens", "cost_nano", "deployment"} <= set(fields)
+    assert UsageRecord.from_fields(fields) == plain
+    hit = rec(9, ticket="hit")
+    hit.cache_hit, hit.saved_tokens, hit.cut = True, 42, True
+    assert dict(hit.set_fields())["cache_hit"] == "1" and UsageRecord.from_fields(dict(hit.set_fields())) == hit
+    sink = PgSink(database_url)
+    try:
+        assert await sink.write([fields, dict(hit.set_fields())]) == 2
+        pool = await sink.pool()
+        for r, full in ((plain, plain.as_fields()), (hit, hit.as_fields())):
+            row = await pool.fetchrow("SELECT * FROM usage_records WHERE ticket_id = $1", r.ticket_id)
+            assert {k: str(row[k]) for k in ("ttfb_ms", "cut", "cache_hit", "saved_tokens", "reason")} == {
+                "ttfb_ms": str(float(full["ttfb_ms"])), "cut": str(full["cut"] == "1"),
+                "cache_hit": str(full["cache_hit"] == "1"), "saved_tokens": full["saved_tokens"], "reason": ""}
+    finally:
+        await sink.aclose()
+
+
 async def test_cache_writes_are_stored_and_rolled_up(database_url):
     """002_cache_write: a record's cache_write_tokens reach usage_records and usage_hourly; a
     record written before the field existed (no such field) stores 0."""
