@@ -1,23 +1,30 @@
 """The response cache's cost: the gateway's CPU per request for a hit, a miss (kept) and the
 same request with the cache off (today's request), through the fast mock of ``../shared/bench``.
 
-    .venv/bin/python bench/cache.py [--requests 2000] [--rounds 3] [--store redis|memory] [--against REV]
+    .venv/bin/python bench/cache.py [--duration 4] [--rounds 6] [--store redis|memory] [--against REV]
 
-One gateway (its own process, pinned to core 1; the mock and this client on core 0) with two
-models on one mock: ``off`` (no cache rule), ``on`` (an exact rule). Each round sends, at
-concurrency 16 over keep-alive connections, N whole chat requests to ``off``; N to ``on`` with a
-fresh prompt each (every one a miss, then kept); N to ``on`` repeating one prompt (hits). The
-figure is the gateway process's user + system CPU over the batch divided by N (a cost that other
-load on a shared machine inflates less than latency), medians over interleaved rounds. The store
-is a redis-server of its own on a free port (default) or memory://.
+One gateway per tree (its own process, pinned to core 1; the mock, redis-server and the load on
+core 0) with two models on one mock: ``off`` (no cache rule), ``on`` (an exact rule). Load is wrk
+(C, one thread, ``--connections`` keep-alive connections, 64 by default as in
+``bench/overhead.py``) posting whole chat requests (temperature 0, 16 tokens): to ``off`` with a
+fresh prompt each; to ``on`` with a fresh prompt each (every one a miss, then kept); to ``on``
+repeating one prompt (hits). The figure is the gateway process's user + system CPU over the run
+divided by the requests answered (a cost that other load on a shared machine inflates less than
+latency), medians over rounds. Within a round each kind runs on every tree back to back (the
+trees' order alternating by round), so what a ratio compares was measured seconds apart. The
+store is a redis-server of its own on a free port (default) or memory://.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import json
 import os
+import re
+import shutil
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -28,7 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from overhead import KEY, MOCK, ROOT, Procs, cpu_seconds, free_port, pinned, wait_http, worktree
 
 
-def config_yaml(upstream: int, store: str) -> str:
+def config_yaml(upstream: int, store: str, cache: bool = True) -> str:
+    """``cache``: False for a tree older than the cache (its config has no such rule): its ``on``
+    model is then ``off`` under another name, and its only figure is today's request."""
+    rule = ", cache: {mode: exact, ttl: 600}" if cache else ""
     dep = f"[{{name: d0, backend: upstream, dialect: openai, base_url: 'http://127.0.0.1:{upstream}/v1'}}]"
     return f"""
 store: {{url: '{store}'}}
@@ -36,54 +46,80 @@ metrics: {{enabled: true}}
 logging: {{access: true}}
 models:
   - {{name: mock/off, deployments: {dep}, price: {{prompt_per_1m: 1, completion_per_1m: 2}}}}
-  - {{name: mock/on, deployments: {dep}, price: {{prompt_per_1m: 1, completion_per_1m: 2}},
-     cache: {{mode: exact, ttl: 600}}}}
+  - {{name: mock/on, deployments: {dep}, price: {{prompt_per_1m: 1, completion_per_1m: 2}}{rule}}}
 teams: [{{name: bench}}]
 keys: [{{id: bench, team: bench, key: {KEY}}}]
 """
 
 
-async def batch(url: str, bodies: list[dict], conc: int) -> tuple[int, dict[str, int]]:
-    import aiohttp
-
-    headers = {"authorization": f"Bearer {KEY}"}
-    seen: dict[str, int] = {}
-    errors = 0
-    it = iter(bodies)
-
-    async def worker(s: aiohttp.ClientSession) -> None:
-        nonlocal errors
-        for body in it:
-            async with s.post(url, json=body, headers=headers) as r:
-                await r.read()
-                if r.status != 200:
-                    errors += 1
-                v = r.headers.get("x-switchyard-cache", "?")
-                seen[v] = seen.get(v, 0) + 1
-
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=conc)) as s:
-        await asyncio.gather(*(worker(s) for _ in range(conc)))
-    return errors, seen
+# Each request a new prompt (a miss for ``on``) or, with BENCH_SAME set, always the same one.
+LUA = """
+local n, tag, same = 0, os.getenv("BENCH_TAG"), os.getenv("BENCH_SAME") ~= ""
+local model = os.getenv("BENCH_MODEL")
+local headers = {["Content-Type"] = "application/json",
+                 ["Authorization"] = "Bearer " .. os.getenv("BENCH_KEY")}
+request = function()
+  n = n + 1
+  local q = same and "the same question" or ("q " .. tag .. " " .. n)
+  return wrk.format("POST", nil, headers, '{"model": "' .. model .. '", "temperature": 0, "max_tokens": 16, '
+    .. '"messages": [{"role": "user", "content": "' .. q .. '"}]}')
+end
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format('WRKJSON {"requests":%d,"errors":%d}\\n', summary.requests,
+    e.connect + e.read + e.write + e.status + e.timeout))
+end
+"""
 
 
-def measure(url: str, bodies: list[dict], pid: int, conc: int) -> tuple[float, dict[str, int], int]:
+def measure(url: str, model: str, same: bool, pid: int, conns: int, duration: int,
+            script: Path) -> tuple[float, int]:
+    """(gateway CPU per request in us, errors) for ``duration`` seconds of wrk."""
+    env = {**os.environ, "BENCH_KEY": KEY, "BENCH_MODEL": model, "BENCH_SAME": "1" if same else "",
+           "BENCH_TAG": uuid.uuid4().hex[:8]}
     c0 = cpu_seconds(pid)
-    errors, seen = asyncio.run(batch(url, bodies, conc))
-    return (cpu_seconds(pid) - c0) / len(bodies) * 1e6, seen, errors
+    out = subprocess.run(pinned("0", ["wrk", "-t1", f"-c{conns}", f"-d{duration}s", "-s", str(script), url]),
+                         env=env, capture_output=True, text=True, timeout=duration + 30).stdout
+    m = re.search(r"WRKJSON (\{.*\})", out)
+    if not m:
+        raise RuntimeError(f"wrk printed no summary:\n{out}")
+    r = json.loads(m.group(1))
+    return (cpu_seconds(pid) - c0) / max(r["requests"], 1) * 1e6, r["errors"]
+
+
+def headers_of(port: int, model: str, same: bool) -> str:
+    """The x-switchyard-cache header one more such request is answered with."""
+    q = "the same question" if same else f"q {uuid.uuid4().hex}"
+    body = json.dumps({"model": model, "temperature": 0, "max_tokens": 16,
+                       "messages": [{"role": "user", "content": q}]}).encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                  b"authorization: Bearer %s\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s"
+                  % (KEY.encode(), len(body), body))
+        raw = b""
+        while chunk := s.recv(65536):
+            raw += chunk
+    m = re.search(rb"\r\nx-switchyard-cache: (\w+)", raw)
+    return m.group(1).decode() if m else "?"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--requests", type=int, default=2000, help="requests per kind per round")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--duration", type=int, default=4, help="seconds per kind per tree per round")
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--connections", type=int, default=64)
     ap.add_argument("--store", choices=("redis", "memory"), default="redis")
     ap.add_argument("--against", metavar="REV", help="also measure the code of git revision REV, alternately")
     args = ap.parse_args()
+    if not shutil.which("wrk"):
+        sys.exit("bench/cache.py needs wrk: apt-get install wrk")
     if args.against:
         with worktree(args.against) as old:
             return run(args, {args.against: old, "new": ROOT})
     return run(args, {"new": ROOT})
+
+
+KINDS = {"off": ("mock/off", False), "miss": ("mock/on", False), "hit": ("mock/on", True)}
 
 
 def run(args: argparse.Namespace, trees: dict[str, Path]) -> int:
@@ -91,6 +127,8 @@ def run(args: argparse.Namespace, trees: dict[str, Path]) -> int:
         os.sched_setaffinity(0, {0})
     py = sys.executable
     procs = Procs()
+    script = Path(tempfile.mkdtemp()) / "cache.lua"
+    script.write_text(LUA)
     try:
         up = free_port()
         procs.start(pinned("0", [py, str(MOCK), "--port", str(up)]))
@@ -103,48 +141,36 @@ def run(args: argparse.Namespace, trees: dict[str, Path]) -> int:
         for db, (name, tree) in enumerate(trees.items()):
             store = f"redis://127.0.0.1:{rport}/{db}" if args.store == "redis" else "memory://"
             cfg = Path(tempfile.mkdtemp()) / "cache.yaml"
-            cfg.write_text(config_yaml(up, store))
+            cfg.write_text(config_yaml(up, store, (tree / "switchyard/policies/cache.py").exists()))
             port = free_port()
             serve = [py, "-m", "switchyard", "serve", "--config", str(cfg), "--port", str(port)]
             gws[name] = (port, procs.start(pinned("1", serve), cwd=tree))
         wait_http(up, "/health")
         for port, _ in gws.values():
             wait_http(port, "/health")
-        n = args.requests
-
-        def chat(model: str, text: str) -> dict:
-            return {"model": model, "temperature": 0, "max_tokens": 16,
-                    "messages": [{"role": "user", "content": text}]}
-
-        same = chat("mock/on", "the same question")
-        for port, gw in gws.values():  # warm-up
-            measure(f"http://127.0.0.1:{port}/v1/chat/completions",
-                    [chat("mock/off", "warm")] * 200 + [same] * 200, gw.pid, args.concurrency)
-        runs: dict[tuple[str, str], list[float]] = {(t, k): [] for t in gws for k in ("off", "miss", "hit")}
-        seen: dict[tuple[str, str], dict[str, int]] = {k: {} for k in runs}
+        url = {name: f"http://127.0.0.1:{port}/v1/chat/completions" for name, (port, _) in gws.items()}
+        for name, (_, gw) in gws.items():  # warm-up
+            for model, same in KINDS.values():
+                measure(url[name], model, same, gw.pid, args.connections, 1, script)
+        runs: dict[tuple[str, str], list[float]] = {(t, k): [] for t in gws for k in KINDS}
         errors = 0
         for r in range(args.rounds):
-            for name in (list(gws) if r % 2 == 0 else list(gws)[::-1]):
-                port, gw = gws[name]
-                tag = uuid.uuid4().hex[:8]
-                kinds = {"off": [chat("mock/off", f"q {tag} {i}") for i in range(n)],
-                         "miss": [chat("mock/on", f"q {tag} {i}") for i in range(n)],
-                         "hit": [same] * n}
-                for kind, bodies in kinds.items():
-                    cpu, got, err = measure(f"http://127.0.0.1:{port}/v1/chat/completions", bodies, gw.pid,
-                                            args.concurrency)
+            for kind, (model, same) in KINDS.items():
+                for name in (list(gws) if r % 2 == 0 else list(gws)[::-1]):
+                    cpu, err = measure(url[name], model, same, gws[name][1].pid, args.connections,
+                                       args.duration, script)
                     runs[(name, kind)].append(cpu)
                     errors += err
-                    for k, v in got.items():
-                        seen[(name, kind)][k] = seen[(name, kind)].get(k, 0) + v
+        said = {(name, kind): headers_of(gws[name][0], model, same)
+                for name in gws for kind, (model, same) in KINDS.items()}
         med = {k: statistics.median(v) for k, v in runs.items()}
-        print(f"gateway CPU per whole chat request (us), {args.rounds} interleaved rounds of {n}, "
-              f"c={args.concurrency}, store {args.store}, {os.cpu_count()} cores shared")
+        print(f"gateway CPU per whole chat request (us), {args.rounds} rounds of {args.duration} s per kind "
+              f"and tree, wrk c={args.connections}, store {args.store}, {os.cpu_count()} cores shared")
         today = med[(next(iter(gws)), "off")]  # REV's request with the cache off, when given
         for (name, kind), v in runs.items():
             each = ", ".join(f"{x:.0f}" for x in v)
             print(f"  {name:<8} {kind:<5}{med[(name, kind)]:>8.0f} us  {med[(name, kind)] / today:.3f}x   "
-                  f"runs {each}   headers {seen[(name, kind)]}")
+                  f"runs {each}   answered {said[(name, kind)]}")
         m, hit = med[("new", "miss")], med[("new", "hit")]
         print(f"  new: miss/off {m / med[('new', 'off')]:.3f}x   miss/today's request {m / today:.3f}x   "
               f"hit/miss {hit / m:.3f}x   hit {hit / 1000:.3f} ms   errors {errors}")
