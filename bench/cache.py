@@ -73,8 +73,8 @@ end
 
 
 def measure(url: str, model: str, same: bool, pid: int, conns: int, duration: int,
-            script: Path) -> tuple[float, int]:
-    """(gateway CPU per request in us, errors) for ``duration`` seconds of wrk."""
+            script: Path) -> tuple[float, int, float]:
+    """(gateway CPU per request in us, errors, requests/s) for ``duration`` seconds of wrk."""
     env = {**os.environ, "BENCH_KEY": KEY, "BENCH_MODEL": model, "BENCH_SAME": "1" if same else "",
            "BENCH_TAG": uuid.uuid4().hex[:8]}
     c0 = cpu_seconds(pid)
@@ -84,7 +84,7 @@ def measure(url: str, model: str, same: bool, pid: int, conns: int, duration: in
     if not m:
         raise RuntimeError(f"wrk printed no summary:\n{out}")
     r = json.loads(m.group(1))
-    return (cpu_seconds(pid) - c0) / max(r["requests"], 1) * 1e6, r["errors"]
+    return (cpu_seconds(pid) - c0) / max(r["requests"], 1) * 1e6, r["errors"], r["requests"] / duration
 
 
 def headers_of(port: int, model: str, same: bool) -> str:
@@ -153,13 +153,15 @@ def run(args: argparse.Namespace, trees: dict[str, Path]) -> int:
             for model, same in KINDS.values():
                 measure(url[name], model, same, gw.pid, args.connections, 1, script)
         runs: dict[tuple[str, str], list[float]] = {(t, k): [] for t in gws for k in KINDS}
+        rates: dict[tuple[str, str], list[float]] = {(t, k): [] for t in gws for k in KINDS}
         errors = 0
         for r in range(args.rounds):
             for kind, (model, same) in KINDS.items():
                 for name in (list(gws) if r % 2 == 0 else list(gws)[::-1]):
-                    cpu, err = measure(url[name], model, same, gws[name][1].pid, args.connections,
-                                       args.duration, script)
+                    cpu, err, rps = measure(url[name], model, same, gws[name][1].pid, args.connections,
+                                            args.duration, script)
                     runs[(name, kind)].append(cpu)
+                    rates[(name, kind)].append(rps)
                     errors += err
         said = {(name, kind): headers_of(gws[name][0], model, same)
                 for name in gws for kind, (model, same) in KINDS.items()}
@@ -169,8 +171,9 @@ def run(args: argparse.Namespace, trees: dict[str, Path]) -> int:
         today = med[(next(iter(gws)), "off")]  # REV's request with the cache off, when given
         for (name, kind), v in runs.items():
             each = ", ".join(f"{x:.0f}" for x in v)
+            rate = statistics.median(rates[(name, kind)])
             print(f"  {name:<8} {kind:<5}{med[(name, kind)]:>8.0f} us  {med[(name, kind)] / today:.3f}x   "
-                  f"runs {each}   answered {said[(name, kind)]}")
+                  f"{rate:>7.0f}/s   runs {each}   answered {said[(name, kind)]}")
         m, hit = med[("new", "miss")], med[("new", "hit")]
         print(f"  new: miss/off {m / med[('new', 'off')]:.3f}x   miss/today's request {m / today:.3f}x   "
               f"hit/miss {hit / m:.3f}x   hit {hit / 1000:.3f} ms   errors {errors}")
