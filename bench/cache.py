@@ -120,6 +120,7 @@ def main() -> int:
 
 
 KINDS = {"off": ("mock/off", False), "miss": ("mock/on", False), "hit": ("mock/on", True)}
+ANSWERED = {"off": "bypass", "miss": "stored", "hit": "hit"}  # x-switchyard-cache, with a cache
 
 
 def run(args: argparse.Namespace, trees: dict[str, Path]) -> int:
@@ -138,10 +139,11 @@ def run(args: argparse.Namespace, trees: dict[str, Path]) -> int:
                                      "--appendonly", "no"]))
             time.sleep(0.3)
         gws = {}
+        cached = {name: (tree / "switchyard/policies/cache.py").exists() for name, tree in trees.items()}
         for db, (name, tree) in enumerate(trees.items()):
             store = f"redis://127.0.0.1:{rport}/{db}" if args.store == "redis" else "memory://"
             cfg = Path(tempfile.mkdtemp()) / "cache.yaml"
-            cfg.write_text(config_yaml(up, store, (tree / "switchyard/policies/cache.py").exists()))
+            cfg.write_text(config_yaml(up, store, cached[name]))
             port = free_port()
             serve = [py, "-m", "switchyard", "serve", "--config", str(cfg), "--port", str(port)]
             gws[name] = (port, procs.start(pinned("1", serve), cwd=tree))
@@ -165,6 +167,7 @@ def run(args: argparse.Namespace, trees: dict[str, Path]) -> int:
                     errors += err
         said = {(name, kind): headers_of(gws[name][0], model, same)
                 for name in gws for kind, (model, same) in KINDS.items()}
+        errors += sum(cached[name] and said[(name, kind)] != ANSWERED[kind] for name, kind in said)
         med = {k: statistics.median(v) for k, v in runs.items()}
         print(f"gateway CPU per whole chat request (us), {args.rounds} rounds of {args.duration} s per kind "
               f"and tree, wrk c={args.connections}, store {args.store}, {os.cpu_count()} cores shared")

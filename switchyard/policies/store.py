@@ -93,7 +93,7 @@ class UsageRecord:
     def set_fields(self) -> list[tuple[str, str]]:
         """``as_fields`` less the fields at their defaults: what a kept record must say, since
         ``from_fields`` and the ledger's INSERT give those the same defaults (a plain request's
-        record has 17 fields to write, not 29)."""
+        record has 18 fields to write, not 29)."""
         return [(k, v if type(v) is str else ("1" if v else "0") if type(v) is bool else str(v))
                 for (k, default), v in zip(_DEFAULTS, _values(self), strict=True) if v != default]
 
