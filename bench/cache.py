@@ -87,7 +87,7 @@ def measure(url: str, model: str, same: bool, pid: int, conns: int, duration: in
     return (cpu_seconds(pid) - c0) / max(r["requests"], 1) * 1e6, r["errors"], r["requests"] / duration
 
 
-def headers_of(port: int, model: str, same: bool) -> str:
+def cache_header(port: int, model: str, same: bool) -> str:
     """The x-switchyard-cache header one more such request is answered with."""
     q = "the same question" if same else f"q {uuid.uuid4().hex}"
     body = json.dumps({"model": model, "temperature": 0, "max_tokens": 16,
@@ -165,7 +165,7 @@ def run(args: argparse.Namespace, trees: dict[str, Path]) -> int:
                     runs[(name, kind)].append(cpu)
                     rates[(name, kind)].append(rps)
                     errors += err
-        said = {(name, kind): headers_of(gws[name][0], model, same)
+        said = {(name, kind): cache_header(gws[name][0], model, same)
                 for name in gws for kind, (model, same) in KINDS.items()}
         errors += sum(cached[name] and said[(name, kind)] != ANSWERED[kind] for name, kind in said)
         med = {k: statistics.median(v) for k, v in runs.items()}

@@ -94,8 +94,8 @@ class UsageRecord:
         """``as_fields`` less the fields at their defaults: what a kept record must say, since
         ``from_fields`` and the ledger's INSERT give those the same defaults (a plain request's
         record has 18 fields to write, not 29)."""
-        return [(k, v if type(v) is str else ("1" if v else "0") if type(v) is bool else str(v))
-                for (k, default), v in zip(_DEFAULTS, _values(self), strict=True) if v != default]
+        values = zip(_DEFAULTS, _values(self), strict=True)
+        return [(k, _str(v)) for (k, default), v in values if v != default]
 
     @classmethod
     def from_fields(cls, f: dict[str, Any]) -> UsageRecord:
@@ -111,7 +111,8 @@ class UsageRecord:
 
 
 def _str(v: Any) -> str:
-    return ("1" if v else "0") if isinstance(v, bool) else str(v)
+    """A field's value as the stores keep it (booleans as 1 and 0)."""
+    return v if type(v) is str else ("1" if v else "0") if type(v) is bool else str(v)
 
 
 # (name, default) per field; a field without a default (dataclasses.MISSING) is never left out.
