@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from operator import attrgetter
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, dataclass_transform
 
 RequestKind = Literal["completion", "chat", "embedding"]
 # A prompt is a string, a list of token ids, or llama.cpp's mixed list of ids and strings.
@@ -23,6 +23,17 @@ OverflowPolicy = Literal["truncate_max_tokens", "truncate_prompt", "error"]
 FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "error"]
 
 UNLIMITED = -1  # max_tokens: generate until EOS or the context window is full (llama.cpp's -1)
+
+_T = TypeVar("_T")
+
+
+@dataclass_transform(frozen_default=True)
+def immutable(cls: type[_T]) -> type[_T]:
+    """A slotted dataclass that the type checker holds frozen (no field is assigned after
+    construction; a changed one is a copy). At run time it is a plain one: a frozen dataclass's
+    ``__init__`` sets each field through ``object.__setattr__``, 3 us for the 50 fields of a
+    ``CanonicalRequest`` (0.6 us plain), paid by every request and every ``replace``."""
+    return dataclass(slots=True)(cls)
 
 
 @dataclass(slots=True)
@@ -67,9 +78,9 @@ class Native:
     optional: tuple[str, ...] = ()
 
 
-@dataclass(slots=True, frozen=True)
+@immutable
 class CanonicalRequest:
-    """What the caller asked for, read from its dialect. Frozen: what the gateway decides while
+    """What the caller asked for, read from its dialect. Immutable: what the gateway decides while
     serving it lives on the request context (``switchyard.gateway.context``); a changed request is a copy."""
 
     kind: RequestKind
