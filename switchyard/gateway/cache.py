@@ -122,10 +122,12 @@ async def lane_for(ctx: RequestContext, req: CanonicalRequest, rule: CacheConfig
         lane.state = "bypass"
         return lane
     value = await answers.get(key)
+    if value is None and (embed is None or rule.threshold is None):
+        return lane
     match = "exact"
     # An exact miss in semantic mode: the prompt's vector finds a near one of the same group (and
     # indexes this answer when it is kept).
-    text = semantic_text(req) if value is None and embed is not None and rule.threshold is not None else None
+    text = semantic_text(req) if value is None else None
     vector = await embed(text) if text is not None and embed is not None else None
     if vector is not None and rule.threshold is not None:
         index = f"{scope}\x1f{route.group}"

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import msgspec
 
-from switchyard.core.canonical import CanonicalRequest, Chunk, FinishReason, TokenLogprob, Usage
+from switchyard.core.canonical import CanonicalRequest, Chunk, FinishReason, TokenLogprob, Usage, chunk_row
 from switchyard.core.logs import Throttled
 from switchyard.core.settings import CacheConfig
 from switchyard.dialects.defaults import sampling_defaults
@@ -56,7 +56,7 @@ SEMANTIC_PER_SCOPE = 256  # prompts a scope's semantic index holds, newest first
 _ENTRY_OVERHEAD = 96  # bytes counted per entry beyond its value (key, index and size fields)
 
 
-# A chunk kept by position, in ``Chunk.__reduce__``'s order (as the engine pickles it): the field
+# A chunk kept by position (``core.canonical.chunk_row``, as the engine pickles it): the field
 # names made up most of an entry's bytes.
 ChunkRow = tuple[int, str, FinishReason | None, list[TokenLogprob] | None, Usage | None, int | None,
                  str | None, list[dict[str, Any]] | None, list[TokenLogprob] | None, str | None, bool,
@@ -79,7 +79,8 @@ _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder(Stored).decode
 _key_json = msgspec.json.Encoder(order="sorted").encode
 _key_pack = msgspec.msgpack.Encoder(order="sorted").encode
-_SEEDED: dict[str, Any] = {}  # a dialect's defaults, hashed (cache_key)
+_SEEDED: dict[str, bytes] = {}  # a dialect's defaults, hashed (cache_key)
+_blake2b = hashlib.blake2b  # 160 bits: as many as SHA-1's, in one call
 
 
 def repeatable(req: CanonicalRequest) -> bool:
@@ -114,10 +115,9 @@ def cache_key(req: CanonicalRequest, route: str, scope: str, *, without_prompt: 
     # The dialect's defaults, hashed once: encoding them was half of the key's cost.
     seeded = _SEEDED.get(req.dialect)
     if seeded is None:
-        seeded = _SEEDED[req.dialect] = hashlib.sha256(_key_json(sampling_defaults(req.dialect)))
-    h = seeded.copy()
-    h.update(_key_pack((scope, route, keyed, native, without_prompt)))
-    return h.hexdigest()[:40]
+        seeded = _SEEDED[req.dialect] = _blake2b(_key_json(sampling_defaults(req.dialect))).digest()
+    packed = _key_pack((seeded, scope, route, keyed, native, without_prompt))
+    return _blake2b(packed, digest_size=20).hexdigest()
 
 
 def semantic_text(req: CanonicalRequest) -> str | None:
@@ -181,22 +181,22 @@ def index_entry(group: str, vector: list[float], key: str) -> bytes:
 def storable(chunks: list[Chunk]) -> bool:
     """An answer to keep: every choice finished, none cut by a content filter or an error."""
     finishes: dict[int, str | None] = {}
-    vectors = False
     for ch in chunks:
         if ch.embeddings is not None:
-            vectors = True
+            return True
         if ch.finish_reason is not None:
             finishes[ch.index] = ch.finish_reason
         elif ch.index not in finishes and (ch.text or ch.tool_calls or ch.role or ch.logprobs):
             finishes[ch.index] = None
-    if vectors:
-        return True
-    return bool(finishes) and all(f is not None and f not in ("content_filter", "error")
-                                  for f in finishes.values())
+    return bool(finishes) and _UNCLEAN.isdisjoint(finishes.values())
+
+
+_UNCLEAN = frozenset({None, "content_filter", "error"})  # a choice's last word that is not kept
 
 
 def encode_entry(chunks: list[Chunk], streamed: bool) -> bytes:
-    return _encode(Stored(int(time.time() * 1000), streamed, [ch.__reduce__()[1] for ch in chunks]))
+    # A Stored is an array: the tuple encodes the same bytes without building one.
+    return _encode((time.time_ns() // 1_000_000, streamed, list(map(chunk_row, chunks))))
 
 
 def decode_entry(value: bytes) -> Entry | None:
@@ -253,8 +253,10 @@ class MemoryAnswers:
         size = len(value) + _ENTRY_OVERHEAD
         if len(value) > self.max_entry_bytes or size > self.max_bytes:
             return False
-        self._drop(key)
-        self._entries[key] = (time.monotonic() + ttl_ms / 1000, value)
+        entries = self._entries
+        if key in entries:
+            self._drop(key)
+        entries[key] = (time.monotonic() + ttl_ms / 1000, value)
         self.bytes += size
         while self.bytes > self.max_bytes:
             self._drop(next(iter(self._entries)))
