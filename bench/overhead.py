@@ -22,8 +22,9 @@ rounds: server CPU per request (c=64) and per 20-chunk stream (c=32), medians an
 ``--providers`` instead compares the gateway's CPU per streamed chat request for three models in
 one gateway: the OpenAI pass-through, Anthropic (named SSE events) and Bedrock (SigV4 signing,
 event-stream frames), each against ``bench/provider_mock.py`` streaming the same 20-token answer
-in that provider's wire format, in interleaved rounds; plus SigV4 signing time. Loopback only;
-every run is bounded in time.
+in that provider's wire format, in interleaved rounds; a 4 KB Claude Code body to
+``/v1/messages``, forwarded as it came on Anthropic's native lane and translated for the OpenAI
+upstream; plus SigV4 signing time. Loopback only; every run is bounded in time.
 """
 
 from __future__ import annotations
@@ -473,11 +474,27 @@ def sign_us(n: int) -> float:
     return best * 1e6
 
 
+def claude_code_4k(model: str) -> dict:
+    """A Claude Code turn cut to about 4 KB (issue 33's native-lane figure): its three system
+    blocks, a reminder and a prompt with cache_control, two tools, metadata, thinking."""
+    sys.path.insert(0, str(ROOT))
+    from tests.fakes import claude_code
+
+    body = claude_code.body(model)
+    body["system"][2]["text"] = body["system"][2]["text"][:600]
+    body["messages"][0]["content"][0]["text"] = body["messages"][0]["content"][0]["text"][:560]
+    body["tools"] = [{**t, "description": t["description"][:300]} for t in body["tools"][:2]]
+    body["max_tokens"] = 20
+    return body
+
+
 def compare_providers(dur: int, quick: bool) -> int:
-    """Gateway CPU per streamed chat request through each provider, interleaved rounds, one gateway."""
+    """Gateway CPU per streamed request through each provider, interleaved rounds, one gateway:
+    chat to three providers, and a 4 KB Claude Code body to Anthropic's Messages API, forwarded
+    on the native lane or translated for an OpenAI-shaped upstream."""
     py = sys.executable
     procs = Procs()
-    names = ("openai", "anthropic", "bedrock")
+    names = ("openai", "anthropic", "bedrock", "messages/native", "messages/translated")
     runs: dict[str, list[dict]] = {n: [] for n in names}
     rounds = 1 if quick else 3
     try:
@@ -490,29 +507,36 @@ def compare_providers(dur: int, quick: bool) -> int:
                                       "--port", str(port)]), cwd=ROOT)
         wait_http(up, "/health")
         wait_http(port, "/health")
-        url = f"http://127.0.0.1:{port}/v1/chat/completions"
-        bodies = {n: {"model": f"bench/{n}", "messages": [{"role": "user", "content": "hi"}],
-                      "max_tokens": 20, "stream": True, "stream_options": {"include_usage": True}}
-                  for n in names}
-        for n in names:  # each answers the whole stream (wrk counts only statuses), then a warm-up
-            check_stream(url, bodies[n])
-            wrk(url, bodies[n], 1, 1, KEY)
+        chat, messages = f"http://127.0.0.1:{port}/v1/chat/completions", f"http://127.0.0.1:{port}/v1/messages"
+        cases = {n: (chat, {"model": f"bench/{n}", "messages": [{"role": "user", "content": "hi"}],
+                            "max_tokens": 20, "stream": True, "stream_options": {"include_usage": True}})
+                 for n in names[:3]}
+        cases["messages/native"] = (messages, claude_code_4k("bench/anthropic"))
+        cases["messages/translated"] = (messages, claude_code_4k("bench/openai"))
+        for url, body in cases.values():  # each answers the whole stream, then a warm-up
+            check_stream(url, body)
+            wrk(url, body, 1, 1, KEY)
         for _ in range(rounds):
-            for n in names:
-                runs[n].append(wrk(url, bodies[n], 32, dur, KEY, gw.pid))
+            for n, (url, body) in cases.items():
+                runs[n].append(wrk(url, body, 32, dur, KEY, gw.pid))
     finally:
         procs.stop()
     sign = sign_us(200 if quick else 2000)
     cpu = {n: statistics.median(r["cpu_us"] for r in runs[n]) for n in names}
-    print(f"\nSwitchyard per provider: streamed chat (20 text deltas + usage), c=32, {rounds} interleaved "
-          f"round(s) of {dur} s, one gateway on core 1, wrk + mock upstream on core 0, medians")
-    print(f"{'provider':<12}{'streams/s':>10}{'CPU/request':>14}{'x openai':>10}{'errors':>8}"
+    size = len(json.dumps(cases["messages/native"][1]))
+    print(f"\nSwitchyard per provider: streamed chat (20 text deltas + usage), and a {size}-byte Claude Code "
+          f"body to /v1/messages, c=32, {rounds} interleaved round(s) of {dur} s, one gateway on core 1, "
+          "wrk + mock upstream on core 0, medians")
+    print(f"{'provider':<20}{'streams/s':>10}{'CPU/request':>14}{'x openai':>10}{'errors':>8}"
           "   runs (CPU us)")
     for n in names:
         rps = statistics.median(r["rps"] for r in runs[n])
         errs = sum(r["errors"] for r in runs[n])
-        print(f"{n:<12}{rps:>10.0f}{cpu[n]:>11.0f} us{cpu[n] / cpu['openai']:>9.2f}x{errs:>8}   "
+        print(f"{n:<20}{rps:>10.0f}{cpu[n]:>11.0f} us{cpu[n] / cpu['openai']:>9.2f}x{errs:>8}   "
               + ", ".join(f"{r['cpu_us']:.0f}" for r in runs[n]))
+    native = cpu["messages/native"]
+    print(f"Anthropic Messages, native lane / translated: {native / cpu['messages/translated']:.2f}x "
+          f"(issue 33's target for the native lane: <= 250 us)")
     print(f"SigV4 signing of the Converse request, best of 5: {sign:.1f} us (target <= 30 us)")
     return 0
 
@@ -524,7 +548,11 @@ def check_stream(url: str, body: dict) -> None:
         "content-type": "application/json", "authorization": f"Bearer {KEY}"})
     with urllib.request.urlopen(req, timeout=10) as r:
         text = r.read().decode()
-    if '"finish_reason":"stop"' not in text.replace(" ", "") or "[DONE]" not in text or "w19" not in text:
+    if url.endswith("/messages"):  # Anthropic's events
+        ended = "event: message_stop" in text
+    else:
+        ended = '"finish_reason":"stop"' in text.replace(" ", "") and "[DONE]" in text
+    if not ended or "w19" not in text:
         raise RuntimeError(f"{body['model']}: the gateway's stream is not the mock's whole answer:\n"
                            f"{text[:2000]}")
 
