@@ -105,8 +105,13 @@ class MessageStream:
         if kind == "content_block_delta":
             d = ev.get("delta") or {}
             dk = d.get("type")
-            if dk == "text_delta":
-                return [self._chunk(text=d.get("text") or "")] if d.get("text") else []
+            if dk == "text_delta":  # most of a stream: no keywords on this path
+                text = d.get("text")
+                if not text:
+                    return []
+                if self.sent:
+                    return [Chunk(0, text)]
+                return [self._chunk(text=text)]
             if dk == "input_json_delta":
                 i = self.tools.get(ev.get("index", -1))
                 if i is None or not d.get("partial_json"):
