@@ -6,6 +6,8 @@ import time
 from collections.abc import AsyncIterator
 from email.utils import formatdate
 
+import pytest
+
 from switchyard.core.deployments import DeploymentConfig
 from switchyard.providers.failures import retry_after_of
 from switchyard.providers.rows import wire_for
@@ -30,6 +32,28 @@ async def test_sse_keeps_event_names_across_split_chunks() -> None:
     got = [b async for b in sse_batches(_chunks(b"event: message_start\ndata: {\"a\"", b":1}\n\ndata: x\n\n",
                                                 b": ping\nevent: ping\ndata: {}\n\n"))]
     assert got == [[(b"message_start", b'{"a":1}'), (None, b"x")], [(b"ping", b"{}")]]
+
+
+_NAMED_STREAMS = {
+    # Anthropic's usual form: read whole by one regular expression
+    b"event: message_start\ndata: {\"type\":\"message_start\"}\n\nevent: ping\ndata: {}\n\n"
+    b"event:\tcontent_block_delta \ndata:{\"t\":\"a b\"}\n\nevent:\ndata:\n\n":
+        [(b"message_start", b'{"type":"message_start"}'), (b"ping", b"{}"),
+         (b"content_block_delta", b'{"t":"a b"}'), (b"", b"")],
+    # any other form in an arrival: event by event, as before
+    b"event: a\ndata: 1\ndata: 2\n\nevent: b\ndata: 3\n\n": [(b"a", b"1\n2"), (b"b", b"3")],
+    b"event: a\nid: 7\ndata: 1\n\nevent: b\n\nevent: c\ndata: 2\n\n": [(b"a", b"1"), (b"c", b"2")],
+    b"event: a\ndata: 1\n\n: keep-alive\n\nevent: b\ndata: 2\n\n": [(b"a", b"1"), (b"b", b"2")],
+    b"event: a\r\ndata: 1\r\n\r\nevent: b\r\ndata: 2\r\n\r\n": [(b"a", b"1"), (b"b", b"2")],
+}
+
+
+@pytest.mark.parametrize("stream", list(_NAMED_STREAMS), ids=range(len(_NAMED_STREAMS)))
+@pytest.mark.parametrize("size", [10_000, 1, 7, 23])
+async def test_named_events_read_alike_in_any_form_and_any_arrivals(stream: bytes, size: int) -> None:
+    parts = [stream[i:i + size] for i in range(0, len(stream), size)]
+    got = [ev async for batch in sse_batches(_chunks(*parts)) for ev in batch]
+    assert got == _NAMED_STREAMS[stream]
 
 
 def test_targets_put_the_model_in_the_path_percent_encoded() -> None:
