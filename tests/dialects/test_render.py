@@ -8,6 +8,7 @@ import pytest
 
 from switchyard.core.canonical import CanonicalRequest, Chunk, Completion, TokenLogprob, TopLogprob, Usage
 from switchyard.core.stops import StopScanner
+from switchyard.dialects.anthropic.render import AnthropicRenderer
 from switchyard.dialects.render import RENDERERS
 from switchyard.gateway.streaming import Tally, gather
 
@@ -231,3 +232,18 @@ def test_gather_orders_choices_and_skips_usage_chunks() -> None:
                                                                           finish_reason="length"),
                    Chunk(usage=USAGE)], USAGE)
     assert [(c.index, c.text, c.finish_reason) for c in comp.choices] == [(0, "a", None), (1, "bc", "length")]
+
+
+def test_anthropic_text_deltas_are_the_events_their_dicts_encode_to() -> None:
+    """A stream's later text pieces take a shortcut (no dicts built): each must still be the
+    event Anthropic's SDK reads, JSON escapes included, in the open block and after a new one."""
+    r = AnthropicRenderer(CanonicalRequest(kind="chat", model="m", dialect="anthropic", stream=True))
+    texts = ["Hi", ' "quoted"\n', "é\u2028", "\\"]
+    raw = b"".join(r.event(Chunk(text=t, role="assistant" if i == 0 else None)) for i, t in enumerate(texts))
+    raw += r.event(Chunk(tool_calls=[{"index": 0, "id": "c1", "type": "function",
+                                      "function": {"name": "f", "arguments": ""}}]))
+    raw += r.event(Chunk(text="after"))  # a new text block (index 2) after the tool call's
+    deltas = [json.loads(d) for d in events(raw) if '"text_delta"' in d]
+    assert deltas == [{"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": t}}
+                      for t in texts] + [
+        {"type": "content_block_delta", "index": 2, "delta": {"type": "text_delta", "text": "after"}}]

@@ -29,6 +29,14 @@ def event(name: bytes, obj: dict[str, Any]) -> bytes:
     return b"event: " + name + b"\ndata: " + _encode(obj) + b"\n\n"
 
 
+def _text_delta_head(index: int) -> bytes:
+    """A text delta's event for block ``index`` up to its text (which follows, then ``}}``): cut
+    from the event ``event`` writes, so the two cannot differ."""
+    whole = event(b"content_block_delta", {"type": "content_block_delta", "index": index,
+                                           "delta": {"type": "text_delta", "text": ""}})
+    return whole[:-len(b'""}}\n\n')]
+
+
 def tool_input(arguments: Any) -> dict[str, Any]:
     """A call's arguments (JSON text) as the object ``input`` is; text that is not a JSON object
     (a model's malformed call) is kept whole under ``_raw`` rather than lost."""
@@ -71,6 +79,7 @@ class AnthropicRenderer(Renderer):
         self._calls: dict[Any, int | None] = {}  # a call's stream index -> its block (None: left out)
         self._finish: str | None = None
         self._word: str | None = None
+        self._text_head = b""  # the open text block's delta event, up to its text
 
     # -- whole answers
     def completion(self, comp: Completion) -> dict[str, Any]:
@@ -115,12 +124,18 @@ class AnthropicRenderer(Renderer):
         self._block += 1
         self._open, self._text = True, block["type"] == "text"
         self._thought = block["type"] == "thinking"
+        if self._text:
+            self._text_head = _text_delta_head(self._block)
         return out + event(b"content_block_start", {"type": "content_block_start", "index": self._block,
                                                      "content_block": block})
 
     def event(self, ch: Chunk) -> bytes:
         if ch.index != 0:
             return b""
+        if (ch.text and self._open and self._text and ch.finish_reason is None
+                and not (ch.thinking or ch.reasoning or ch.tool_calls)):
+            # most of a stream: the open text block's next piece, no dicts built
+            return self._text_head + _encode(ch.text) + b"}}\n\n"
         out = [self._start()]
         for piece in ch.thinking or ():
             out.append(self._thinking(piece))
@@ -133,8 +148,7 @@ class AnthropicRenderer(Renderer):
         if ch.text:
             if not (self._open and self._text):
                 out.append(self._begin({"type": "text", "text": ""}))
-            out.append(event(b"content_block_delta", {"type": "content_block_delta", "index": self._block,
-                                                      "delta": {"type": "text_delta", "text": ch.text}}))
+            out.append(self._text_head + _encode(ch.text) + b"}}\n\n")
         for n, call in enumerate(ch.tool_calls or ()):
             out.append(self._call(call, n))
         if ch.finish_reason is not None:
