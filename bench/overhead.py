@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/overhead.py [--duration 8] [--deployments 1] [--quick] [--store redis] [--limits]
     .venv/bin/python bench/overhead.py --workers 2 [--duration 8]
-    .venv/bin/python bench/overhead.py --providers [--duration 8] [--quick]
+    .venv/bin/python bench/overhead.py --providers [--duration 8] [--quick] [--against REV]
     .venv/bin/python bench/overhead.py --against REV [--rounds 4] [--duration 4] [--store redis] [--limits]
 
 Pins the server under test (the gateway, or for the baseline a second mock) to core 1 and the
@@ -24,7 +24,8 @@ one gateway: the OpenAI pass-through, Anthropic (named SSE events) and Bedrock (
 event-stream frames), each against ``bench/provider_mock.py`` streaming the same 20-token answer
 in that provider's wire format, in interleaved rounds; a 4 KB Claude Code body to
 ``/v1/messages``, forwarded as it came on Anthropic's native lane and translated for the OpenAI
-upstream; plus SigV4 signing time. Loopback only; every run is bounded in time.
+upstream; plus SigV4 signing time; with ``--against REV`` the same on REV's code too, each case
+on both trees back to back. Loopback only; every run is bounded in time.
 """
 
 from __future__ import annotations
@@ -204,7 +205,8 @@ def main() -> int:
         sys.exit(f"bench/overhead.py needs the mock upstream at {MOCK}")
     dur = 2 if args.quick else args.duration
     if args.providers:
-        return compare_providers(1 if args.quick else args.duration, args.quick)
+        return compare_providers(1 if args.quick else args.duration, args.quick, args.against,
+                                 args.rounds if args.against else 3)
     if args.workers > 1:
         return compare_workers(args.workers, dur)
     if args.against:
@@ -488,55 +490,79 @@ def claude_code_4k(model: str) -> dict:
     return body
 
 
-def compare_providers(dur: int, quick: bool) -> int:
+def compare_providers(dur: int, quick: bool, rev: str | None = None, rounds: int = 3) -> int:
     """Gateway CPU per streamed request through each provider, interleaved rounds, one gateway:
     chat to three providers, and a 4 KB Claude Code body to Anthropic's Messages API, forwarded
-    on the native lane or translated for an OpenAI-shaped upstream."""
+    on the native lane or translated for an OpenAI-shaped upstream. With ``rev``, a gateway on
+    that revision's code too (the same config), measured alternately with this tree's."""
+    if rev is None:
+        return _compare_providers({"new": ROOT}, dur, 1 if quick else rounds, quick)
+    with worktree(rev) as old:
+        return _compare_providers({rev: old, "new": ROOT}, dur, 1 if quick else rounds, quick)
+
+
+def _compare_providers(trees: dict[str, Path], dur: int, rounds: int, quick: bool) -> int:
     py = sys.executable
     procs = Procs()
     names = ("openai", "anthropic", "bedrock", "messages/native", "messages/translated")
-    runs: dict[str, list[dict]] = {n: [] for n in names}
-    rounds = 1 if quick else 3
+    runs: dict[tuple[str, str], list[dict]] = {(t, n): [] for t in trees for n in names}
     try:
         up = free_port()
         procs.start(pinned("0", [py, str(PROVIDER_MOCK), "--port", str(up), "--tokens", "20"]), cwd=ROOT)
         cfg = Path(tempfile.mkdtemp()) / "bench.yaml"
         cfg.write_text(providers_yaml(up))
-        port = free_port()
-        gw = procs.start(pinned("1", [py, "-m", "switchyard", "serve", "--config", str(cfg),
-                                      "--port", str(port)]), cwd=ROOT)
+        gws = {}
+        for name, tree in trees.items():
+            port = free_port()
+            gws[name] = (port, procs.start(pinned("1", [py, "-m", "switchyard", "serve", "--config", str(cfg),
+                                                        "--port", str(port)]), cwd=tree))
         wait_http(up, "/health")
-        wait_http(port, "/health")
-        chat, messages = f"http://127.0.0.1:{port}/v1/chat/completions", f"http://127.0.0.1:{port}/v1/messages"
-        cases = {n: (chat, {"model": f"bench/{n}", "messages": [{"role": "user", "content": "hi"}],
-                            "max_tokens": 20, "stream": True, "stream_options": {"include_usage": True}})
-                 for n in names[:3]}
-        cases["messages/native"] = (messages, claude_code_4k("bench/anthropic"))
-        cases["messages/translated"] = (messages, claude_code_4k("bench/openai"))
-        for url, body in cases.values():  # each answers the whole stream, then a warm-up
-            check_stream(url, body)
-            wrk(url, body, 1, 1, KEY)
-        for _ in range(rounds):
-            for n, (url, body) in cases.items():
-                runs[n].append(wrk(url, body, 32, dur, KEY, gw.pid))
+        for port, _ in gws.values():
+            wait_http(port, "/health")
+
+        def cases(port: int) -> dict[str, tuple[str, dict]]:
+            chat, messages = f"http://127.0.0.1:{port}/v1/chat/completions", f"http://127.0.0.1:{port}/v1/messages"
+            out = {n: (chat, {"model": f"bench/{n}", "messages": [{"role": "user", "content": "hi"}],
+                              "max_tokens": 20, "stream": True, "stream_options": {"include_usage": True}})
+                   for n in names[:3]}
+            out["messages/native"] = (messages, claude_code_4k("bench/anthropic"))
+            out["messages/translated"] = (messages, claude_code_4k("bench/openai"))
+            return out
+
+        for port, _ in gws.values():
+            for url, body in cases(port).values():  # each answers the whole stream, then a warm-up
+                check_stream(url, body)
+                wrk(url, body, 1, 1, KEY)
+        for r in range(rounds):
+            for n in names:  # each case on every tree back to back, the trees' order alternating
+                for t in (list(gws) if r % 2 == 0 else list(gws)[::-1]):
+                    port, gw = gws[t]
+                    url, body = cases(port)[n]
+                    runs[(t, n)].append(wrk(url, body, 32, dur, KEY, gw.pid))
     finally:
         procs.stop()
     sign = sign_us(200 if quick else 2000)
-    cpu = {n: statistics.median(r["cpu_us"] for r in runs[n]) for n in names}
-    size = len(json.dumps(cases["messages/native"][1]))
+    cpu = {k: statistics.median(r["cpu_us"] for r in v) for k, v in runs.items()}
+    size = len(json.dumps(claude_code_4k("bench/anthropic")))
     print(f"\nSwitchyard per provider: streamed chat (20 text deltas + usage), and a {size}-byte Claude Code "
-          f"body to /v1/messages, c=32, {rounds} interleaved round(s) of {dur} s, one gateway on core 1, "
+          f"body to /v1/messages, c=32, {rounds} interleaved round(s) of {dur} s, gateways on core 1, "
           "wrk + mock upstream on core 0, medians")
-    print(f"{'provider':<20}{'streams/s':>10}{'CPU/request':>14}{'x openai':>10}{'errors':>8}"
+    print(f"{'tree':<10}{'provider':<20}{'streams/s':>10}{'CPU/request':>14}{'x openai':>10}{'errors':>8}"
           "   runs (CPU us)")
-    for n in names:
-        rps = statistics.median(r["rps"] for r in runs[n])
-        errs = sum(r["errors"] for r in runs[n])
-        print(f"{n:<20}{rps:>10.0f}{cpu[n]:>11.0f} us{cpu[n] / cpu['openai']:>9.2f}x{errs:>8}   "
-              + ", ".join(f"{r['cpu_us']:.0f}" for r in runs[n]))
-    native = cpu["messages/native"]
-    print(f"Anthropic Messages, native lane / translated: {native / cpu['messages/translated']:.2f}x "
+    for t in trees:
+        for n in names:
+            rps = statistics.median(r["rps"] for r in runs[(t, n)])
+            errs = sum(r["errors"] for r in runs[(t, n)])
+            print(f"{t:<10}{n:<20}{rps:>10.0f}{cpu[(t, n)]:>11.0f} us"
+                  f"{cpu[(t, n)] / cpu[(t, 'openai')]:>9.2f}x{errs:>8}   "
+                  + ", ".join(f"{r['cpu_us']:.0f}" for r in runs[(t, n)]))
+    native, translated = cpu[("new", "messages/native")], cpu[("new", "messages/translated")]
+    print(f"Anthropic Messages, native lane / translated: {native / translated:.2f}x "
           f"(issue 33's target for the native lane: <= 250 us)")
+    for t in trees:
+        if t != "new":
+            ratios = ", ".join(f"{n} {cpu[('new', n)] / cpu[(t, n)]:.3f}x" for n in names)
+            print(f"new / {t}: {ratios}")
     print(f"SigV4 signing of the Converse request, best of 5: {sign:.1f} us (target <= 30 us)")
     return 0
 
