@@ -16,13 +16,16 @@ async def test_the_ledger_groups_by_tag_end_user_and_session(upstream, database_
                 ("k1", {"x-switchyard-tags": "search"}, None),
                 ("k2", {"x-switchyard-session": "s-1"}, "u-7"),
                 ("k2", {}, None)]
-        for key, headers, user in sent:
+        for i, (key, headers, user) in enumerate(sent):
             body = {"model": "openai/gpt-4o", "max_tokens": 2,
                     "messages": [{"role": "user", "content": "hi"}]}
             r = await c.post("/v1/chat/completions", json=body | ({"user": user} if user else {}),
-                             headers={"authorization": f"Bearer {KEYS[key]}", **headers})
+                             headers={"authorization": f"Bearer {KEYS[key]}", "x-request-id": f"req-{i}",
+                                      **headers})
             assert r.status_code == 200, r.text
-        rows = await wait_rows(database_url, 4)
+        # in the order sent (requests of the same millisecond tie on ts)
+        rows = sorted(await wait_rows(database_url, 4), key=lambda r: r["request_id"])
+        assert [r["request_id"] for r in rows] == [f"req-{i}" for i in range(4)]
         assert [(r["tags"], r["end_user"], r["session"]) for r in rows] == [
             ("search,chat", "u-7", "s-1"), ("search", "", ""), ("", "u-7", "s-1"), ("", "", "")]
 

@@ -19,9 +19,11 @@ async def test_hits_are_ledger_rows_that_saved_and_charged_nothing(upstream, dat
             "messages": [{"role": "user", "content": "c"}]}
     auth = {"authorization": f"Bearer {KEYS['k1']}"}
     async with serve(parse_config(raw)) as client:
-        rs = [await client.post("/v1/chat/completions", json={**body, "stream": i == 2}, headers=auth)
-              for i in range(3)]
-        rows = await wait_rows(database_url, 3)
+        rs = [await client.post("/v1/chat/completions", json={**body, "stream": i == 2},
+                                headers={**auth, "x-request-id": f"req-{i}"}) for i in range(3)]
+        # in the order sent (requests of the same millisecond tie on ts)
+        rows = sorted(await wait_rows(database_url, 3), key=lambda r: r["request_id"])
+        assert [r["request_id"] for r in rows] == ["req-0", "req-1", "req-2"]
         usage = (await client.get("/admin/usage", headers=ADMIN, params={"group_by": "key"})).json()
     assert [r.headers["x-switchyard-cache"] for r in rs] == ["stored", "hit", "hit"]
     assert len(upstream.requests) == 1
