@@ -24,7 +24,6 @@ import re
 import shutil
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +31,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from overhead import KEY, MOCK, ROOT, Procs, cpu_seconds, free_port, pinned, wait_http, worktree
+from overhead import KEY, MOCK, ROOT, Procs, free_port, pinned, run_wrk, wait_http, worktree
 
 
 def config_yaml(upstream: int, store: str, cache: bool = True) -> str:
@@ -66,8 +65,9 @@ request = function()
 end
 done = function(summary, latency, requests)
   local e = summary.errors
-  io.write(string.format('WRKJSON {"requests":%d,"errors":%d}\\n', summary.requests,
-    e.connect + e.read + e.write + e.status + e.timeout))
+  io.write(string.format('WRKJSON {"requests":%d,"duration_us":%d,"err_connect":%d,"err_read":%d,'
+    .. '"err_write":%d,"err_status":%d,"err_timeout":%d}\\n', summary.requests, summary.duration,
+    e.connect, e.read, e.write, e.status, e.timeout))
 end
 """
 
@@ -75,16 +75,10 @@ end
 def measure(url: str, model: str, same: bool, pid: int, conns: int, duration: int,
             script: Path) -> tuple[float, int, float]:
     """(gateway CPU per request in us, errors, requests/s) for ``duration`` seconds of wrk."""
-    env = {**os.environ, "BENCH_KEY": KEY, "BENCH_MODEL": model, "BENCH_SAME": "1" if same else "",
+    env = {"BENCH_KEY": KEY, "BENCH_MODEL": model, "BENCH_SAME": "1" if same else "",
            "BENCH_TAG": uuid.uuid4().hex[:8]}
-    c0 = cpu_seconds(pid)
-    out = subprocess.run(pinned("0", ["wrk", "-t1", f"-c{conns}", f"-d{duration}s", "-s", str(script), url]),
-                         env=env, capture_output=True, text=True, timeout=duration + 30).stdout
-    m = re.search(r"WRKJSON (\{.*\})", out)
-    if not m:
-        raise RuntimeError(f"wrk printed no summary:\n{out}")
-    r = json.loads(m.group(1))
-    return (cpu_seconds(pid) - c0) / max(r["requests"], 1) * 1e6, r["errors"], r["requests"] / duration
+    r = run_wrk(script, url, conns, duration, env, pid)
+    return r["cpu_us"], r["errors"], r["rps"]
 
 
 def cache_header(port: int, model: str, same: bool) -> str:
@@ -178,7 +172,6 @@ def run(args: argparse.Namespace, trees: dict[str, Path]) -> int:
         rev = next(iter(gws))
         uncached = ("off", "miss") if rev != "new" and not cached[rev] else ("off",)
         today = statistics.median([x for k in uncached for x in runs[(rev, k)]])
-        paired = sorted(n / o for n, o in zip(runs[("new", "miss")], runs[(rev, uncached[-1])], strict=True))
         for (name, kind), v in runs.items():
             each = ", ".join(f"{x:.0f}" for x in v)
             rate = statistics.median(rates[(name, kind)])
@@ -189,6 +182,8 @@ def run(args: argparse.Namespace, trees: dict[str, Path]) -> int:
         print(f"  new: miss/off {m / med[('new', 'off')]:.3f}x   miss/today's request {m / today:.3f}x   "
               f"hit/miss {hit / m:.3f}x   hit {hit / 1000:.3f} ms   errors {errors}")
         if rev != "new":
+            pairs = zip(runs[("new", "miss")], runs[(rev, uncached[-1])], strict=True)
+            paired = sorted(n / o for n, o in pairs)
             print(f"  new miss / {rev}'s {uncached[-1]}, round by round: median "
                   f"{statistics.median(paired):.3f}x (from {paired[0]:.3f}x to {paired[-1]:.3f}x)")
         return 1 if errors else 0

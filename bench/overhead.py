@@ -127,11 +127,18 @@ def cpu_seconds(pid: int) -> float:
 def wrk(url: str, body: dict, conns: int, duration: int, key: str | None, pid: int | None = None) -> dict:
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(body, f)
-    env = {**os.environ, "BENCH_BODY_FILE": f.name, "BENCH_KEY": key or ""}
+    return run_wrk(WRK_LUA, url, conns, duration, {"BENCH_BODY_FILE": f.name, "BENCH_KEY": key or ""}, pid)
+
+
+def run_wrk(script: Path, url: str, conns: int, duration: int, env: dict[str, str],
+            pid: int | None = None) -> dict:
+    """wrk (core 0, one thread) with ``script``, which prints a ``WRKJSON`` line (requests,
+    duration_us, err_* counts); adds requests/s, errors and the CPU per request of process ``pid``."""
     cpu0 = cpu_seconds(pid) if pid else 0.0
     out = subprocess.run(pinned("0", ["wrk", "-t1", f"-c{conns}", f"-d{duration}s", "--latency",
-                                      "-s", str(WRK_LUA), url]),
-                         env=env, capture_output=True, text=True, timeout=duration + 30).stdout
+                                      "-s", str(script), url]),
+                         env={**os.environ, **env}, capture_output=True, text=True,
+                         timeout=duration + 30).stdout
     m = re.search(r"WRKJSON (\{.*\})", out)
     if not m:
         raise RuntimeError(f"wrk printed no summary:\n{out}")
@@ -504,7 +511,13 @@ def compare_providers(dur: int, quick: bool, rev: str | None = None, rounds: int
 def _compare_providers(trees: dict[str, Path], dur: int, rounds: int, quick: bool) -> int:
     py = sys.executable
     procs = Procs()
-    names = ("openai", "anthropic", "bedrock", "messages/native", "messages/translated")
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 20, "stream": True,
+            "stream_options": {"include_usage": True}}
+    cases = {n: ("/v1/chat/completions", {"model": f"bench/{n}", **chat})
+             for n in ("openai", "anthropic", "bedrock")}
+    cases["messages/native"] = ("/v1/messages", claude_code_4k("bench/anthropic"))
+    cases["messages/translated"] = ("/v1/messages", claude_code_4k("bench/openai"))
+    names = tuple(cases)
     runs: dict[tuple[str, str], list[dict]] = {(t, n): [] for t in trees for n in names}
     try:
         up = free_port()
@@ -520,30 +533,20 @@ def _compare_providers(trees: dict[str, Path], dur: int, rounds: int, quick: boo
         for port, _ in gws.values():
             wait_http(port, "/health")
 
-        def cases(port: int) -> dict[str, tuple[str, dict]]:
-            chat, messages = f"http://127.0.0.1:{port}/v1/chat/completions", f"http://127.0.0.1:{port}/v1/messages"
-            out = {n: (chat, {"model": f"bench/{n}", "messages": [{"role": "user", "content": "hi"}],
-                              "max_tokens": 20, "stream": True, "stream_options": {"include_usage": True}})
-                   for n in names[:3]}
-            out["messages/native"] = (messages, claude_code_4k("bench/anthropic"))
-            out["messages/translated"] = (messages, claude_code_4k("bench/openai"))
-            return out
-
         for port, _ in gws.values():
-            for url, body in cases(port).values():  # each answers the whole stream, then a warm-up
-                check_stream(url, body)
-                wrk(url, body, 1, 1, KEY)
+            for path, body in cases.values():  # each answers the whole stream, then a warm-up
+                check_stream(f"http://127.0.0.1:{port}{path}", body)
+                wrk(f"http://127.0.0.1:{port}{path}", body, 1, 1, KEY)
         for r in range(rounds):
-            for n in names:  # each case on every tree back to back, the trees' order alternating
-                for t in (list(gws) if r % 2 == 0 else list(gws)[::-1]):
+            for n, (path, body) in cases.items():  # each case on every tree back to back,
+                for t in (list(gws) if r % 2 == 0 else list(gws)[::-1]):  # in alternating order
                     port, gw = gws[t]
-                    url, body = cases(port)[n]
-                    runs[(t, n)].append(wrk(url, body, 32, dur, KEY, gw.pid))
+                    runs[(t, n)].append(wrk(f"http://127.0.0.1:{port}{path}", body, 32, dur, KEY, gw.pid))
     finally:
         procs.stop()
     sign = sign_us(200 if quick else 2000)
     cpu = {k: statistics.median(r["cpu_us"] for r in v) for k, v in runs.items()}
-    size = len(json.dumps(claude_code_4k("bench/anthropic")))
+    size = len(json.dumps(cases["messages/native"][1]))
     print(f"\nSwitchyard per provider: streamed chat (20 text deltas + usage), and a {size}-byte Claude Code "
           f"body to /v1/messages, c=32, {rounds} interleaved round(s) of {dur} s, gateways on core 1, "
           "wrk + mock upstream on core 0, medians")

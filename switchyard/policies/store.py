@@ -88,7 +88,7 @@ class UsageRecord:
     saved_nano: int = 0
 
     def as_fields(self) -> dict[str, str]:
-        return {k: _str(getattr(self, k)) for k in self.__dataclass_fields__}
+        return {k: _str(v) for (k, _), v in zip(_DEFAULTS, _values(self), strict=True)}
 
     def set_fields(self) -> list[tuple[str, str]]:
         """``as_fields`` less the fields at their defaults: what a kept record must say, since

@@ -134,8 +134,7 @@ class AnthropicRenderer(Renderer):
             return b""
         if (ch.text and self._open and self._text and ch.finish_reason is None
                 and not (ch.thinking or ch.reasoning or ch.tool_calls)):
-            # most of a stream: the open text block's next piece, no dicts built
-            return self._text_head + _encode(ch.text) + b"}}\n\n"
+            return self._text_piece(ch.text)  # most of a stream: the open text block's next piece
         out = [self._start()]
         for piece in ch.thinking or ():
             out.append(self._thinking(piece))
@@ -148,12 +147,16 @@ class AnthropicRenderer(Renderer):
         if ch.text:
             if not (self._open and self._text):
                 out.append(self._begin({"type": "text", "text": ""}))
-            out.append(self._text_head + _encode(ch.text) + b"}}\n\n")
+            out.append(self._text_piece(ch.text))
         for n, call in enumerate(ch.tool_calls or ()):
             out.append(self._call(call, n))
         if ch.finish_reason is not None:
             self._finish, self._word = ch.finish_reason, ch.stop_word
         return b"".join(out)
+
+    def _text_piece(self, text: str) -> bytes:
+        """The open text block's delta event for ``text``, with no dicts built."""
+        return self._text_head + _encode(text) + b"}}\n\n"
 
     def _thinking(self, piece: dict[str, Any]) -> bytes:
         """A thinking block's start, or its ``thinking_delta`` / ``signature_delta``, as Claude sent it."""
