@@ -11,8 +11,10 @@ fresh prompt each; to ``on`` with a fresh prompt each (every one a miss, then ke
 repeating one prompt (hits). The figure is the gateway process's user + system CPU over the run
 divided by the requests answered (a cost that other load on a shared machine inflates less than
 latency), medians over rounds. Within a round each kind runs on every tree back to back (the
-trees' order alternating by round), so what a ratio compares was measured seconds apart. The
-store is a redis-server of its own on a free port (default) or memory://.
+trees' order alternating by round), so what a ratio compares was measured seconds apart; with
+``--against`` the miss's ratio to REV's request is also given round by round, with a 90% bootstrap
+interval (``overhead.paired``). The store is a redis-server of its own on a free port (default) or
+memory://.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from overhead import KEY, MOCK, ROOT, Procs, free_port, pinned, run_wrk, wait_http, worktree
+from overhead import KEY, MOCK, ROOT, Procs, free_port, paired, pinned, run_wrk, wait_http, worktree
 
 
 def config_yaml(upstream: int, store: str, cache: bool = True) -> str:
@@ -182,10 +184,8 @@ def run(args: argparse.Namespace, trees: dict[str, Path]) -> int:
         print(f"  new: miss/off {m / med[('new', 'off')]:.3f}x   miss/today's request {m / today:.3f}x   "
               f"hit/miss {hit / m:.3f}x   hit {hit / 1000:.3f} ms   errors {errors}")
         if rev != "new":
-            pairs = zip(runs[("new", "miss")], runs[(rev, uncached[-1])], strict=True)
-            paired = sorted(n / o for n, o in pairs)
-            print(f"  new miss / {rev}'s {uncached[-1]}, round by round: median "
-                  f"{statistics.median(paired):.3f}x (from {paired[0]:.3f}x to {paired[-1]:.3f}x)")
+            old = runs[(rev, uncached[-1])]
+            print(f"  new miss / {rev}'s {uncached[-1]}, {paired(runs[('new', 'miss')], old)}")
         return 1 if errors else 0
     finally:
         procs.stop()

@@ -18,7 +18,8 @@ instead compares N worker processes with one
 at c=64 (Redis store; every process shares both cores with the load and the mock).
 ``--against REV`` instead runs the code of git revision REV (a worktree of its own, removed
 afterwards) and this tree side by side, same config, same store, alternately for ``--rounds``
-rounds: server CPU per request (c=64) and per 20-chunk stream (c=32), medians and new/old ratios.
+rounds: server CPU per request (c=64) and per 20-chunk stream (c=32), medians and new/old ratios,
+and the round-by-round ratio with a 90% bootstrap interval (``paired``).
 ``--providers`` instead compares the gateway's CPU per streamed chat request for three models in
 one gateway: the OpenAI pass-through, Anthropic (named SSE events) and Bedrock (SigV4 signing,
 event-stream frames), each against ``bench/provider_mock.py`` streaming the same 20-token answer
@@ -35,6 +36,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -78,8 +80,7 @@ def wait_http(port: int, path: str = "/health", timeout: float = 30.0) -> None:
 
 
 def pinned(cpu: str, cmd: list[str]) -> list[str]:
-    return ["taskset", "-c", cpu, *cmd] if shutil.which("taskset") and os.cpu_count() and os.cpu_count() > 1 \
-        else cmd
+    return ["taskset", "-c", cpu, *cmd] if shutil.which("taskset") and (os.cpu_count() or 1) > 1 else cmd
 
 
 class Procs:
@@ -333,6 +334,17 @@ def worktree(rev: str) -> Iterator[Path]:
                        capture_output=True)
 
 
+def paired(new: list[float], old: list[float]) -> str:
+    """The median of the round-by-round ratios new/old (each pair measured seconds apart, so the
+    machine's drift between rounds cancels) and a 90% bootstrap interval for it: how far a noisy
+    machine lets a run tell the two apart."""
+    ratios = sorted(n / o for n, o in zip(new, old, strict=True))
+    rng = random.Random(0)  # the same run prints the same interval
+    meds = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(2000))
+    return (f"round by round {statistics.median(ratios):.3f}x (90% interval {meds[100]:.3f}-"
+            f"{meds[1899]:.3f}x; from {ratios[0]:.3f}x to {ratios[-1]:.3f}x)")
+
+
 def compare_trees(rev: str, dur: int, rounds: int, store_kind: str, limits: bool) -> int:
     """This tree against revision ``rev``: two gateways on core 1 (one idle while the other is
     measured), same config and store (Redis: a database each), measured alternately."""
@@ -343,7 +355,8 @@ def compare_trees(rev: str, dur: int, rounds: int, store_kind: str, limits: bool
     for k, label in (("req", "per request, c=64 (us)"), ("stream", "per 20-chunk stream, c=32 (us)")):
         o, n = statistics.median(res["old"][k]), statistics.median(res["new"][k])
         runs = "  ".join(f"{name} " + " ".join(f"{x:.0f}" for x in res[name][k]) for name in ("old", "new"))
-        print(f"  {label:<32} old {o:6.0f}  new {n:6.0f}  new/old {n / o:.3f}x   runs: {runs}")
+        print(f"  {label:<32} old {o:6.0f}  new {n:6.0f}  new/old {n / o:.3f}x, "
+              f"{paired(res['new'][k], res['old'][k])}   runs: {runs}")
     return 0
 
 
