@@ -339,7 +339,7 @@ def paired(new: list[float], old: list[float]) -> str:
     machine's drift between rounds cancels) and a 90% bootstrap interval for it: how far a noisy
     machine lets a run tell the two apart."""
     ratios = sorted(n / o for n, o in zip(new, old, strict=True))
-    rng = random.Random(0)  # the same run prints the same interval
+    rng = random.Random(0)  # the same rounds give the same interval
     meds = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(2000))
     return (f"round by round {statistics.median(ratios):.3f}x (90% interval {meds[100]:.3f}-"
             f"{meds[1899]:.3f}x; from {ratios[0]:.3f}x to {ratios[-1]:.3f}x)")
