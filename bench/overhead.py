@@ -126,9 +126,11 @@ def cpu_seconds(pid: int) -> float:
 
 
 def wrk(url: str, body: dict, conns: int, duration: int, key: str | None, pid: int | None = None) -> dict:
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as f:  # wrk reads it at start
         json.dump(body, f)
-    return run_wrk(WRK_LUA, url, conns, duration, {"BENCH_BODY_FILE": f.name, "BENCH_KEY": key or ""}, pid)
+        f.flush()
+        env = {"BENCH_BODY_FILE": f.name, "BENCH_KEY": key or ""}
+        return run_wrk(WRK_LUA, url, conns, duration, env, pid)
 
 
 def run_wrk(script: Path, url: str, conns: int, duration: int, env: dict[str, str],
@@ -499,7 +501,8 @@ def sign_us(n: int) -> float:
 def claude_code_4k(model: str) -> dict:
     """A Claude Code turn cut to about 4 KB (issue 33's native-lane figure): its three system
     blocks, a reminder and a prompt with cache_control, two tools, metadata, thinking."""
-    sys.path.insert(0, str(ROOT))
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
     from tests.fakes import claude_code
 
     body = claude_code.body(model)
@@ -577,8 +580,10 @@ def _compare_providers(trees: dict[str, Path], dur: int, rounds: int, quick: boo
           f"(issue 33's target for the native lane: <= 250 us)")
     for t in trees:
         if t != "new":
-            ratios = ", ".join(f"{n} {cpu[('new', n)] / cpu[(t, n)]:.3f}x" for n in names)
-            print(f"new / {t}: {ratios}")
+            for n in names:
+                new = [r["cpu_us"] for r in runs[("new", n)]]
+                print(f"new / {t}, {n}: {cpu[('new', n)] / cpu[(t, n)]:.3f}x, "
+                      f"{paired(new, [r['cpu_us'] for r in runs[(t, n)]])}")
     print(f"SigV4 signing of the Converse request, best of 5: {sign:.1f} us (target <= 30 us)")
     return 0
 

@@ -178,6 +178,9 @@ def index_entry(group: str, vector: list[float], key: str) -> bytes:
     return _encode_indexed(Indexed(group, np.asarray(vector, dtype=np.float32).tobytes(), key))
 
 
+_UNCLEAN = frozenset({None, "content_filter", "error"})  # a choice's last word that is not kept
+
+
 def storable(chunks: list[Chunk]) -> bool:
     """An answer to keep: every choice finished, none cut by a content filter or an error."""
     finishes: dict[int, str | None] = {}
@@ -189,9 +192,6 @@ def storable(chunks: list[Chunk]) -> bool:
         elif ch.index not in finishes and (ch.text or ch.tool_calls or ch.role or ch.logprobs):
             finishes[ch.index] = None
     return bool(finishes) and _UNCLEAN.isdisjoint(finishes.values())
-
-
-_UNCLEAN = frozenset({None, "content_filter", "error"})  # a choice's last word that is not kept
 
 
 def encode_entry(chunks: list[Chunk], streamed: bool) -> bytes:

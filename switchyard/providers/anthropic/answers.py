@@ -109,9 +109,7 @@ class MessageStream:
                 text = d.get("text")
                 if not text:
                     return []
-                if self.sent:
-                    return [Chunk(0, text)]
-                return [self._chunk(text=text)]
+                return [Chunk(0, text) if self.sent else self._chunk(text=text)]
             if dk == "input_json_delta":
                 i = self.tools.get(ev.get("index", -1))
                 if i is None or not d.get("partial_json"):
