@@ -34,10 +34,11 @@ def claude(gw: Any) -> anthropic.AsyncAnthropic:
 
 async def _ask(gw: Any, stream: bool, **kw: Any) -> anthropic.types.Message:
     kw = {"model": "cloud/m", "max_tokens": 4096, "messages": ASK, **kw}
-    if not stream:
-        return await claude(gw).messages.create(**kw)
-    async with claude(gw).messages.stream(**kw) as s:
-        return await s.get_final_message()
+    async with claude(gw) as c:  # its connection closed with it, not left to the collector
+        if not stream:
+            return await c.messages.create(**kw)
+        async with c.messages.stream(**kw) as s:
+            return await s.get_final_message()
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
