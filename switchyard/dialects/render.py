@@ -22,6 +22,8 @@ from switchyard.core.ids import hex_id
 _encode = msgspec.json.encode
 DONE = b"data: [DONE]\n\n"
 FINGERPRINT = "fp_switchyard"
+# A chat stream's plain text delta after the event head: what ChatRenderer.event's dicts encode to.
+_TEXT_DELTA = b'%s{"index":%d,"delta":{"content":%s},"logprobs":null,"finish_reason":null}]}\n\n'
 
 
 def sse(obj: Any) -> bytes:
@@ -76,11 +78,13 @@ class Renderer:
 
     def _event(self, choice: dict[str, Any]) -> bytes:
         """One stream event; the envelope is the same for every event, so it is encoded once."""
-        if self._event_head is None:
-            env = _encode({"id": self.id, "object": self.chunk_object, "created": self.created,
-                           "model": self.req.model, "system_fingerprint": FINGERPRINT})
-            self._event_head = b"data: " + env[:-1] + b',"choices":['
-        return self._event_head + _encode(choice) + b"]}\n\n"
+        return (self._event_head or self._head()) + _encode(choice) + b"]}\n\n"
+
+    def _head(self) -> bytes:
+        env = _encode({"id": self.id, "object": self.chunk_object, "created": self.created,
+                       "model": self.req.model, "system_fingerprint": FINGERPRINT})
+        self._event_head = b"data: " + env[:-1] + b',"choices":['
+        return self._event_head
 
     # -- whole responses
     def completion(self, comp: Completion) -> dict[str, Any]:
@@ -189,6 +193,11 @@ class ChatRenderer(Renderer):
                 "logprobs": None if c.logprobs is None else chat_logprobs(c.logprobs)}
 
     def event(self, ch: Chunk) -> bytes:
+        if (ch.text and ch.logprobs is None
+                and not (ch.role or ch.reasoning or ch.tool_calls or ch.finish_reason)):
+            # A plain text delta, most of a stream's events: the bytes the general path's dicts
+            # encode to, without building them (0.37 us against 0.67-0.81, in-process).
+            return _TEXT_DELTA % (self._event_head or self._head(), ch.index, _encode(ch.text))
         delta: dict[str, Any] = {}
         if ch.role:
             delta["role"] = ch.role

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import pytest
 
 from switchyard.core.canonical import CanonicalRequest, Chunk, Completion, TokenLogprob, TopLogprob, Usage
 from switchyard.core.stops import StopScanner
 from switchyard.dialects.anthropic.render import AnthropicRenderer
-from switchyard.dialects.render import RENDERERS
+from switchyard.dialects.render import FINGERPRINT, RENDERERS
 from switchyard.gateway.streaming import Tally, gather
 
 
@@ -247,3 +248,29 @@ def test_anthropic_text_deltas_are_the_events_their_dicts_encode_to() -> None:
     assert deltas == [{"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": t}}
                       for t in texts] + [
         {"type": "content_block_delta", "index": 2, "delta": {"type": "text_delta", "text": "after"}}]
+
+
+@pytest.mark.parametrize("shape", ["chat", "sgp_chat", "sgp_v5_chat"])
+def test_chat_text_deltas_are_the_bytes_their_dicts_encode_to(shape: str) -> None:
+    """A plain text delta takes a shortcut (no dicts built): each must be byte for byte the event
+    the general path writes, JSON escapes included, first event or not, any choice index."""
+    r = RENDERERS[shape](CanonicalRequest(kind="chat", model="m/x", dialect="chat", stream=True))
+    texts = [(0, "Hi"), (0, ' "quoted"\n'), (3, "é\u2028\U0001f600"), (1, "\\"), (0, "</script>")]
+    for index, text in texts:
+        choice = {"index": index, "delta": {"content": text}, "logprobs": None, "finish_reason": None}
+        want = b"data: " + msgspec.json.encode(
+            {"id": r.id, "object": "chat.completion.chunk", "created": r.created, "model": "m/x",
+             "system_fingerprint": FINGERPRINT, "choices": [choice]}) + b"\n\n"
+        assert r.event(Chunk(index=index, text=text)) == want
+
+    def first(ch: Chunk) -> dict:
+        return json.loads(r.event(ch)[6:])["choices"][0]
+
+    # What the shortcut must not take: a role, a finish, reasoning, tool calls, logprobs.
+    assert first(Chunk(text="a", role="assistant"))["delta"] == {"role": "assistant", "content": "a"}
+    assert first(Chunk(text="a", finish_reason="stop"))["finish_reason"] == "stop"
+    assert first(Chunk(text="a", reasoning="r"))["delta"] == {"reasoning_content": "r", "content": "a"}
+    call = {"index": 0, "id": "c1", "type": "function", "function": {"name": "f", "arguments": ""}}
+    assert first(Chunk(text="a", tool_calls=[call]))["delta"]["tool_calls"] == [call]
+    lp = [TokenLogprob(token="a", logprob=-0.5, top=[])]
+    assert first(Chunk(text="a", logprobs=lp))["logprobs"]["content"][0]["token"] == "a"
