@@ -20,4 +20,4 @@ _bits = _rng.getrandbits
 
 def hex_id(nbytes: int) -> str:
     """``2 * nbytes`` lowercase hex digits."""
-    return f"{_bits(nbytes * 8):0{nbytes * 2}x}"
+    return _bits(nbytes * 8).to_bytes(nbytes, "big").hex()  # 0.24 us; an f-string 0.74

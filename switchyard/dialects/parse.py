@@ -91,6 +91,8 @@ def _one_of(parts: Group, field: str) -> tuple[str, Any]:
     When they disagree, the error's ``param`` is the one that contradicts the first (in the
     body's order); the message names all."""
     given = list(parts.values())
+    if len(given) == 1:  # the usual case: one name given
+        return field, given[0][0]
     first = repr(given[0][0])
     loser = next((name for v, name in given[1:] if repr(v) != first), None)
     if loser is not None:

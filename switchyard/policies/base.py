@@ -40,8 +40,8 @@ class Principal:
     cache: CacheConfig | None = None
 
     def may_use(self, model: str) -> bool:
-        return all(allowed is None or model_allowed(model, allowed)
-                   for allowed in (self.key_models, self.team_models))
+        keys, teams = self.key_models, self.team_models  # (no generator: this runs per request)
+        return (keys is None or model_allowed(model, keys)) and (teams is None or model_allowed(model, teams))
 
 
 def model_allowed(model: str, allowed: frozenset[str]) -> bool:
