@@ -189,7 +189,7 @@ class CountMemo:
 
     MIN_CHARS = 1024  # shorter texts: tiktoken is about as quick as hashing them
 
-    def __init__(self, max_chars: int = 8 << 20) -> None:  # 8-32 MiB of text, by its kind
+    def __init__(self, max_chars: int = 8 << 20) -> None:  # 8-32 MiB: 1-4 bytes a character
         self.max_chars = max_chars
         self.held = 0
         self._counts: dict[tuple[str, str, str], int] = {}
