@@ -25,8 +25,10 @@ one gateway: the OpenAI pass-through, Anthropic (named SSE events) and Bedrock (
 event-stream frames), each against ``bench/provider_mock.py`` streaming the same 20-token answer
 in that provider's wire format, in interleaved rounds; a 4 KB Claude Code body to
 ``/v1/messages``, forwarded as it came on Anthropic's native lane and translated for the OpenAI
-upstream; plus SigV4 signing time; with ``--against REV`` the same on REV's code too, each case
-on both trees back to back. Loopback only; every run is bounded in time.
+upstream; a whole Claude Code turn (87 KB: its system prompt, 12 tools) translated for an upstream
+``gpt-5``, whose prompt tiktoken counts (``messages/agent``); plus SigV4 signing time; with
+``--against REV`` the same on REV's code too, each case on both trees back to back. Loopback
+only; every run is bounded in time.
 """
 
 from __future__ import annotations
@@ -463,6 +465,8 @@ store: {{url: 'memory://'}}
 models:
   - name: bench/openai
     deployments: [{{name: o, provider: openai, {up}/v1'}}]
+  - name: bench/gpt-5
+    deployments: [{{name: g, provider: openai, {up}/v1', model: gpt-5}}]
   - name: bench/anthropic
     deployments: [{{name: a, provider: anthropic, {up}', api_key: sk-ant-bench, model: claude-bench}}]
   - name: bench/bedrock
@@ -498,18 +502,22 @@ def sign_us(n: int) -> float:
     return best * 1e6
 
 
-def claude_code_4k(model: str) -> dict:
-    """A Claude Code turn cut to about 4 KB (issue 33's native-lane figure): its three system
-    blocks, a reminder and a prompt with cache_control, two tools, metadata, thinking."""
+def claude_code_turn(model: str) -> dict:
+    """A whole Claude Code turn as its CLI sends it (tests/fakes/claude_code.py), 20 tokens asked."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     from tests.fakes import claude_code
 
-    body = claude_code.body(model)
+    return {**claude_code.body(model), "max_tokens": 20}
+
+
+def claude_code_4k(model: str) -> dict:
+    """A Claude Code turn cut to about 4 KB (issue 33's native-lane figure): its three system
+    blocks, a reminder and a prompt with cache_control, two tools, metadata, thinking."""
+    body = claude_code_turn(model)
     body["system"][2]["text"] = body["system"][2]["text"][:600]
     body["messages"][0]["content"][0]["text"] = body["messages"][0]["content"][0]["text"][:560]
     body["tools"] = [{**t, "description": t["description"][:300]} for t in body["tools"][:2]]
-    body["max_tokens"] = 20
     return body
 
 
@@ -533,6 +541,7 @@ def _compare_providers(trees: dict[str, Path], dur: int, rounds: int, quick: boo
              for n in ("openai", "anthropic", "bedrock")}
     cases["messages/native"] = ("/v1/messages", claude_code_4k("bench/anthropic"))
     cases["messages/translated"] = ("/v1/messages", claude_code_4k("bench/openai"))
+    cases["messages/agent"] = ("/v1/messages", claude_code_turn("bench/gpt-5"))
     names = tuple(cases)
     runs: dict[tuple[str, str], list[dict]] = {(t, n): [] for t in trees for n in names}
     try:
