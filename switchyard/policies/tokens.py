@@ -195,7 +195,7 @@ class CountMemo:
         self._counts: dict[tuple[str, str, str], int] = {}
 
     def count(self, text: str, enc: tiktoken.Encoding | None, scope: str | None) -> int:
-        if enc is None or scope is None or len(text) < self.MIN_CHARS:
+        if enc is None or scope is None or not self.MIN_CHARS <= len(text) <= self.max_chars:
             return count_text(text, enc)
         key = (scope, enc.name, text)
         n = self._counts.get(key)

@@ -115,6 +115,9 @@ def test_long_texts_are_counted_once_per_team_and_the_memo_is_bounded():
     assert memo.held <= memo.max_chars
     memo.count(long, enc, "a")  # type: ignore[arg-type]
     assert enc.calls == 7
+    huge = "x y " * 2600  # past max_chars by itself: counted, never kept
+    memo.count(huge, enc, "a"), memo.count(huge, enc, "a")  # type: ignore[arg-type]
+    assert enc.calls == 9 and memo.held <= memo.max_chars
 
 
 def test_a_request_counts_alike_remembered_or_not():
