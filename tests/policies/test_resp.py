@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from switchyard.policies.resp import RespConnection, encode
+from switchyard.policies.resp import ReplyError, RespConnection, encode
 
 
 @asynccontextmanager
@@ -72,3 +72,51 @@ async def test_without_a_timeout_nothing_is_armed():
         c.close()
         with pytest.raises(ConnectionError):
             await fut
+
+
+
+class _Wire:
+    """A transport that takes what the connection writes (the replies are fed by the test)."""
+
+    def __init__(self) -> None:
+        self.closing = False
+
+    def write(self, data: bytes) -> None:
+        pass
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def abort(self) -> None:
+        self.closing = True
+
+
+def _connection() -> RespConnection:
+    c = RespConnection()
+    c.connection_made(_Wire())  # type: ignore[arg-type]
+    return c
+
+
+async def test_replies_in_any_pieces_reach_their_commands_in_order():
+    """Every reply type the hot path meets, arriving whole, byte by byte and across replies, goes
+    to its own command; an error reply fails only its own; a reply nobody asked for, or bytes that
+    are no RESP, fail the link."""
+    replies = (b"*8\r\n:1\r\n:1732812345678\r\n:-1\r\n:100\r\n:0\r\n$3\r\nrpm\r\n$-1\r\n*0\r\n"
+               b"+OK\r\n-NOSCRIPT No matching script\r\n$4\r\nv\r\nx\r\n:42\r\n*-1\r\n")
+    want = [[1, 1732812345678, -1, 100, 0, b"rpm", None, []], b"OK", "NOSCRIPT", b"v\r\nx", 42, None]
+    for piece in (len(replies), 1, 7):
+        c = _connection()
+        futs = [c.request(encode((b"GET", f"k{i}"))) for i in range(len(want))]
+        for i in range(0, len(replies), piece):
+            c.data_received(replies[i:i + piece])
+        got = await asyncio.gather(*futs, return_exceptions=True)
+        assert [e.code if isinstance(e, ReplyError) else e for e in got] == want
+        assert not c.lost
+        c.data_received(b":1\r\n")  # nobody asked
+        assert c.lost
+    c = _connection()
+    fut = c.request(encode((b"GET", b"k")))
+    c.data_received(b"?what\r\n")
+    with pytest.raises(ConnectionError, match="bad reply"):
+        await fut
+    assert c.lost
