@@ -571,10 +571,10 @@ def _compare_providers(trees: dict[str, Path], dur: int, rounds: int, quick: boo
         procs.stop()
     sign = sign_us(200 if quick else 2000)
     cpu = {k: statistics.median(r["cpu_us"] for r in v) for k, v in runs.items()}
-    size = len(json.dumps(cases["messages/native"][1]))
-    print(f"\nSwitchyard per provider: streamed chat (20 text deltas + usage), and a {size}-byte Claude Code "
-          f"body to /v1/messages, c=32, {rounds} interleaved round(s) of {dur} s, gateways on core 1, "
-          "wrk + mock upstream on core 0, medians")
+    size, whole = (len(json.dumps(cases[n][1])) for n in ("messages/native", "messages/agent"))
+    print(f"\nSwitchyard per provider: streamed chat (20 text deltas + usage), and {size}- and {whole}-byte "
+          f"Claude Code bodies to /v1/messages, c=32, {rounds} interleaved round(s) of {dur} s, gateways on "
+          "core 1, wrk + mock upstream on core 0, medians")
     print(f"{'tree':<10}{'provider':<20}{'streams/s':>10}{'CPU/request':>14}{'x openai':>10}{'errors':>8}"
           "   runs (CPU us)")
     for t in trees:

@@ -107,18 +107,28 @@ def encoding_name_for(model: str) -> str | None:
 
 def estimate(text: str) -> int:
     """The non-OpenAI estimate: ceil(utf-8 bytes / 4)."""
-    return math.ceil(len(text.encode()) / 4)
+    return _estimate_bytes(len(text.encode()))
+
+
+def _estimate_bytes(n: int) -> int:
+    return math.ceil(n / 4)
 
 
 _encode = msgspec.json.encode
 
 
-def _json(obj: Any) -> str:
+def _json(obj: Any) -> bytes:
     """Compact JSON (msgspec: a tenth of ``json.dumps``'s time over a Claude Code turn's tools)."""
     try:
-        return _encode(obj).decode()
+        return _encode(obj)
     except (TypeError, ValueError, msgspec.EncodeError):  # nothing a parsed body holds; never fail
-        return str(obj)
+        return str(obj).encode()
+
+
+def _count_json(obj: Any, enc: tiktoken.Encoding | None, scope: str | None) -> int:
+    """``obj``'s tokens as compact JSON; the estimate straight from its bytes (no str between)."""
+    raw = _json(obj)
+    return _estimate_bytes(len(raw)) if enc is None else MEMO.count(raw.decode(), enc, scope)
 
 
 def _text_of(content: Any) -> str:
@@ -129,14 +139,14 @@ def _text_of(content: Any) -> str:
     if isinstance(content, list):  # content parts: count the text ones (images are not priced here)
         # The chat dialect refuses a non-string text; counting never fails on one either.
         return "".join(_part_text(p) for p in content)
-    return _json(content)
+    return _json(content).decode()
 
 
 def _part_text(part: Any) -> str:
     if not isinstance(part, dict):
         return str(part)
     text = part.get("text", "")
-    return text if isinstance(text, str) else _json(text)
+    return text if isinstance(text, str) else _json(text).decode()
 
 
 def count_text(text: str, enc: tiktoken.Encoding | None) -> int:
@@ -226,10 +236,10 @@ def count_prompt_tokens(req: CanonicalRequest, model: ModelConfig | None = None,
             if m.get("name"):
                 total += 1 + count_text(str(m["name"]), enc)
             if m.get("tool_calls"):
-                total += count(_json(m["tool_calls"]), enc, scope)
+                total += _count_json(m["tool_calls"], enc, scope)
         total += _PER_REPLY
         if req.tools:
-            total += count(_json(req.tools), enc, scope)
+            total += _count_json(req.tools, enc, scope)
     for p in req.prompt or []:
         if isinstance(p, str):
             total += count(p, enc, scope)
