@@ -19,6 +19,7 @@ from importlib import resources
 from typing import Any
 from urllib.parse import urlsplit
 
+import msgspec
 from redis.asyncio import Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import Connection, UnixDomainSocketConnection
@@ -57,13 +58,16 @@ def resp(args: Any) -> bytes:
     return b"".join([bulk(a) for a in args])
 
 
-_NAMES = {name: bulk(name) for name in UsageRecord.__dataclass_fields__}  # a record's fields, encoded
+# A settlement's aggregate increments and its record travel as one msgpack argument each (the
+# scripts unpack them with cmsgpack): two bulk strings, not one per field and value.
+_msgpack = msgspec.msgpack.Encoder().encode
+_NONE = bulk(_msgpack([]))
 
 
 class _Packed:
     """A plan's script arguments that never change, RESP-encoded once."""
 
-    __slots__ = ("admit_head", "fields", "keys", "log", "plan", "resv", "settle_head", "slot", "vector")
+    __slots__ = ("admit_head", "keys", "log", "plan", "resv", "settle_head", "slot", "vector")
 
     def __init__(self, plan: Plan, admit_sha: str, settle_sha: str) -> None:
         self.plan = plan
@@ -77,15 +81,6 @@ class _Packed:
                            + self.resv)
         self.settle_head = resp(("EVALSHA", settle_sha, len(plan.keys) + 6)) + self.keys
         self.log = bulk(plan.log)
-        self.fields: dict[str, bytes] = {}  # aggregate field names, encoded
-
-    def field(self, name: str) -> bytes:
-        b = self.fields.get(name)
-        if b is None:
-            if len(self.fields) > 64:
-                self.fields.clear()
-            b = self.fields[name] = bulk(name)
-        return b
 
 
 def _script(name: str) -> tuple[str, str]:
@@ -349,38 +344,30 @@ class RedisStore:
         (``StoreDown``); when not ``sent`` it does the whole call."""
         mode = (b"2" if refund_request else b"1") if rates else b"0"
         return self._settle_call(plan, record.ticket_id, mode, token_delta, spend_delta, lease_id,
-                                 admitted_ms, record.ts_ms, agg_increments(record), record.set_fields())
+                                 admitted_ms, record.ts_ms, _msgpack(agg_increments(record)),
+                                 _msgpack(record.set_fields()))
 
     async def cancel(self, plan: Plan, *, ticket: str, tokens: int, spend: int, lease_id: str | None) -> None:
-        _, result = self._settle_call(plan, ticket, b"c", -tokens, -spend, lease_id, 0, 0, [], [])
+        _, result = self._settle_call(plan, ticket, b"c", -tokens, -spend, lease_id, 0, 0, _NONE, _NONE)
         if result is not None:
             await result
 
     def _settle_call(self, plan: Plan, ticket: str, mode: bytes, token_delta: int, spend_delta: int,
-                     lease_id: str | None, admitted_ms: int, ts_ms: int, aggs: list[tuple[str, int]],
-                     rec: list[tuple[str, str]]) -> tuple[bool, Awaitable[None] | None]:
+                     lease_id: str | None, admitted_ms: int, ts_ms: int, aggs: bytes,
+                     rec: bytes) -> tuple[bool, Awaitable[None] | None]:
+        """``aggs`` and ``rec``: msgpack arrays (``agg_increments``, ``UsageRecord.set_fields``)."""
         keys = [*plan.keys, plan.agg_key(ts_ms // DAY_MS), f"{plan.agg_prefix}m:{ts_ms // HOUR_MS}",
                 plan.log, *plan.resv, plan.mark_prefix + ticket]
         pk = self._packed(plan)
-        parts = [b"*%d\r\n" % (3 + len(keys) + 8 + len(plan.vector) + 2 * len(aggs) + 2 * len(rec)),
-                 pk.settle_head, bulk(keys[-6]), bulk(keys[-5]), pk.log, pk.resv, bulk(keys[-1]),
-                 bulk(token_delta),
-                 bulk(spend_delta), bulk(lease_id or ""), bulk(admitted_ms), bulk(mode),
-                 bulk(self.max_records), bulk(len(aggs)), bulk(self.skew_ms), pk.vector]
-        for field, inc in aggs:
-            parts += (pk.field(field), bulk(inc))
-        for name, value in rec:
-            parts += (_NAMES[name], bulk(value))
-        packed = b"".join(parts)
+        packed = b"".join((b"*%d\r\n" % (3 + len(keys) + 9 + len(plan.vector)),
+                           pk.settle_head, bulk(keys[-6]), bulk(keys[-5]), pk.log, pk.resv, bulk(keys[-1]),
+                           bulk(token_delta), bulk(spend_delta), bulk(lease_id or ""), bulk(admitted_ms),
+                           bulk(mode), bulk(self.max_records), bulk(self.skew_ms), pk.vector,
+                           bulk(aggs), bulk(rec)))
 
         def args() -> list[Any]:  # for redis-py, when the slot moved
-            a: list[Any] = [token_delta, spend_delta, lease_id or "", admitted_ms, mode,
-                            self.max_records, len(aggs), self.skew_ms, *plan.vector]
-            for field, inc in aggs:
-                a += (field, inc)
-            for name, value in rec:
-                a += (name, value)
-            return a
+            return [token_delta, spend_delta, lease_id or "", admitted_ms, mode, self.max_records,
+                    self.skew_ms, *plan.vector, aggs, rec]
 
         fut = self._write_now(pk, packed, defer=True)
         if fut is not None:
@@ -392,12 +379,8 @@ class RedisStore:
         """One EVALSHA of record.lua, on the hot path's connection when it is up (as settle)."""
         t = f"{self.ns}:{tag(team)}"
         keys = (f"{t}:agg:{record.ts_ms // DAY_MS}", f"{t}:aggm:{record.ts_ms // HOUR_MS}", f"{t}:log")
-        aggs = agg_increments(record)
-        args: list[Any] = [self.max_records, record.ts_ms // MINUTE_MS, len(aggs)]
-        for field, inc in aggs:
-            args += (field, inc)
-        for name, value in record.set_fields():
-            args += (name, value)
+        args: list[Any] = [self.max_records, record.ts_ms // MINUTE_MS, _msgpack(agg_increments(record)),
+                           _msgpack(record.set_fields())]
         if self._endpoint is None or self._cluster:  # TLS, or a cluster's slot map: redis-py
             return self._run(self._record, keys, args)
         packed = b"*%d\r\n" % (6 + len(args)) + resp(("EVALSHA", self._record[1], 3, *keys, *args))

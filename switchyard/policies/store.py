@@ -90,12 +90,15 @@ class UsageRecord:
     def as_fields(self) -> dict[str, str]:
         return {k: _str(v) for (k, _), v in zip(_DEFAULTS, _values(self), strict=True)}
 
-    def set_fields(self) -> list[tuple[str, str]]:
-        """``as_fields`` less the fields at their defaults: what a kept record must say, since
-        ``from_fields`` and the ledger's INSERT give those the same defaults (a plain request's
-        record has 18 fields to write, not 29)."""
-        values = zip(_DEFAULTS, _values(self), strict=True)
-        return [(k, _str(v)) for (k, default), v in values if v != default]
+    def set_fields(self) -> list[str]:
+        """``as_fields`` less the fields at their defaults, as XADD takes them (name, value, name,
+        ...): what a kept record must say, since ``from_fields`` and the ledger's INSERT give those
+        the same defaults (a plain request's record has 18 fields to write, not 29)."""
+        out: list[str] = []
+        for k, default, v in zip(_NAMES, _DEFAULT_VALUES, _values(self), strict=True):
+            if v != default:  # _str, inline: once per field of every request
+                out += (k, v if type(v) is str else ("1" if v else "0") if type(v) is bool else str(v))
+        return out
 
     @classmethod
     def from_fields(cls, f: dict[str, Any]) -> UsageRecord:
@@ -117,7 +120,9 @@ def _str(v: Any) -> str:
 
 # (name, default) per field; a field without a default (dataclasses.MISSING) is never left out.
 _DEFAULTS = tuple((f.name, f.default) for f in fields(UsageRecord))
-_values = attrgetter(*(name for name, _ in _DEFAULTS))
+_NAMES = tuple(name for name, _ in _DEFAULTS)
+_DEFAULT_VALUES = tuple(default for _, default in _DEFAULTS)
+_values = attrgetter(*_NAMES)
 
 _FIELD_TYPES: dict[str, type] = {
     **dict.fromkeys(("ts_ms", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_nano",
@@ -166,15 +171,16 @@ def metric_values(r: UsageRecord) -> list[tuple[str, int]]:
     return [(m, v) for m, v in zip(METRICS, vals, strict=True) if v]
 
 
-def agg_increments(r: UsageRecord) -> list[tuple[str, int]]:
-    """The daily aggregate's fields "<key>\x1f<model>\x1f<metric>" and what each gains; a minute's
-    fields are "<minute>\x1f<model>\x1f<metric>" (settle.lua writes both)."""
+def agg_increments(r: UsageRecord) -> list[str | int]:
+    """The daily aggregate's fields "<key>\x1f<model>\x1f<metric>", each followed by what it gains
+    (field, increment, field, ...); a minute's fields are "<minute>\x1f<model>\x1f<metric>"
+    (settle.lua writes both)."""
     vals = metric_values(r)
-    base = f"{r.key_id}{SEP}{r.model}{SEP}"
-    out = [(base + m, v) for m, v in vals]
-    for dim in dimension_keys_of(r):  # no minute copies (the scripts skip them)
+    out: list[str | int] = []
+    for dim in (r.key_id, *dimension_keys_of(r)):  # no minute copies of a dimension's (the scripts skip them)
         base = f"{dim}{SEP}{r.model}{SEP}"
-        out += [(base + m, v) for m, v in vals]
+        for m, v in vals:
+            out += (base + m, v)
     return out
 
 

@@ -6,14 +6,14 @@
 --       quota periods), rates (0 = quotas only, 1 = also move the tpm bucket, 2 = that and give
 --       the request back to the rpm limits: no model was called; c = cancel an admission whose
 --       caller timed out, if it happened: deltas undo the reservation, nothing is recorded),
---       max records, n aggregate fields,
---       clock skew ms (tests), 7 limits per scope, n (field, increment) pairs, then the record's field/value pairs.
+--       max records, clock skew ms (tests), 7 limits per scope, then two msgpack arrays (cmsgpack):
+--       the aggregates' (field, increment, ...) and the record's (field, value, ...).
 -- A settled ticket's mark reads 's' for 30 s: a settlement the gateway gave up waiting for (a
 -- Redis stall) still runs when Redis wakes, and its replay, a moment later, must change nothing.
 local td, sd = tonumber(ARGV[1]), tonumber(ARGV[2])
 local lease, admitted, mode = ARGV[3], tonumber(ARGV[4]), ARGV[5]
 local rates, refund, cancel = mode ~= '0', mode == '2' or mode == 'c', mode == 'c'
-local maxrec, nagg, skew = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local maxrec, skew = tonumber(ARGV[6]), tonumber(ARGV[7])
 local WINDOW, DAY = 60000, 86400000
 local nscopes = (#KEYS - 6) / 2
 local mark = KEYS[#KEYS]
@@ -41,7 +41,7 @@ local month = month_of(day)
 local now = nil
 
 for i = 1, nscopes do
-  local c, z, a = KEYS[2 * i - 1], KEYS[2 * i], 8 + (i - 1) * 7
+  local c, z, a = KEYS[2 * i - 1], KEYS[2 * i], 7 + (i - 1) * 7
   local rpm, tpm, conc = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   local quotas = tonumber(ARGV[a + 4]) >= 0 or tonumber(ARGV[a + 5]) >= 0
       or tonumber(ARGV[a + 6]) >= 0 or tonumber(ARGV[a + 7]) >= 0
@@ -112,14 +112,15 @@ end
 if cancel then return 1 end
 redis.call('SET', mark, 's', 'PX', 30000)  -- settled: nothing left to cancel or replay
 local agg, aggm, log = KEYS[#KEYS - 5], KEYS[#KEYS - 4], KEYS[#KEYS - 3]
-local p = 9 + nscopes * 7
+local p = 8 + nscopes * 7
+local aggs = cmsgpack.unpack(ARGV[p])
 -- The minute's fields are the day's with the minute in place of the key (store.agg_increments).
 local minute = tostring(math.floor(admitted / 60000))
 -- A tag's, end user's or session's field ("\30...": policies.attribution) goes to the day's
 -- hash of such sums (the same {team} slot), kept DIMENSION_DAYS, with no minute copy.
 local aggx, dims = agg .. ':x', false
-for j = 0, nagg - 1 do
-  local f, inc = ARGV[p + 2 * j], ARGV[p + 2 * j + 1]
+for j = 1, #aggs, 2 do
+  local f, inc = aggs[j], aggs[j + 1]
   if string.byte(f, 1) == 30 then
     redis.call('HINCRBY', aggx, f, inc)
     dims = true
@@ -132,7 +133,5 @@ end
 if dims then redis.call('PEXPIRE', aggx, 35 * 86400000) end  -- store.DIMENSION_DAYS
 redis.call('PEXPIRE', agg, 400 * DAY)
 redis.call('PEXPIRE', aggm, 7260000)  -- store.MINUTES_KEPT_MS
-local rec = {}
-for j = p + 2 * nagg, #ARGV do rec[#rec + 1] = ARGV[j] end
-redis.call('XADD', log, 'MAXLEN', '~', maxrec, '*', unpack(rec))
+redis.call('XADD', log, 'MAXLEN', '~', maxrec, '*', unpack(cmsgpack.unpack(ARGV[p + 1])))
 return 1

@@ -89,17 +89,23 @@ async def test_a_record_older_than_some_fields_takes_their_defaults(database_url
         await sink.aclose()
 
 
+def kept(r: UsageRecord) -> dict[str, str]:
+    """What the Redis store writes of a record (name, value, name, ...: as XADD takes them)."""
+    flat = r.set_fields()
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
 async def test_a_record_kept_without_its_defaults_reads_back_whole(database_url):
     """The Redis store keeps a record's ``set_fields`` only: both readers, ``from_fields`` and the
     ledger's INSERT, give the rest their defaults, so the record and its row are unchanged."""
     plain = rec(8, ticket="plain")  # ttfb -1, not cut, no reason, tags or cache hit: at their defaults
-    fields = dict(plain.set_fields())
+    fields = kept(plain)
     assert {"ttfb_ms", "cut", "reason", "tags", "cache_hit", "saved_nano"}.isdisjoint(fields)
     assert {"ts_ms", "key_id", "cached_tokens", "cost_nano", "deployment"} <= set(fields)
     assert UsageRecord.from_fields(fields) == plain
     hit = rec(9, ticket="hit")
     hit.cache_hit, hit.saved_tokens, hit.cut = True, 42, True
-    hit_fields = dict(hit.set_fields())
+    hit_fields = kept(hit)
     assert hit_fields["cache_hit"] == "1" and UsageRecord.from_fields(hit_fields) == hit
     sink = PgSink(database_url)
     try:
