@@ -171,12 +171,12 @@ def metric_values(r: UsageRecord) -> list[tuple[str, int]]:
     return [(m, v) for m, v in zip(METRICS, vals, strict=True) if v]
 
 
-def agg_increments(r: UsageRecord) -> list[str | int]:
+def agg_increments(r: UsageRecord) -> list[str]:
     """The daily aggregate's fields "<key>\x1f<model>\x1f<metric>", each followed by what it gains
     (field, increment, field, ...); a minute's fields are "<minute>\x1f<model>\x1f<metric>"
-    (settle.lua writes both)."""
-    vals = metric_values(r)
-    out: list[str | int] = []
+    (settle.lua writes both). Increments as decimal strings: a Lua number would be a double."""
+    vals = [(m, str(v)) for m, v in metric_values(r)]
+    out: list[str] = []
     for dim in (r.key_id, *dimension_keys_of(r)):  # no minute copies of a dimension's (the scripts skip them)
         base = f"{dim}{SEP}{r.model}{SEP}"
         for m, v in vals:

@@ -326,6 +326,19 @@ async def test_usage_records_and_aggregates(store, limiter_for):
     assert usage_row({"requests": 1, "prompt_tokens": 3})["cache_write_tokens"] == 0
 
 
+async def test_sums_beyond_a_double_s_precision_stay_exact(store, limiter_for):
+    """Redis's scripts take the increments as decimal strings: a Lua number (a double) would round
+    2**53 + 1 to 2**53."""
+    lim = limiter_for(make_config())
+    big = 2**53 + 1
+    for _ in range(2):
+        await settle(lim, await admit(lim, who(), SMOL), big, 1)
+    recs = await store.records("ml", 10)
+    assert [r.prompt_tokens for r in recs] == [big, big]
+    day = recs[0].ts_ms // DAY_MS
+    assert (await store.aggregates("ml", [day]))[day]["alice\x1flocal/smol\x1fprompt_tokens"] == 2 * big
+
+
 async def test_documents_and_sets(store):
     assert await store.get_docs(["a", "b"]) == [None, None]
     await store.put_doc(f"{store.ns}:x", {"id": "x", "n": [1, None]})
