@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator
+from itertools import repeat
 
 _EVENT_END = re.compile(rb"\r?\n\r?\n")
-# Named events in their usual form (Anthropic's): an event line and one data line each. An
-# arrival of them is read by one regular expression's split, in C, not by a call per event.
+# Events in their usual forms, an arrival of them read by one regular expression's split, in C,
+# not by a call per event: named, an event line and one data line each (Anthropic's), or
+# unnamed, one data line each (OpenAI's and most others').
 _NAMED = re.compile(rb"event:[ \t]*(\S*)[ \t]*\ndata: ?([^\n]*)\n\n")
+_DATA = re.compile(rb"data: ?([^\n]*)\n\n")
 
 
 Event = tuple[bytes | None, bytes]
@@ -25,13 +28,11 @@ async def sse_batches(chunks: AsyncIterator[bytes]) -> AsyncIterator[list[Event]
         buf = buf + chunk if buf else chunk
         if b"\n\n" not in buf and b"\r\n\r\n" not in buf:
             continue
-        if buf[:6] == b"event:" and b"\r" not in buf:
-            end = buf.rfind(b"\n\n") + 2
-            parts = _NAMED.split(buf[:end])  # [between, name, data, between, name, data, ..., after]
-            if not any(parts[::3]):  # nothing between or after: every event had the usual form
-                buf = buf[end:]
-                yield list(zip(parts[1::3], parts[2::3], strict=True))
-                continue
+        usual = _usual(buf) if b"\r" not in buf else None
+        if usual is not None:
+            buf = buf[usual[1]:]
+            yield usual[0]
+            continue
         # bytes.split is several times faster than the regex; CRLF framing is rare
         *events, buf = _EVENT_END.split(buf) if b"\r" in buf else buf.split(b"\n\n")
         # the common case inline: one data line, no event name
@@ -45,6 +46,23 @@ async def sse_batches(chunks: AsyncIterator[bytes]) -> AsyncIterator[list[Event]
         ev = _event(buf)
         if ev is not None:
             yield [ev]
+
+
+def _usual(buf: bytes) -> tuple[list[Event], int] | None:
+    """The events an arrival completes and where they end, when every one has the usual form
+    (``_NAMED`` or ``_DATA``, not both); else None."""
+    if buf[:6] == b"event:":
+        form, step = _NAMED, 3
+    elif buf[:5] == b"data:":
+        form, step = _DATA, 2
+    else:
+        return None
+    end = buf.rfind(b"\n\n") + 2
+    parts = form.split(buf[:end])  # [between, (name,) data, between, (name,) data, ..., after]
+    if any(parts[::step]):  # something between or after: an event of another form
+        return None
+    names = parts[1::3] if step == 3 else repeat(None)  # (repeat: endless, so not strict)
+    return list(zip(names, parts[step - 1::step], strict=False)), end
 
 
 def _event(event: bytes) -> Event | None:

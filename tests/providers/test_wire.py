@@ -34,7 +34,17 @@ async def test_sse_keeps_event_names_across_split_chunks() -> None:
     assert got == [[(b"message_start", b'{"a":1}'), (None, b"x")], [(b"ping", b"{}")]]
 
 
-_NAMED_STREAMS = {
+_STREAMS = {
+    # OpenAI's usual form (one data line an event, no name): read whole by one regular expression
+    b'data: {"a":1}\n\ndata:{"b":2}\n\ndata:  two spaces\n\ndata:\n\ndata: {"c":"data: x"}\n\ndata: [DONE]\n\n':
+        [(None, b'{"a":1}'), (None, b'{"b":2}'), (None, b" two spaces"), (None, b""),
+         (None, b'{"c":"data: x"}'), (None, b"[DONE]")],
+    # any other form in such an arrival: event by event
+    b"data: 1\ndata: 2\n\ndata: 3\n\n": [(None, b"1\n2"), (None, b"3")],
+    b"data: 1\n\n: keep-alive\n\ndata: 2\nid: 5\n\n": [(None, b"1"), (None, b"2")],
+    b"data: 1\n\n\n\ndata: 2\n\n": [(None, b"1"), (None, b"2")],
+    b"data: 1\n\nevent: e\ndata: 2\n\n": [(None, b"1"), (b"e", b"2")],
+    b"data: 1\r\n\r\ndata: 2\r\n\r\n": [(None, b"1"), (None, b"2")],
     # Anthropic's usual form: read whole by one regular expression
     b"event: message_start\ndata: {\"type\":\"message_start\"}\n\nevent: ping\ndata: {}\n\n"
     b"event:\tcontent_block_delta \ndata:{\"t\":\"a b\"}\n\nevent:\ndata:\n\n":
@@ -48,12 +58,12 @@ _NAMED_STREAMS = {
 }
 
 
-@pytest.mark.parametrize("stream", list(_NAMED_STREAMS), ids=range(len(_NAMED_STREAMS)))
+@pytest.mark.parametrize("stream", list(_STREAMS), ids=range(len(_STREAMS)))
 @pytest.mark.parametrize("size", [10_000, 1, 7, 23])
-async def test_named_events_read_alike_in_any_form_and_any_arrivals(stream: bytes, size: int) -> None:
+async def test_events_read_alike_in_any_form_and_any_arrivals(stream: bytes, size: int) -> None:
     parts = [stream[i:i + size] for i in range(0, len(stream), size)]
     got = [ev async for batch in sse_batches(_chunks(*parts)) for ev in batch]
-    assert got == _NAMED_STREAMS[stream]
+    assert got == _STREAMS[stream]
 
 
 def test_targets_put_the_model_in_the_path_percent_encoded() -> None:
