@@ -3,6 +3,7 @@ every upstream dialect receives it."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from switchyard.core.errors import InvalidRequest
@@ -65,9 +66,23 @@ def _chat_logprobs(top: int) -> dict[str, Any]:
     return {"logprobs": True, "top_logprobs": top} if top else {"logprobs": True}
 
 
-def chat_emits(upstream: Dialect) -> dict[str, Emit]:
+# Each dialect's, made once (4 us a chat request otherwise), by identity: a Dialect holds dicts,
+# so it is not hashable.
+_CHAT_EMITS: dict[int, tuple[Dialect, dict[str, Emit]]] = {}
+
+
+def chat_emits(upstream: Dialect) -> Mapping[str, Emit]:
     """What an upstream of dialect ``upstream`` accepts on its chat endpoint: its own sampling
     names, with the message-shaped fields OpenAI's chat API defines."""
+    made = _CHAT_EMITS.get(id(upstream))
+    if made is not None and made[0] is upstream:
+        return made[1]
+    emits = _chat_emits(upstream)
+    _CHAT_EMITS[id(upstream)] = (upstream, emits)
+    return emits
+
+
+def _chat_emits(upstream: Dialect) -> dict[str, Emit]:
     emits = {f: e for f, e in upstream.emits.items() if f not in _COMPLETION_ONLY}
     emits.update(c.plain("tools", "tool_choice", "parallel_tool_calls", "stop"))
     emits["max_tokens"] = c.OPENAI_EMITS["max_tokens"]

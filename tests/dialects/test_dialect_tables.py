@@ -8,7 +8,7 @@ import pytest
 
 from switchyard.core.canonical import Constraint, Dry, Mirostat
 from switchyard.core.errors import InvalidRequest
-from switchyard.dialects.chat import CHAT
+from switchyard.dialects.chat import CHAT, chat_emits
 from switchyard.dialects.fireworks import FIREWORKS
 from switchyard.dialects.llamacpp import LLAMACPP, LLAMACPP_NATIVE
 from switchyard.dialects.mistralrs import MISTRALRS
@@ -369,3 +369,13 @@ def test_sniffed_llamacpp_body_keeps_every_field() -> None:
     req = parse_request(d, body, kind="completion")
     assert req.extra == {}
     assert req.mirostat == Mirostat(2) and req.repetition_penalty == 1.2
+
+
+def test_a_dialect_s_chat_emits_are_its_own_whatever_its_name() -> None:
+    """Made once per dialect object, not per name: a dialect built with OpenAI's name and other
+    rows gets its own."""
+    assert chat_emits(OPENAI) is chat_emits(OPENAI)
+    assert "frequency_penalty" in chat_emits(OPENAI) and "echo" not in chat_emits(OPENAI)
+    bare = Dialect(name="openai", params=())
+    assert "frequency_penalty" not in chat_emits(bare)
+    assert "frequency_penalty" in chat_emits(OPENAI)

@@ -6,6 +6,7 @@ stop string stays in the text, echo) or refused with a 400 naming the parameter 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, NoReturn
 
 from switchyard.core.canonical import CanonicalRequest
@@ -105,7 +106,7 @@ def _prompt(dialect: Dialect, req: CanonicalRequest) -> Any:
     return prompts
 
 
-def _stops(dialect: Dialect, req: CanonicalRequest, body: dict[str, Any], emits: dict[str, Any],
+def _stops(dialect: Dialect, req: CanonicalRequest, body: dict[str, Any], emits: Mapping[str, Any],
            emulation: Emulation) -> None:
     want = req.include_stop_str_in_output
     if want is None:
