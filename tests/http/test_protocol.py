@@ -11,6 +11,7 @@ import logging
 import uvicorn
 
 from switchyard.core.settings import ServerConfig
+from switchyard.http.asgi import encode_headers
 from switchyard.http.protocol import ServeConfig
 from tests.conftest import free_port
 from tests.gateway.conftest import KEY
@@ -141,3 +142,14 @@ async def test_an_app_that_fails_gets_a_500_and_the_log_line_names_no_path(caplo
     finally:
         server.should_exit = True
         await task
+
+
+def test_answer_headers_never_carry_a_line_break_or_nul() -> None:
+    """A header value the gateway passes on (an upstream's, a caller's id) cannot end the header
+    or begin another: CR, LF and NUL become spaces, a tab stays, what latin-1 lacks becomes ?."""
+    plain = {"x-request-id": "abc", "x-switchyard-model": "mock/gpt"}
+    assert encode_headers(plain, "text/plain") == [
+        (b"content-type", b"text/plain"), (b"x-request-id", b"abc"), (b"x-switchyard-model", b"mock/gpt")]
+    odd = {"x-a": "one\r\nset-cookie: x=1", "x-b": "n\0l", "x-c": "t\tab", "x-d": "caf\u00e9 \u20ac"}
+    assert encode_headers(odd, "text/plain")[1:] == [
+        (b"x-a", b"one  set-cookie: x=1"), (b"x-b", b"n l"), (b"x-c", b"t\tab"), (b"x-d", b"caf\xe9 ?")]

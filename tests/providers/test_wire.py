@@ -36,7 +36,8 @@ async def test_sse_keeps_event_names_across_split_chunks() -> None:
 
 _STREAMS = {
     # OpenAI's usual form (one data line an event, no name): read whole by one regular expression
-    b'data: {"a":1}\n\ndata:{"b":2}\n\ndata:  two spaces\n\ndata:\n\ndata: {"c":"data: x"}\n\ndata: [DONE]\n\n':
+    b'data: {"a":1}\n\ndata:{"b":2}\n\ndata:  two spaces\n\ndata:\n\n'
+    b'data: {"c":"data: x"}\n\ndata: [DONE]\n\n':
         [(None, b'{"a":1}'), (None, b'{"b":2}'), (None, b" two spaces"), (None, b""),
          (None, b'{"c":"data: x"}'), (None, b"[DONE]")],
     # any other form in such an arrival: event by event
