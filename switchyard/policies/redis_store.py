@@ -61,7 +61,7 @@ def resp(args: Any) -> bytes:
 # A settlement's aggregate increments and its record travel as one msgpack argument each (the
 # scripts unpack them with cmsgpack): two bulk strings, not one per field and value.
 _msgpack = msgspec.msgpack.Encoder().encode
-_NONE = bulk(_msgpack([]))
+_NONE = _msgpack([])  # a cancellation's: it records nothing
 
 
 class _Packed:
