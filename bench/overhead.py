@@ -18,8 +18,9 @@ instead compares N worker processes with one
 at c=64 (Redis store; every process shares both cores with the load and the mock).
 ``--against REV`` instead runs the code of git revision REV (a worktree of its own, removed
 afterwards) and this tree side by side, same config, same store, alternately for ``--rounds``
-rounds: server CPU per request (c=64) and per 20-chunk stream (c=32), medians and new/old ratios,
-and the round-by-round ratio with a 90% bootstrap interval (``paired``).
+rounds: server CPU per request (c=64) and per 20-chunk stream (c=32), and a stream's time to first
+byte (c=1, the asyncio client; what a change that saves writes may cost), medians and new/old
+ratios, and the round-by-round ratio with a 90% bootstrap interval (``paired``).
 ``--providers`` instead compares the gateway's CPU per streamed chat request for three models in
 one gateway: the OpenAI pass-through, Anthropic (named SSE events) and Bedrock (SigV4 signing,
 event-stream frames), each against ``bench/provider_mock.py`` streaming the same 20-token answer
@@ -354,9 +355,11 @@ def compare_trees(rev: str, dur: int, rounds: int, store_kind: str, limits: bool
     measured), same config and store (Redis: a database each), measured alternately."""
     with worktree(rev) as old_tree:
         res = _compare_trees(old_tree, dur, rounds, store_kind, limits)
-    print(f"\nserver CPU, {rev} (old) and this tree (new) alternately: {rounds} rounds of {dur} s each, "
-          f"store {store_kind}{' with four limits on the key' if limits else ''}, gateway on core 1")
-    for k, label in (("req", "per request, c=64 (us)"), ("stream", "per 20-chunk stream, c=32 (us)")):
+    print(f"\nserver CPU and time to first byte, {rev} (old) and this tree (new) alternately: {rounds} "
+          f"rounds of {dur} s each, store {store_kind}{' with four limits on the key' if limits else ''}, "
+          "gateway on core 1")
+    for k, label in (("req", "per request, c=64 (us)"), ("stream", "per 20-chunk stream, c=32 (us)"),
+                     ("ttfb", "stream's first byte, c=1 (us)")):
         o, n = statistics.median(res["old"][k]), statistics.median(res["new"][k])
         runs = "  ".join(f"{name} " + " ".join(f"{x:.0f}" for x in res[name][k]) for name in ("old", "new"))
         print(f"  {label:<32} old {o:6.0f}  new {n:6.0f}  new/old {n / o:.3f}x, "
@@ -370,7 +373,8 @@ def _compare_trees(old_tree: Path, dur: int, rounds: int, store_kind: str,
         os.sched_setaffinity(0, {0})
     py = sys.executable
     procs = Procs()
-    res: dict[str, dict[str, list[float]]] = {t: {"req": [], "stream": []} for t in ("old", "new")}
+    res: dict[str, dict[str, list[float]]] = {t: {k: [] for k in ("req", "stream", "ttfb")}
+                                              for t in ("old", "new")}
     try:
         up = free_port()
         procs.start(pinned("0", [py, str(MOCK), "--port", str(up)]))
@@ -403,6 +407,8 @@ def _compare_trees(old_tree: Path, dur: int, rounds: int, store_kind: str,
                     raise RuntimeError(f"{name}: {a['errors'] + b['errors']} errors")
                 res[name]["req"].append(a["cpu_us"])
                 res[name]["stream"].append(b["cpu_us"])
+                first = asyncio.run(ttfb(base + "/chat/completions", stream, KEY, 200))
+                res[name]["ttfb"].append(statistics.median(first) * 1000)
     finally:
         procs.stop()
     return res
