@@ -413,10 +413,9 @@ class Gateway:
                         or ch.reasoning):
                     last = ch if ch.finish_reason else last
                     held.append(renderer.event(ch))
-                # Events that arrived together go out together, the first ones too: the rest of
-                # an arrival is in hand (ch.more), and one write costs the server less than two
-                # (a 20-chunk stream 0.91x), for a time to first byte that waits only for
-                # the rest of its own arrival to be rendered.
+                # Events that arrived together go out in one write, the first ones too: the rest
+                # of an arrival is in hand (ch.more), and a write costs the server more than
+                # rendering the rest does; the first byte waits only for that rendering.
                 if held and not ch.more:
                     await out.body(held[0] if len(held) == 1 else b"".join(held))
                     held = []

@@ -64,6 +64,11 @@ _msgpack = msgspec.msgpack.Encoder().encode
 _NONE = _msgpack([])  # a cancellation's: it records nothing
 
 
+def _packed_record(record: UsageRecord) -> tuple[bytes, bytes]:
+    """The two arguments that say what a request adds: its aggregate increments and its record."""
+    return _msgpack(agg_increments(record)), _msgpack(record.set_fields())
+
+
 class _Packed:
     """A plan's script arguments that never change, RESP-encoded once."""
 
@@ -344,8 +349,7 @@ class RedisStore:
         (``StoreDown``); when not ``sent`` it does the whole call."""
         mode = (b"2" if refund_request else b"1") if rates else b"0"
         return self._settle_call(plan, record.ticket_id, mode, token_delta, spend_delta, lease_id,
-                                 admitted_ms, record.ts_ms, _msgpack(agg_increments(record)),
-                                 _msgpack(record.set_fields()))
+                                 admitted_ms, record.ts_ms, *_packed_record(record))
 
     async def cancel(self, plan: Plan, *, ticket: str, tokens: int, spend: int, lease_id: str | None) -> None:
         _, result = self._settle_call(plan, ticket, b"c", -tokens, -spend, lease_id, 0, 0, _NONE, _NONE)
@@ -379,8 +383,7 @@ class RedisStore:
         """One EVALSHA of record.lua, on the hot path's connection when it is up (as settle)."""
         t = f"{self.ns}:{tag(team)}"
         keys = (f"{t}:agg:{record.ts_ms // DAY_MS}", f"{t}:aggm:{record.ts_ms // HOUR_MS}", f"{t}:log")
-        args: list[Any] = [self.max_records, record.ts_ms // MINUTE_MS, _msgpack(agg_increments(record)),
-                           _msgpack(record.set_fields())]
+        args: list[Any] = [self.max_records, record.ts_ms // MINUTE_MS, *_packed_record(record)]
         if self._endpoint is None or self._cluster:  # TLS, or a cluster's slot map: redis-py
             return self._run(self._record, keys, args)
         packed = b"*%d\r\n" % (6 + len(args)) + resp(("EVALSHA", self._record[1], 3, *keys, *args))

@@ -96,8 +96,8 @@ class UsageRecord:
         the same defaults (a plain request's record has 18 fields to write, not 29)."""
         out: list[str] = []
         for k, default, v in zip(_NAMES, _DEFAULT_VALUES, _values(self), strict=True):
-            if v != default:  # _str, inline: once per field of every request
-                out += (k, v if type(v) is str else ("1" if v else "0") if type(v) is bool else str(v))
+            if v != default:
+                out += (k, _str(v))
         return out
 
     @classmethod

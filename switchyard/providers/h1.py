@@ -238,16 +238,10 @@ class Answer(httpx.AsyncByteStream):
     async def read(self) -> bytes:
         # A loop on the connection, not over ``self``: no async generator made per answer.
         next_chunk = self.conn.next_chunk
-        first = await next_chunk()
-        if first is None:
-            return b""
-        more = await next_chunk()
-        if more is None:  # the usual whole answer: one arrival
-            return first
-        parts = [first, more]
-        while (more := await next_chunk()) is not None:
-            parts.append(more)
-        return b"".join(parts)
+        parts = []
+        while (chunk := await next_chunk()) is not None:
+            parts.append(chunk)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     async def aclose(self) -> None:
         if not self.closed:
