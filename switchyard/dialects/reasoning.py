@@ -17,6 +17,7 @@ they are named in x-switchyard-warning (``controls_said``). docs/providers.md ha
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -70,13 +71,16 @@ OPENAI_REASONING: tuple[ReasoningModel, ...] = (
 def reasoning_model(*names: str | None) -> ReasoningModel | None:
     """The row of the first of ``names`` that is an OpenAI reasoning model (None: none is)."""
     for name in names:
-        if not name:
-            continue
-        last = name.rsplit("/", 1)[-1].lower()
-        for row in OPENAI_REASONING:
-            if row.names.match(last):
-                return row
+        if name and (row := _row_of(name)) is not None:
+            return row
     return None
+
+
+# Asked of every chat request, with names that repeat; bounded, as a wildcard route takes any name.
+@functools.lru_cache(maxsize=1024)
+def _row_of(name: str) -> ReasoningModel | None:
+    last = name.rsplit("/", 1)[-1].lower()
+    return next((row for row in OPENAI_REASONING if row.names.match(last)), None)
 
 
 def fit_openai_chat(body: dict[str, Any], req: CanonicalRequest, names: tuple[str | None, ...], *,
