@@ -227,14 +227,15 @@ class UpstreamBackend:
                 if resp.status >= 400:
                     raise http_error(dep.name, resp.status, await resp.read(), retry_after_of(resp.header),
                                      self._scrub, self.wire.retry_statuses)
-                answer = self._stream(req, resp) if req.stream else self._whole(req, resp)
                 stops = Emulator(emulation)
+                if not req.stream:  # one batch: no generator of batches for it
+                    for ch in _together(stops.apply(await self._whole(req, resp))):
+                        yield ch
+                    return
+                answer = self._stream(req, resp)
                 try:
                     async for batch in answer:  # the chunks of events that arrived together
-                        out = stops.apply(batch)
-                        for ch in out[:-1]:
-                            ch.more = True
-                        for ch in out:
+                        for ch in _together(stops.apply(batch)):
                             yield ch
                         if stops.all_stopped(req):
                             break  # every choice hit a gateway-applied stop: close the upstream
@@ -255,7 +256,7 @@ class UpstreamBackend:
             return None
         return next((c.usage for c in reversed(chunks) if c.usage is not None), None)
 
-    async def _whole(self, req: CanonicalRequest, resp: Answered) -> AsyncGenerator[list[Chunk], None]:
+    async def _whole(self, req: CanonicalRequest, resp: Answered) -> list[Chunk]:
         raw = await resp.read()
         try:
             chunks = self.codec.whole(raw, req)
@@ -265,7 +266,7 @@ class UpstreamBackend:
             said = resp.header(h) or ""
             if said.isdigit():  # else the gateway's own estimate stands (the tally's)
                 chunks[-1].usage = Usage(prompt_tokens=int(said))
-        yield chunks
+        return chunks
 
     async def _stream(self, req: CanonicalRequest, resp: Answered) -> AsyncGenerator[list[Chunk], None]:
         """The chunks of each arrival of events. A stream must be one (its content type), its
@@ -306,6 +307,13 @@ class UpstreamBackend:
         why = decoder.ending()
         if why is not None:
             raise UpstreamError.broken(name, why)
+
+
+def _together(chunks: list[Chunk]) -> list[Chunk]:
+    """``chunks``, each but the last marked as having more of its arrival behind it."""
+    for ch in chunks[:-1]:
+        ch.more = True
+    return chunks
 
 
 def _echo_of(req: CanonicalRequest, upstream: str) -> str:
