@@ -317,18 +317,16 @@ class Limiter:
             priced = 0  # nothing was called: nothing to price
         cost = ticket.cost_nano = priced or 0
         ticket.unpriced = priced is None
-        rec = UsageRecord(ts_ms=ticket.admitted_ms, key_id=ticket.principal.key_id, team=plan.team,
-                          model=ticket.group or ticket.model, deployment=outcome.deployment,
-                          prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
-                          cached_tokens=usage.cached_tokens, cost_nano=cost, status=outcome.status,
-                          latency_ms=round(outcome.latency_ms, 3), request_id=outcome.request_id,
-                          ticket_id=ticket.id, endpoint=outcome.endpoint, dialect=outcome.dialect,
-                          requested_model=outcome.requested_model, attempts=outcome.attempts,
-                          ttfb_ms=round(outcome.ttfb_ms, 3), cut=outcome.cut, reason=outcome.reason,
-                          cache_write_tokens=usage.cache_write_tokens, unpriced=priced is None,
-                          tags=",".join(ticket.attribution.tags), end_user=ticket.attribution.end_user,
-                          session=ticket.attribution.session,
-                          guardrails=outcome.guardrails)
+        # By position, in the field order (ts_ms ... guardrails): a call by keyword costs 2.4 us
+        # against 0.6. test_a_record_says_every_field_of_its_settlement checks each lands in place.
+        att = ticket.attribution
+        rec = UsageRecord(ticket.admitted_ms, ticket.principal.key_id, plan.team,
+                          ticket.group or ticket.model, outcome.deployment, usage.prompt_tokens,
+                          usage.completion_tokens, usage.cached_tokens, cost, outcome.status,
+                          round(outcome.latency_ms, 3), outcome.request_id, ticket.id, outcome.endpoint,
+                          outcome.dialect, outcome.requested_model, outcome.attempts,
+                          round(outcome.ttfb_ms, 3), outcome.cut, outcome.reason, usage.cache_write_tokens,
+                          priced is None, ",".join(att.tags), att.end_user, att.session, outcome.guardrails)
         if outcome.cache_hit and outcome.saved is not None:
             rec.cache_hit, rec.saved_tokens = True, outcome.saved.total_tokens
             # at the route's own price (""): which deployment gave the original answer is not kept

@@ -14,7 +14,7 @@ from switchyard.core.settings import Limits
 from switchyard.policies.attribution import Attribution
 from switchyard.policies.base import Outcome, Principal, Ticket
 from switchyard.policies.limits import LOWERED_HEADER, Limiter
-from switchyard.policies.store import DAY_MS
+from switchyard.policies.store import DAY_MS, UsageRecord
 from switchyard.policies.usage import usage_row
 from tests.policies.conftest import make_config
 
@@ -324,6 +324,27 @@ async def test_usage_records_and_aggregates(store, limiter_for):
     assert recs[1].cache_write_tokens == 2
     # Sums kept before cache writes were counted read 0 (the hashes have no such field).
     assert usage_row({"requests": 1, "prompt_tokens": 3})["cache_write_tokens"] == 0
+
+
+async def test_a_record_says_every_field_of_its_settlement(store, limiter_for):
+    """Each field of a settled request's record holds its own value (the Limiter builds the record
+    by position: a field out of place would put one value under another's name)."""
+    lim = limiter_for(make_config())
+    att = Attribution(tags=("red", "blue"), end_user="u-1", session="s-1")
+    t = await lim.admit(who(), f"{GPT}/oai", prompt_tokens=40, max_tokens=10, group=GPT, attribution=att)
+    await lim.settle(t, Outcome(Usage(40, 7, cached_tokens=3, cache_write_tokens=2), 201, deployment="oai",
+                                latency_ms=12.3456, ttfb_ms=4.5678, attempts=2, cut=True, request_id="req-1",
+                                endpoint="/v1/chat/completions", dialect="openai",
+                                requested_model="gpt-4o-alias", reason="upstream:502", guardrails="pii:mask"))
+    [rec] = await store.records("ml", 1)
+    want = UsageRecord(ts_ms=t.admitted_ms, key_id="alice", team="ml", model=GPT, deployment="oai",
+                       prompt_tokens=40, completion_tokens=7, cached_tokens=3,
+                       cost_nano=40 * 2500 + 7 * 10_000,
+                       status=201, latency_ms=12.346, request_id="req-1", ticket_id=t.id,
+                       endpoint="/v1/chat/completions", dialect="openai", requested_model="gpt-4o-alias",
+                       attempts=2, ttfb_ms=4.568, cut=True, reason="upstream:502", cache_write_tokens=2,
+                       unpriced=False, tags="red,blue", end_user="u-1", session="s-1", guardrails="pii:mask")
+    assert rec == want
 
 
 async def test_sums_beyond_a_double_s_precision_stay_exact(store, limiter_for):
