@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import math
 import re
 import ssl
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -30,7 +31,12 @@ class _Conn(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.closed = False
+        # The last request's deadline (loop time). Its watchdog, once armed, stays armed across
+        # requests and re-arms itself while the deadline lies ahead: a request on a kept
+        # connection stores a float, not a timer armed and cancelled (3.3 us under uvloop).
+        self.due = 0.0
         self.watchdog: asyncio.TimerHandle | None = None
+        self.watch_at = 0.0  # when the armed watchdog fires
         self.busy = False  # a request is out and its answer not yet handed back
         self.poisoned = False  # bytes came that no request asked for: never reuse
         self.idle_since = 0.0  # loop time it went back to the pool
@@ -164,11 +170,33 @@ class _Conn(asyncio.Protocol):
             self.head.exception()  # mark retrieved: the caller may be gone already
         self._wake()
 
+    def watch(self, deadline: float | None) -> None:
+        """Bound the request now out by ``deadline`` (loop time; None: unbounded)."""
+        if deadline is None:
+            self.due = math.inf
+            return
+        self.due = deadline
+        if self.watchdog is None or self.watch_at > deadline:
+            if self.watchdog is not None:
+                self.watchdog.cancel()
+            self.watch_at = deadline
+            self.watchdog = asyncio.get_running_loop().call_at(deadline, self._tick)
+
+    def _tick(self) -> None:
+        self.watchdog = None
+        if self.due == math.inf:
+            return
+        loop = asyncio.get_running_loop()
+        if self.due > loop.time():  # a later request's deadline: wait for it
+            self.watch_at = self.due
+            self.watchdog = loop.call_at(self.due, self._tick)
+            return
+        self.expire()
+
     def expire(self) -> None:
         """The request's deadline passed: fail whoever waits, drop the connection, and give its
         pool slot back now (whoever holds the answer may not close it for a while: a caller that
-        does not read its stream)."""
-        self.watchdog = None
+        does not read its stream). A whole answer's connection stays (idle, or read to its end)."""
         if not self.complete:
             self._fail(httpx.ReadTimeout("the upstream did not finish before the deadline"))
             self.close()
@@ -179,6 +207,14 @@ class _Conn(asyncio.Protocol):
         slot, self.slot = self.slot, None
         if slot is not None:
             slot.release()
+
+    def drop(self) -> None:
+        """Close it for good, its watchdog too (a closed connection's deadline still frees its
+        slot: ``expire``)."""
+        if self.watchdog is not None:
+            self.watchdog.cancel()
+            self.watchdog = None
+        self.close()
 
     def close(self) -> None:
         self.closed = True
@@ -322,8 +358,7 @@ class H1Transport(httpx.AsyncBaseTransport):
                 conn.busy = True
                 conn.slot = slots
                 conn.transport.write(wire)  # type: ignore[union-attr]  # a busy connection is connected
-                if deadline is not None:
-                    conn.watchdog = asyncio.get_running_loop().call_at(deadline, conn.expire)
+                conn.watch(deadline)
                 try:
                     await conn.head
                     break
@@ -334,7 +369,7 @@ class H1Transport(httpx.AsyncBaseTransport):
                     # (counted as an attempt): one retry policy, not two stacked.
                     if conn.reused and conn.received == 0 and not conn.reset_by_peer and not fresh:
                         conn.slot = None  # (kept for the next connection)
-                        self._drop(conn)
+                        conn.drop()
                         conn = None
                         continue
                     raise
@@ -343,14 +378,11 @@ class H1Transport(httpx.AsyncBaseTransport):
                 slots.release()
             else:
                 conn.free()  # (unless the watchdog did)
-                self._drop(conn)
+                conn.drop()
             raise
 
         def done(c: _Conn) -> None:
             c.busy = False
-            if c.watchdog is not None:
-                c.watchdog.cancel()
-                c.watchdog = None
             if c.reusable:
                 loop = asyncio.get_running_loop()
                 c.idle_since = loop.time()
@@ -358,7 +390,7 @@ class H1Transport(httpx.AsyncBaseTransport):
                 if self._sweeper is None:
                     self._sweeper = loop.call_later(IDLE_TIMEOUT, self._sweep)
             else:
-                c.close()  # a half-read body: the connection cannot be reused
+                c.drop()  # a half-read body: the connection cannot be reused
             c.free()  # (unless its deadline's watchdog gave it back already)
 
         assert conn is not None  # (the loop ends with a connection or raises)
@@ -384,7 +416,7 @@ class H1Transport(httpx.AsyncBaseTransport):
                     and not conn.transport.is_closing() and now - conn.idle_since < conn.idle_for):
                 conn.reused = True
                 return conn
-            conn.close()
+            conn.drop()
         scheme, host, port = origin
         ctx = None
         if scheme == b"https":
@@ -400,13 +432,6 @@ class H1Transport(httpx.AsyncBaseTransport):
         conn.reused = False
         return conn
 
-    @staticmethod
-    def _drop(conn: _Conn) -> None:
-        if conn.watchdog is not None:
-            conn.watchdog.cancel()
-            conn.watchdog = None
-        conn.close()
-
     def _sweep(self) -> None:
         """Close the pool's expired connections (a busy pool reuses the newest first, so the
         oldest would otherwise sit open for as long as the server lets them)."""
@@ -419,7 +444,7 @@ class H1Transport(httpx.AsyncBaseTransport):
                 keep = set(map(id, fit))
                 for c in conns:
                     if id(c) not in keep:
-                        c.close()
+                        c.drop()
                 conns[:] = fit
             left = left or bool(fit)
         if left:
@@ -431,5 +456,5 @@ class H1Transport(httpx.AsyncBaseTransport):
             self._sweeper = None
         for conns in self._idle.values():
             for c in conns:
-                c.close()
+                c.drop()
         self._idle.clear()

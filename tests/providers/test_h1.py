@@ -345,3 +345,63 @@ async def test_a_reset_pooled_connection_is_not_resent():
             await fetch(t, port)  # on the pooled connection
         assert conns == [1, 1]
         await t.aclose()
+
+
+@asynccontextmanager
+async def slow_server(delays: list[float]) -> AsyncIterator[int]:
+    """One answer per request on a kept connection, the n-th after ``delays[n]`` seconds."""
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            for delay in delays:
+                await reader.readuntil(b"\r\n\r\n{}")
+                await asyncio.sleep(delay)
+                writer.write(ok(b"late" if delay else b"prompt"))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    try:
+        yield server.sockets[0].getsockname()[1]
+    finally:
+        server.close()
+
+
+async def answer_by(t: H1Transport, port: int, within: float | None) -> bytes:
+    deadline = asyncio.get_running_loop().time() + within if within is not None else None
+    ans = await t.open((b"http", b"127.0.0.1", port), REQUEST, deadline=deadline)
+    try:
+        return await ans.read()
+    finally:
+        await ans.aclose()
+
+
+async def test_a_kept_connection_s_next_request_has_its_own_deadline():
+    """A connection's watchdog outlives the request that armed it: the next request on it is
+    bounded by its own deadline, later or earlier than the first's."""
+    async with slow_server([0, 0.6, 0, 0.6, 0, 3]) as port:
+        t = H1Transport()
+        assert await answer_by(t, port, 0.3) == b"prompt"
+        # The first deadline passes while this answer is on its way: the request stands.
+        assert await answer_by(t, port, 5) == b"late"
+        assert await answer_by(t, port, 0.3) == b"prompt"
+        assert await answer_by(t, port, None) == b"late"  # and one with no deadline at all
+        assert await answer_by(t, port, 30) == b"prompt"
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        # An earlier deadline than the one armed: it holds, not the 30 s.
+        with pytest.raises(httpx.ReadTimeout, match="deadline"):
+            await asyncio.wait_for(answer_by(t, port, 0.3), 2)
+        assert loop.time() - started < 2
+        await t.aclose()
+
+
+async def test_an_idle_connection_outlives_its_last_request_s_deadline():
+    async with raw_server(lambda n, _: ok(b"x")) as (port, conns):
+        t = H1Transport()
+        assert await answer_by(t, port, 0.2) == b"x"
+        await asyncio.sleep(0.4)  # its watchdog fires on an idle connection: nothing to bound
+        assert await answer_by(t, port, 5) == b"x"
+        assert conns == [1, 1]
+        await t.aclose()
