@@ -14,11 +14,10 @@ import socket
 import sys
 import time
 from collections.abc import AsyncGenerator, Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from switchyard.core.canonical import CanonicalRequest, Chunk
+from switchyard.core.canonical import CanonicalRequest, Chunk, replace
 from switchyard.core.deployments import DeploymentConfig, EngineConfig
 from switchyard.core.errors import InvalidRequest, Unavailable
 from switchyard.engine import tools

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import json
 import secrets
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from switchyard.core.canonical import CanonicalRequest, Chunk, Constraint
+from switchyard.core.canonical import CanonicalRequest, Chunk, Constraint, replace
 from switchyard.core.errors import InvalidRequest
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"

@@ -18,12 +18,11 @@ import hmac
 import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping
-from dataclasses import replace
 from typing import Any
 
 import msgspec
 
-from switchyard.core.canonical import CanonicalRequest, Chunk, Usage
+from switchyard.core.canonical import CanonicalRequest, Chunk, Usage, replace
 from switchyard.core.config import Config
 from switchyard.core.deployments import default_output_tokens
 from switchyard.core.errors import Forbidden, GatewayError, InvalidRequest, Unauthorized, Unavailable

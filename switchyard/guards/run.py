@@ -11,10 +11,9 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncGenerator, Callable
-from dataclasses import replace
 from typing import Any
 
-from switchyard.core.canonical import CanonicalRequest, Chunk
+from switchyard.core.canonical import CanonicalRequest, Chunk, replace
 from switchyard.core.errors import InvalidRequest
 from switchyard.guards.detectors import Detector, detector
 from switchyard.guards.rules import Plan, Rule

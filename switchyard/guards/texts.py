@@ -6,10 +6,9 @@ inputs. Each dialect's parser has already put its text in these places (``core.c
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
-from switchyard.core.canonical import CanonicalRequest, Prompt
+from switchyard.core.canonical import CanonicalRequest, Prompt, replace
 
 Edit = Callable[[str], str]  # a text -> the text to send (the same object when unchanged)
 

@@ -7,14 +7,13 @@ adds cookies, redirects and auth hooks we do not use, at a cost of tens of micro
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import AsyncGenerator
 from typing import Any
 
 import httpx
 import msgspec
 
-from switchyard.core.canonical import CanonicalRequest, Chunk, Usage
+from switchyard.core.canonical import CanonicalRequest, Chunk, Usage, replace
 from switchyard.core.deployments import DeploymentConfig, split_query
 from switchyard.core.errors import InvalidRequest, UpstreamError
 from switchyard.core.propagation import OUTGOING
@@ -195,7 +194,7 @@ class UpstreamBackend:
         if req.echo is not None and not self.wire.caps.echo:  # (echo: false is no request at all)
             if req.echo and req.kind == "completion":  # every chat-only upstream: emulated, here alone
                 echo = _echo_of(req, self.wire.name)
-            req = dataclasses.replace(req, echo=None)
+            req = replace(req, echo=None)
         if req.kind == "completion" and ("completion", req.stream) not in self.wire.paths:
             req = _as_chat(req, self.wire.name)
         target = self._target(req, upstream_model)  # a kind the row has no path for: refused first
@@ -330,7 +329,7 @@ def _echo_of(req: CanonicalRequest, upstream: str) -> str:
 def _as_chat(req: CanonicalRequest, upstream: str) -> CanonicalRequest:
     """A completion body (any completion dialect) for a chat-only API: its prompt as one user
     message."""
-    return dataclasses.replace(req, kind="chat", prompt=None,
+    return replace(req, kind="chat", prompt=None,
                                messages=[{"role": "user", "content": one_prompt(req, upstream)}])
 
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import AsyncGenerator, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from switchyard.core.canonical import CanonicalRequest, Chunk, Prompt, TokenLogprob, Usage
+from switchyard.core.canonical import CanonicalRequest, Chunk, Prompt, TokenLogprob, Usage, replace
 from switchyard.routing.resolve import Caps
 
 Call = Callable[[CanonicalRequest], AsyncGenerator[Chunk, None]]

@@ -13,7 +13,6 @@ health only when the error says it is the deployment's fault, and once per reque
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import math
 import random
@@ -22,7 +21,7 @@ from collections.abc import AsyncGenerator, Callable, Iterator
 from typing import TYPE_CHECKING
 
 from switchyard.core.backend import Backend
-from switchyard.core.canonical import CanonicalRequest, Chunk
+from switchyard.core.canonical import CanonicalRequest, Chunk, replace
 from switchyard.core.config import Config
 from switchyard.core.errors import GatewayError, RateLimited, Unavailable, UpstreamError
 from switchyard.core.logs import Throttled
@@ -192,7 +191,7 @@ class Router:
                 first = await anext(gen)
             else:
                 # A backend's own timeout ends with the request's: it sees the time left.
-                left = dataclasses.replace(req, timeout=deadline - start)
+                left = replace(req, timeout=deadline - start)
                 async with asyncio.timeout(deadline - start):
                     gen = self._open(target, left, route)
                     first = await anext(gen)

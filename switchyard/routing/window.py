@@ -13,9 +13,8 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Callable
-from dataclasses import replace
 
-from switchyard.core.canonical import CanonicalRequest, OverflowPolicy, Prompt
+from switchyard.core.canonical import CanonicalRequest, OverflowPolicy, Prompt, replace
 from switchyard.core.deployments import ModelConfig
 from switchyard.core.errors import GatewayError, InvalidRequest
 from switchyard.dialects.defaults import sampling_defaults
