@@ -330,7 +330,7 @@ def _as_chat(req: CanonicalRequest, upstream: str) -> CanonicalRequest:
     """A completion body (any completion dialect) for a chat-only API: its prompt as one user
     message."""
     return replace(req, kind="chat", prompt=None,
-                               messages=[{"role": "user", "content": one_prompt(req, upstream)}])
+                   messages=[{"role": "user", "content": one_prompt(req, upstream)}])
 
 
 async def _read_some(resp: Answered, limit: int) -> bytes:
