@@ -109,7 +109,9 @@ class Native:
     gateway owns, such as the model name, is changed). Translating backends ignore it."""
 
     api: str  # the caller's API ("anthropic")
-    body: bytes  # exactly as received
+    # As received, decoded once (an 87 KB Claude Code body takes 97 us to decode). Read-only: a
+    # lane's copy changes only its top level, and each change below it is a copy (copy-on-write).
+    body: dict[str, Any]
     headers: dict[str, str]  # the API's own headers as sent (anthropic-version, anthropic-beta)
     # What a translating backend leaves out of the request (optional in the caller's API, such as
     # thinking or cache_control): named in x-switchyard-warning where the route translates.

@@ -79,7 +79,7 @@ class UpstreamBackend:
             return None
         count, counted = lane.body, lane.read
         dep = self.deployment
-        body = count(msgspec.json.decode(native.body), self.upstream_model, dep.allow_extra_params)
+        body = count(native.body, self.upstream_model, dep.allow_extra_params)
         if self._query:
             path += ("&" if "?" in path else "?") + self._query
         raw = _encode(body)
@@ -159,7 +159,7 @@ class UpstreamBackend:
         if self._native is not None and req.native is not None and self._is_native(req):
             # The caller's own body (cache_control, system blocks, thinking signatures kept),
             # but for what the gateway owns; its unknown fields pass only when allowed.
-            body = self._native(msgspec.json.decode(req.native.body), req, upstream_model,
+            body = self._native(req.native.body, req, upstream_model,
                                 dep.allow_extra_params)
             emulation = Emulation()
         else:

@@ -4,12 +4,15 @@ long prompt earns from the Anthropic mock acting as Anthropic's prompt cache."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
+from switchyard.core.canonical import CanonicalRequest
 from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.settings import ConfigError
+from switchyard.providers.anthropic import CODEC
 from switchyard.providers.anthropic.codec import AUTO_CACHE_CHARS, auto_breakpoints
 from switchyard.providers.rows import ROWS, wire_for
 from tests.fakes.anthropic import FakeAnthropic
@@ -74,3 +77,25 @@ def test_breakpoints_are_placed_where_the_codec_writes_messages_bodies():
     assert all(places(provider=name, **dep) for name, dep in claude.items())
     others = {"bedrock": {"region": "r", "model": "anthropic.claude-x"}, "vertex": {"project": "p"}}
     assert not any(places(provider=name, **others.get(name, {})) for name in ROWS if name != "anthropic")
+
+
+def test_the_native_lane_leaves_the_callers_decoded_body_as_it_came() -> None:
+    """The caller's body is decoded once (``Native.body``) and each attempt's native body is made
+    from it: neither the lane nor its breakpoints may change it, or a retry would send another."""
+    tools = [{"name": f"t{i}", "description": "d " * 400, "input_schema": {"type": "object"}}
+             for i in range(6)]
+    thinking = {"type": "thinking", "thinking": "", "signature": ""}  # one this gateway wrote: dropped
+    answer = {"role": "assistant", "content": [thinking, {"type": "text", "text": "a"}]}
+    doc: dict[str, Any] = {"model": "anthropic/claude", "max_tokens": 64000, "tools": tools,
+                           "system": [{"type": "text", "text": LONG}],
+                           "messages": [{"role": "user", "content": "q"}, answer]}
+    before = json.dumps(doc)
+    req = CanonicalRequest(kind="chat", model="anthropic/claude", dialect="anthropic", max_tokens=100)
+    for _ in range(2):
+        out = CODEC.native(doc, req, "claude-up")
+        assert auto_breakpoints(out)
+        ephemeral = {"type": "ephemeral"}
+        assert out["tools"][-1]["cache_control"] == out["system"][-1]["cache_control"] == ephemeral
+        assert out["max_tokens"] == 100 and out["model"] == "claude-up"
+        assert out["messages"][1]["content"] == [{"type": "text", "text": "a"}]
+        assert json.dumps(doc) == before

@@ -407,7 +407,7 @@ def read_request(body: Any, raw: bytes, headers: Mapping[str, str], *, strict: b
         reader._cache(t)
     if headers.get(wire.BETA_HEADER):
         reader.drop(wire.BETA_HEADER)
-    native = Native("anthropic", raw, {k: headers[k] for k in (wire.VERSION_HEADER, wire.BETA_HEADER)
+    native = Native("anthropic", body, {k: headers[k] for k in (wire.VERSION_HEADER, wire.BETA_HEADER)
                                         if k in headers}, tuple(reader.optional))
     return CanonicalRequest(
         kind="chat", model=got["model"], dialect="anthropic", messages=messages,
