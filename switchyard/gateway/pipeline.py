@@ -227,7 +227,7 @@ class Gateway:
         if isinstance(body, dict):
             self._default_model(body, principal, ep)
         if ep.read is not None:
-            req = ep.read(body, raw, headers, strict=principal.strict, count=ep.counts)
+            req = ep.read(body, headers, strict=principal.strict, count=ep.counts)
         else:
             req = parse_request(dialect, body, kind=ep.kind, strict=principal.strict)
         ctx.requested_model = model_name(req.model)

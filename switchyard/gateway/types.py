@@ -20,9 +20,9 @@ SSE = "text/event-stream"
 
 class Reader(Protocol):
     """A dialect whose request needs more than its table (several fields at once, the headers):
-    reads the decoded body (and its bytes, kept for a deployment that speaks the dialect)."""
+    reads the decoded body (kept whole for a deployment that speaks the dialect)."""
 
-    def __call__(self, body: Any, raw: bytes, headers: Mapping[str, str], *, strict: bool = False,
+    def __call__(self, body: Any, headers: Mapping[str, str], *, strict: bool = False,
                  count: bool = False) -> CanonicalRequest: ...
 
 

@@ -159,8 +159,7 @@ class UpstreamBackend:
         if self._native is not None and req.native is not None and self._is_native(req):
             # The caller's own body (cache_control, system blocks, thinking signatures kept),
             # but for what the gateway owns; its unknown fields pass only when allowed.
-            body = self._native(req.native.body, req, upstream_model,
-                                dep.allow_extra_params)
+            body = self._native(req.native.body, req, upstream_model, dep.allow_extra_params)
             emulation = Emulation()
         else:
             body, emulation = self.codec.render(req, upstream_model, dep)

@@ -356,7 +356,7 @@ def version_of(headers: Mapping[str, str]) -> str:
     return version
 
 
-def read_request(body: Any, raw: bytes, headers: Mapping[str, str], *, strict: bool = False,
+def read_request(body: Any, headers: Mapping[str, str], *, strict: bool = False,
                  count: bool = False) -> CanonicalRequest:
     """The canonical request of a Messages body (``count``: a count_tokens body, which has no
     ``max_tokens``). Raises InvalidRequest naming the field at fault."""
