@@ -350,7 +350,10 @@ async def test_a_reset_pooled_connection_is_not_resent():
 @asynccontextmanager
 async def slow_server(delays: list[float]) -> AsyncIterator[int]:
     """One answer per request on a kept connection, the n-th after ``delays[n]`` seconds."""
+    writers: list[asyncio.StreamWriter] = []
+
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writers.append(writer)
         try:
             for delay in delays:
                 await reader.readuntil(b"\r\n\r\n{}")
@@ -366,6 +369,8 @@ async def slow_server(delays: list[float]) -> AsyncIterator[int]:
         yield server.sockets[0].getsockname()[1]
     finally:
         server.close()
+        for w in writers:  # (a handler still sleeping on a late answer holds one open)
+            w.close()
 
 
 async def answer_by(t: H1Transport, port: int, within: float | None) -> bytes:
