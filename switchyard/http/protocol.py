@@ -36,6 +36,7 @@ import httptools
 import uvicorn
 from uvicorn.server import ServerState
 
+from switchyard.core.deadline import Deadline
 from switchyard.core.errors import InvalidRequest
 from switchyard.core.settings import ServerConfig
 from switchyard.dialects.errors import error_bytes
@@ -56,7 +57,6 @@ _BAD_VALUE = re.compile(b"[\x00-\x08\x0a-\x1f\x7f]")
 _METHODS = {m.encode(): m for m in ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")}
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
 _DISCONNECTED = {"type": "http.disconnect"}
-_NO_DEADLINE = 0.0
 
 
 class ServeConfig(uvicorn.Config):
@@ -100,12 +100,8 @@ class Http11(asyncio.Protocol):
         self.write_paused = False
         self.drained: asyncio.Future[None] | None = None  # what a paused writer waits on
         self.read_paused = False
-        # One timer for every deadline (headers, body, idle): ``due`` moves freely and the timer,
-        # armed no later than it, re-arms itself when it fires early. Per request that is a float
-        # written, not a timer armed and cancelled.
-        self.due = _NO_DEADLINE
-        self.timer: asyncio.TimerHandle | None = None
-        self.timer_at = 0.0
+        # One timer for every deadline (headers, body, idle): per request a float written.
+        self.deadline = Deadline(self.loop, self._expired)
         self.idle = False  # the deadline is an idle keep-alive connection's: closed without a word
         self.stall: asyncio.TimerHandle | None = None  # armed while writing is paused
         self.unsent = 0  # bytes buffered when it was armed
@@ -113,20 +109,10 @@ class Http11(asyncio.Protocol):
     # -- deadlines --------------------------------------------------------------------------
 
     def _until(self, seconds: float) -> None:
-        due = self.due = self.loop.time() + seconds
-        if self.timer is None or self.timer_at > due:
-            if self.timer is not None:
-                self.timer.cancel()
-            self.timer_at = due
-            self.timer = self.loop.call_at(due, self._tick)
+        self.deadline.set(self.loop.time() + seconds)
 
-    def _tick(self) -> None:
-        self.timer = None
-        if self.due == _NO_DEADLINE or self.transport.is_closing():
-            return
-        if self.loop.time() < self.due:
-            self.timer_at = self.due
-            self.timer = self.loop.call_at(self.due, self._tick)
+    def _expired(self) -> None:
+        if self.transport.is_closing():
             return
         answering = self.answering
         if not self.idle and (answering is None or answering.complete):  # a request too slow: say why
@@ -146,11 +132,10 @@ class Http11(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.state.connections.discard(self)
-        self.due = _NO_DEADLINE
-        for handle in (self.timer, self.stall):
-            if handle is not None:
-                handle.cancel()
-        self.timer = self.stall = None
+        self.deadline.cancel()
+        if self.stall is not None:
+            self.stall.cancel()
+            self.stall = None
         for ex in (self.answering, self.reading):
             if ex is not None:
                 ex.lost()
@@ -299,7 +284,7 @@ class Http11(asyncio.Protocol):
         ex.wake()
 
     def on_message_complete(self) -> None:
-        self.due = _NO_DEADLINE  # the app has the request now: its own deadlines apply
+        self.deadline.clear()  # the app has the request now: its own deadlines apply
         ex, self.reading = self.reading, None
         if ex is None or ex.complete:
             return

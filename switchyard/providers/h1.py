@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import math
 import re
 import ssl
 from collections.abc import AsyncIterator, Callable, Iterable
 
 import httptools
 import httpx
+
+from switchyard.core.deadline import Deadline
 
 _HIGH_WATER = 64  # body chunks buffered before we stop reading from the socket
 IDLE_TIMEOUT = 30.0  # seconds a pooled connection is trusted idle, unless Keep-Alive says less
@@ -31,12 +32,8 @@ class _Conn(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.closed = False
-        # The last request's deadline (loop time). Its watchdog, once armed, stays armed across
-        # requests and re-arms itself while the deadline lies ahead: a request on a kept
-        # connection stores a float, not a timer armed and cancelled (3.3 us under uvloop).
-        self.due = 0.0
-        self.watchdog: asyncio.TimerHandle | None = None
-        self.watch_at = 0.0  # when the armed watchdog fires
+        # The request's deadline; one timer across the requests of a kept connection.
+        self.deadline = Deadline(asyncio.get_running_loop(), self.expire)
         self.busy = False  # a request is out and its answer not yet handed back
         self.poisoned = False  # bytes came that no request asked for: never reuse
         self.idle_since = 0.0  # loop time it went back to the pool
@@ -170,29 +167,6 @@ class _Conn(asyncio.Protocol):
             self.head.exception()  # mark retrieved: the caller may be gone already
         self._wake()
 
-    def watch(self, deadline: float | None) -> None:
-        """Bound the request now out by ``deadline`` (loop time; None: unbounded)."""
-        if deadline is None:
-            self.due = math.inf
-            return
-        self.due = deadline
-        if self.watchdog is None or self.watch_at > deadline:
-            if self.watchdog is not None:
-                self.watchdog.cancel()
-            self.watch_at = deadline
-            self.watchdog = asyncio.get_running_loop().call_at(deadline, self._tick)
-
-    def _tick(self) -> None:
-        self.watchdog = None
-        if self.due == math.inf:
-            return
-        loop = asyncio.get_running_loop()
-        if self.due > loop.time():  # a later request's deadline: wait for it
-            self.watch_at = self.due
-            self.watchdog = loop.call_at(self.due, self._tick)
-            return
-        self.expire()
-
     def expire(self) -> None:
         """The request's deadline passed: fail whoever waits, drop the connection, and give its
         pool slot back now (whoever holds the answer may not close it for a while: a caller that
@@ -209,11 +183,9 @@ class _Conn(asyncio.Protocol):
             slot.release()
 
     def drop(self) -> None:
-        """Close it for good, its watchdog too (a closed connection's deadline still frees its
+        """Close it for good, its deadline too (a closed connection's deadline still frees its
         slot: ``expire``)."""
-        if self.watchdog is not None:
-            self.watchdog.cancel()
-            self.watchdog = None
+        self.deadline.cancel()
         self.close()
 
     def close(self) -> None:
@@ -358,7 +330,10 @@ class H1Transport(httpx.AsyncBaseTransport):
                 conn.busy = True
                 conn.slot = slots
                 conn.transport.write(wire)  # type: ignore[union-attr]  # a busy connection is connected
-                conn.watch(deadline)
+                if deadline is None:
+                    conn.deadline.clear()
+                else:
+                    conn.deadline.set(deadline)
                 try:
                     await conn.head
                     break
