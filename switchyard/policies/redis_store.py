@@ -30,7 +30,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError
 
 from switchyard.policies.plan import KINDS, Plan, resv_keys, tag
-from switchyard.policies.resp import ReplyError, RespConnection, bulk
+from switchyard.policies.resp import ReplyError, RespConnection, bulk, bulks, encode
 from switchyard.policies.store import (
     AUDIT_KEPT,
     DAY_MS,
@@ -52,12 +52,6 @@ _REDIRECTS = {"MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN"}
 _KINDS = {k.encode(): k for k in (*KINDS, "too_large", "cancelled")}
 
 
-def resp(args: Any) -> bytes:
-    """RESP-encode a command's arguments. Several times faster than redis-py's packer, and the
-    static parts of a plan's calls are encoded once (``_Packed``)."""
-    return b"".join([bulk(a) for a in args])
-
-
 # A settlement's aggregate increments and its record travel as one msgpack argument each (the
 # scripts unpack them with cmsgpack): two bulk strings, not one per field and value.
 _msgpack = msgspec.msgpack.Encoder().encode
@@ -77,21 +71,22 @@ class _Packed:
     def __init__(self, plan: Plan, admit_sha: str, settle_sha: str) -> None:
         self.plan = plan
         self.slot = key_slot(plan.log.encode())  # every key of the plan: the team's hash tag
-        self.keys = resp(plan.keys)
-        self.vector = resp(plan.vector)
-        self.resv = resp(plan.resv)
+        self.keys = bulks(plan.keys)
+        self.vector = bulks(plan.vector)
+        self.resv = bulks(plan.resv)
         # Then the ticket's mark, as the last key of either script.
         n = 3 + len(plan.keys) + 3 + 5 + len(plan.vector)
-        self.admit_head = (b"*%d\r\n" % n + resp(("EVALSHA", admit_sha, len(plan.keys) + 3)) + self.keys
+        self.admit_head = (b"*%d\r\n" % n + bulks(("EVALSHA", admit_sha, len(plan.keys) + 3)) + self.keys
                            + self.resv)
-        self.settle_head = resp(("EVALSHA", settle_sha, len(plan.keys) + 6)) + self.keys
+        self.settle_head = bulks(("EVALSHA", settle_sha, len(plan.keys) + 6)) + self.keys
         self.log = bulk(plan.log)
 
 
 def _script(name: str) -> tuple[str, str]:
-    """A script's text, with the shared calendar functions first, and its SHA1 for EVALSHA."""
+    """A script's text, with the shared functions first (calendar.lua, keep.lua), and its SHA1 for
+    EVALSHA."""
     scripts = resources.files("switchyard.policies").joinpath("scripts")
-    text = scripts.joinpath("calendar.lua").read_text() + scripts.joinpath(f"{name}.lua").read_text()
+    text = "".join(scripts.joinpath(f"{n}.lua").read_text() for n in ("calendar", "keep", name))
     return text, hashlib.sha1(text.encode()).hexdigest()
 
 
@@ -331,7 +326,7 @@ class RedisStore:
         pk = self._packed(plan)
         mark = plan.mark_prefix + ticket
         dyn = (tokens, spend, lease_id or "", lease_ttl_ms, self.skew_ms)
-        packed = pk.admit_head + bulk(mark) + resp(dyn) + pk.vector
+        packed = pk.admit_head + bulk(mark) + bulks(dyn) + pk.vector
         r = await self._fast(pk, packed, self._admit, (*plan.keys, *plan.resv, mark),
                              lambda: [*dyn, *plan.vector], self._write_now(pk, packed))
         if r[0] == 1:
@@ -386,7 +381,7 @@ class RedisStore:
         args: list[Any] = [self.max_records, record.ts_ms // MINUTE_MS, *_packed_record(record)]
         if self._endpoint is None or self._cluster:  # TLS, or a cluster's slot map: redis-py
             return self._run(self._record, keys, args)
-        packed = b"*%d\r\n" % (6 + len(args)) + resp(("EVALSHA", self._record[1], 3, *keys, *args))
+        packed = encode(("EVALSHA", self._record[1], 3, *keys, *args))
         fut = self._write_now(None, packed, defer=True)
         if fut is None:
             return self._run(self._record, keys, args)

@@ -178,6 +178,13 @@ def bulk(a: Any) -> bytes:
     return b"$%d\r\n%s\r\n" % (len(b), b)
 
 
+def bulks(args: Any) -> bytes:
+    """Bulk strings one after another: a command's arguments without their count (a script's
+    static arguments are encoded once this way; see ``redis_store._Packed``). Several times faster
+    than redis-py's packer."""
+    return b"".join([bulk(a) for a in args])
+
+
 def encode(args: Any) -> bytes:
     """A whole command."""
-    return b"*%d\r\n" % len(args) + b"".join([bulk(a) for a in args])
+    return b"*%d\r\n" % len(args) + bulks(args)

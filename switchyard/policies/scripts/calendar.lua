@@ -1,4 +1,4 @@
--- Calendar arithmetic shared by admit.lua and settle.lua (prepended to each when loaded):
+-- Calendar arithmetic shared by admit.lua and settle.lua (prepended to every script when loaded):
 -- quota months are civil months of the UTC day number.
 local function month_of(d)  -- civil-from-days: year * 12 + month - 1
   local z = d + 719468

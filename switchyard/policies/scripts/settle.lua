@@ -111,27 +111,8 @@ end
 
 if cancel then return 1 end
 redis.call('SET', mark, 's', 'PX', 30000)  -- settled: nothing left to cancel or replay
-local agg, aggm, log = KEYS[#KEYS - 5], KEYS[#KEYS - 4], KEYS[#KEYS - 3]
 local p = 8 + nscopes * 7
-local aggs = cmsgpack.unpack(ARGV[p])
--- The minute's fields are the day's with the minute in place of the key (store.agg_increments).
-local minute = tostring(math.floor(admitted / 60000))
--- A tag's, end user's or session's field ("\30...": policies.attribution) goes to the day's
--- hash of such sums (the same {team} slot), kept DIMENSION_DAYS, with no minute copy.
-local aggx, dims = agg .. ':x', false
-for j = 1, #aggs, 2 do
-  local f, inc = aggs[j], aggs[j + 1]
-  if string.byte(f, 1) == 30 then
-    redis.call('HINCRBY', aggx, f, inc)
-    dims = true
-  else
-    redis.call('HINCRBY', agg, f, inc)
-    local at = string.find(f, '\31', 1, true)  -- (start, end): keep the start only
-    redis.call('HINCRBY', aggm, minute .. string.sub(f, at), inc)
-  end
-end
-if dims then redis.call('PEXPIRE', aggx, 35 * 86400000) end  -- store.DIMENSION_DAYS
-redis.call('PEXPIRE', agg, 400 * DAY)
-redis.call('PEXPIRE', aggm, 7260000)  -- store.MINUTES_KEPT_MS
-redis.call('XADD', log, 'MAXLEN', '~', maxrec, '*', unpack(cmsgpack.unpack(ARGV[p + 1])))
+-- The day's aggregate, the admission's minute's (its hour's hash), the record stream (keep.lua).
+keep(KEYS[#KEYS - 5], KEYS[#KEYS - 4], KEYS[#KEYS - 3], maxrec, tostring(math.floor(admitted / 60000)),
+     cmsgpack.unpack(ARGV[p]), cmsgpack.unpack(ARGV[p + 1]))
 return 1
