@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import httpx
@@ -18,6 +18,28 @@ REQUEST = b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\
 
 Answerer = Callable[[int, bytes], bytes | None]  # (request number, request bytes) -> bytes to send
 RESET = b"<reset>"  # an answer that resets the connection (RST, not FIN) without a byte
+
+
+@asynccontextmanager
+async def tcp_server(handle: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+                     ) -> AsyncIterator[int]:
+    """A loopback server running ``handle`` per connection; yields its port. At the end it closes
+    every connection a handler left open (one still waiting on a read, say), so no socket
+    outlives the test."""
+    writers: list[asyncio.StreamWriter] = []
+
+    async def tracked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writers.append(writer)
+        await handle(reader, writer)
+
+    server = await asyncio.start_server(tracked, "127.0.0.1", 0)
+    try:
+        yield server.sockets[0].getsockname()[1]
+    finally:
+        server.close()
+        for w in writers:
+            w.close()
+        await asyncio.sleep(0)  # the transports close on the loop's next turn
 
 
 @asynccontextmanager
@@ -55,11 +77,8 @@ async def raw_server(answer: Answerer, *, close_after: bool = False) -> AsyncIte
             pass
         writer.close()
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    try:
-        yield server.sockets[0].getsockname()[1], conns
-    finally:
-        server.close()
+    async with tcp_server(handle) as port:
+        yield port, conns
 
 
 def ok(text: bytes, extra: bytes = b"") -> bytes:
@@ -136,16 +155,14 @@ async def test_unsolicited_bytes_on_an_idle_connection_discard_it():
                 return
             writer.write(ok(b"mine %d" % len(writers)))
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    t = H1Transport()
-    assert await fetch(t, port) == (200, b"mine 1")
-    writers[0].write(ok(b"SMUGGLED"))  # while the connection sits in the pool
-    await writers[0].drain()
-    await asyncio.sleep(0.05)
-    assert await fetch(t, port) == (200, b"mine 2")  # a new connection, not the smuggled answer
-    await t.aclose()
-    server.close()
+    async with tcp_server(handle) as port:
+        t = H1Transport()
+        assert await fetch(t, port) == (200, b"mine 1")
+        writers[0].write(ok(b"SMUGGLED"))  # while the connection sits in the pool
+        await writers[0].drain()
+        await asyncio.sleep(0.05)
+        assert await fetch(t, port) == (200, b"mine 2")  # a new connection, not the smuggled answer
+        await t.aclose()
 
 
 async def test_two_responses_in_one_read_never_reach_the_next_caller():
@@ -250,13 +267,11 @@ async def test_a_reset_never_ends_a_close_delimited_body():
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         writer.transport.abort()  # RST, not FIN
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    t = H1Transport()
-    with pytest.raises(httpx.ReadError):
-        await fetch(t, port)
-    await t.aclose()
-    server.close()
+    async with tcp_server(handle) as port:
+        t = H1Transport()
+        with pytest.raises(httpx.ReadError):
+            await fetch(t, port)
+        await t.aclose()
 
 
 async def test_garbage_after_a_whole_answer_keeps_the_answer_and_drops_the_connection():
@@ -305,15 +320,13 @@ async def test_a_server_that_closes_idle_connections_costs_no_failure():
             await writer.drain()
         writer.close()
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    t = H1Transport()
-    assert await fetch(t, port) == (200, b"served")
-    await asyncio.sleep(0.2)  # the server has closed it by now
-    assert await fetch(t, port) == (200, b"served")  # on a new connection, without an error
-    assert await fetch(t, port) == (200, b"served")  # and that one is reused at once
-    await t.aclose()
-    server.close()
+    async with tcp_server(handle) as port:
+        t = H1Transport()
+        assert await fetch(t, port) == (200, b"served")
+        await asyncio.sleep(0.2)  # the server has closed it by now
+        assert await fetch(t, port) == (200, b"served")  # on a new connection, without an error
+        assert await fetch(t, port) == (200, b"served")  # and that one is reused at once
+        await t.aclose()
 
 
 async def test_a_wait_for_a_connection_ends_at_the_deadline():
@@ -350,10 +363,8 @@ async def test_a_reset_pooled_connection_is_not_resent():
 @asynccontextmanager
 async def slow_server(delays: list[float]) -> AsyncIterator[int]:
     """One answer per request on a kept connection, the n-th after ``delays[n]`` seconds."""
-    writers: list[asyncio.StreamWriter] = []
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writers.append(writer)
         try:
             for delay in delays:
                 await reader.readuntil(b"\r\n\r\n{}")
@@ -364,13 +375,8 @@ async def slow_server(delays: list[float]) -> AsyncIterator[int]:
             pass
         writer.close()
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    try:
-        yield server.sockets[0].getsockname()[1]
-    finally:
-        server.close()
-        for w in writers:  # (a handler still sleeping on a late answer holds one open)
-            w.close()
+    async with tcp_server(handle) as port:  # (a handler still sleeping on a late answer holds one)
+        yield port
 
 
 async def answer_by(t: H1Transport, port: int, within: float | None) -> bytes:
