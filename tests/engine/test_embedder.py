@@ -15,7 +15,7 @@ import pytest
 import pytest_asyncio
 from langchain_openai import OpenAIEmbeddings
 
-from tests.gateway.conftest import KEY, base_config, serve
+from tests.gateway.conftest import KEY, base_config, openai_sdk, serve
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 MODEL = "local/minilm"
@@ -62,7 +62,7 @@ async def gw() -> AsyncIterator[Any]:
 
 
 def client_for(gw: Any) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(api_key=KEY, base_url=str(gw.base_url) + "/v1", max_retries=0, timeout=60)
+    return openai_sdk(gw, timeout=60)  # the engine on this CPU: slower than an upstream
 
 
 @pytest.mark.parametrize("fmt", ["float", None])  # None: the SDK asks for base64 and decodes it

@@ -8,7 +8,9 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anthropic
 import httpx
+import openai
 import pytest
 import uvicorn
 
@@ -59,10 +61,31 @@ async def serve(config: Config, *, plain: bool = False, **app_kw: Any) -> AsyncI
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30,
                                      headers={"authorization": f"Bearer {KEY}"}) as client:
             client.app = app  # type: ignore[attr-defined]
-            yield client
+            client.sdks = []  # type: ignore[attr-defined]  # openai_sdk's and anthropic_sdk's
+            try:
+                yield client
+            finally:
+                for sdk in client.sdks:  # type: ignore[attr-defined]
+                    await sdk.close()
     finally:
         server.should_exit = True
         await task
+
+
+def openai_sdk(gw: httpx.AsyncClient, key: str = KEY, timeout: float = 20) -> openai.AsyncOpenAI:
+    """The openai SDK pointed at a gateway ``serve`` started (no retries), closed when it stops."""
+    sdk = openai.AsyncOpenAI(api_key=key, base_url=f"{gw.base_url}/v1", max_retries=0, timeout=timeout)
+    gw.sdks.append(sdk)  # type: ignore[attr-defined]
+    return sdk
+
+
+def anthropic_sdk(gw: httpx.AsyncClient, key: str = KEY, timeout: float = 20,
+                  **kw: Any) -> anthropic.AsyncAnthropic:
+    """The anthropic SDK pointed at a gateway ``serve`` started (no retries), closed when it stops."""
+    sdk = anthropic.AsyncAnthropic(api_key=key, base_url=str(gw.base_url), max_retries=0, timeout=timeout,
+                                   **kw)
+    gw.sdks.append(sdk)  # type: ignore[attr-defined]
+    return sdk
 
 
 @pytest.fixture

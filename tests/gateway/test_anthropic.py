@@ -8,22 +8,18 @@ import asyncio
 import json
 
 import anthropic
-import httpx
 import pytest
 
 from tests.fakes import claude_code
 from tests.fakes.upstream import Behaviour
 from tests.gateway.conftest import KEY, base_config, serve, upstream_model
+from tests.gateway.conftest import anthropic_sdk as sdk
 
 MODEL = "vendor/up"
 HI = [{"role": "user", "content": "hi"}]
 WEATHER = {"name": "get_weather", "description": "Weather in a city",
            "input_schema": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris"]}},
                             "required": ["city"]}}
-
-
-def sdk(gw: httpx.AsyncClient, key: str = KEY, **kw) -> anthropic.AsyncAnthropic:  # type: ignore[no-untyped-def]
-    return anthropic.AsyncAnthropic(api_key=key, base_url=str(gw.base_url), max_retries=0, timeout=20, **kw)
 
 
 @pytest.fixture

@@ -17,10 +17,7 @@ from switchyard.dialects.embeddings import floats_b64
 from switchyard.policies.tokens import encoding
 from tests.fakes.upstream import Behaviour, fake_vector
 from tests.gateway.conftest import KEY, base_config, upstream_model
-
-
-def client_for(gw) -> openai.AsyncOpenAI:  # type: ignore[no-untyped-def]
-    return openai.AsyncOpenAI(api_key=KEY, base_url=str(gw.base_url) + "/v1", max_retries=0, timeout=20)
+from tests.gateway.conftest import openai_sdk as client_for
 
 
 @pytest.fixture

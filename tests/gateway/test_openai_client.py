@@ -7,11 +7,8 @@ import openai
 import pytest
 
 from tests.fakes.upstream import Behaviour
-from tests.gateway.conftest import KEY, base_config, upstream_model
-
-
-def client_for(gw) -> openai.AsyncOpenAI:  # type: ignore[no-untyped-def]
-    return openai.AsyncOpenAI(api_key=KEY, base_url=str(gw.base_url) + "/v1", max_retries=0, timeout=20)
+from tests.gateway.conftest import base_config, upstream_model
+from tests.gateway.conftest import openai_sdk as client_for
 
 
 @pytest.fixture
@@ -77,8 +74,7 @@ async def test_sdk_errors(cfg, gateway_for, upstream) -> None:
     async with gateway_for(cfg) as gw:
         oa = client_for(gw)
         with pytest.raises(openai.AuthenticationError):
-            await openai.AsyncOpenAI(api_key="sk-nope", base_url=str(gw.base_url) + "/v1",
-                                     max_retries=0).completions.create(model="vendor/gpt", prompt="x")
+            await client_for(gw, "sk-nope").completions.create(model="vendor/gpt", prompt="x")
         with pytest.raises(openai.BadRequestError) as e:
             await oa.completions.create(model="vendor/gpt", prompt="x", temperature=5)
         assert e.value.param == "temperature"

@@ -16,7 +16,9 @@ from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
 from tests.fakes.upstream import Behaviour
-from tests.gateway.conftest import KEY, base_config, upstream_model
+from tests.gateway.conftest import anthropic_sdk as claude
+from tests.gateway.conftest import base_config, upstream_model
+from tests.gateway.conftest import openai_sdk as oai
 
 MODEL = "vendor/r1"
 THOUGHT, ANSWER = "first this then that", "the answer"
@@ -32,27 +34,20 @@ def cfg(upstream):  # type: ignore[no-untyped-def]
                        router={"retries": 0})
 
 
-def claude(gw) -> anthropic.AsyncAnthropic:  # type: ignore[no-untyped-def]
-    return anthropic.AsyncAnthropic(base_url=str(gw.base_url), api_key=KEY, max_retries=0, timeout=20)
-
-
 def events_of(sse: str) -> list[Any]:
     """Every event of a Responses stream, validated by the SDK's own event models."""
     return [_EVENTS.validate_json(line[6:]) for line in sse.splitlines() if line.startswith("data: ")]
 
 
-def oai(gw) -> openai.AsyncOpenAI:  # type: ignore[no-untyped-def]
-    return openai.AsyncOpenAI(base_url=str(gw.base_url) + "/v1", api_key=KEY, max_retries=0, timeout=20)
-
-
 async def test_the_fake_writes_reasoning_as_the_openai_sdk_reads_it(upstream) -> None:
     """Calibration: the openai SDK, pointed at the fake, keeps the field beside content."""
     upstream.default = Behaviour(text=ANSWER, reasoning=THOUGHT)
-    c = openai.AsyncOpenAI(base_url=upstream.url, api_key="x", max_retries=0)
-    whole = await c.chat.completions.create(model="m", messages=ASK)
+    async with openai.AsyncOpenAI(base_url=upstream.url, api_key="x", max_retries=0) as c:
+        whole = await c.chat.completions.create(model="m", messages=ASK)
+        pieces = [((d.model_extra or {}).get("reasoning_content"), d.content)
+                  async for ch in await c.chat.completions.create(model="m", messages=ASK, stream=True)
+                  for d in (ch.choices[0].delta,)]
     assert (whole.choices[0].message.model_extra or {})["reasoning_content"] == THOUGHT
-    pieces = [((ch.choices[0].delta.model_extra or {}).get("reasoning_content"), ch.choices[0].delta.content)
-              async for ch in await c.chat.completions.create(model="m", messages=ASK, stream=True)]
     assert "".join(r or "" for r, _ in pieces) == THOUGHT
     assert "".join(t or "" for _, t in pieces) == ANSWER
 

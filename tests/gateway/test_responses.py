@@ -15,7 +15,8 @@ from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
 from tests.fakes.upstream import Behaviour
-from tests.gateway.conftest import KEY, base_config, upstream_model
+from tests.gateway.conftest import base_config, upstream_model
+from tests.gateway.conftest import openai_sdk as client_for
 
 _EVENTS: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
 WEATHER = {"type": "function", "name": "weather", "description": "the weather in a city",
@@ -26,10 +27,6 @@ WEATHER = {"type": "function", "name": "weather", "description": "the weather in
 def _events(sse: str) -> list[Any]:
     """Every event of a stream, validated by the SDK's own event models."""
     return [_EVENTS.validate_json(line[6:]) for line in sse.splitlines() if line.startswith("data: ")]
-
-
-def client_for(gw) -> openai.AsyncOpenAI:  # type: ignore[no-untyped-def]
-    return openai.AsyncOpenAI(api_key=KEY, base_url=str(gw.base_url) + "/v1", max_retries=0, timeout=20)
 
 
 @pytest.fixture
