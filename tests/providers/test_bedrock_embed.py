@@ -13,7 +13,6 @@ import math
 from typing import Any
 
 import boto3
-import openai
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
@@ -22,7 +21,8 @@ from switchyard.dialects.embeddings import floats_b64
 from switchyard.routing.fanout import EMBED_CONCURRENCY
 from tests.fakes import bedrock as aws
 from tests.fakes.bedrock_embed import FakeBedrockEmbed, tokens, vector
-from tests.gateway.conftest import KEY, base_config
+from tests.gateway.conftest import base_config
+from tests.gateway.conftest import openai_sdk as _client
 
 TITAN_V2, TITAN_V1 = "amazon.titan-embed-text-v2:0", "amazon.titan-embed-text-v1"
 COHERE_V3, COHERE_V4 = "cohere.embed-english-v3", "cohere.embed-v4:0"
@@ -49,10 +49,6 @@ def dep(name: str, url: str, model: str, **kw: Any) -> dict[str, Any]:
 def _models(url: str, **kw: Any) -> list[dict[str, Any]]:
     return [{"name": f"aws/{m}", "deployments": [dep("e1", url, m, **kw)]}
             for m in (TITAN_V2, TITAN_V1, COHERE_V3, COHERE_V4)]
-
-
-def _client(gw: Any) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(api_key=KEY, base_url=str(gw.base_url) + "/v1", max_retries=0, timeout=20)
 
 
 # -- calibration ----------------------------------------------------------------------------------

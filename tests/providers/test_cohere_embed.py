@@ -10,7 +10,6 @@ import asyncio
 from typing import Any
 
 import cohere
-import openai
 import pytest
 from cohere.core.api_error import ApiError
 
@@ -18,7 +17,8 @@ from switchyard.dialects.embeddings import floats_b64
 from tests.fakes.bedrock_embed import tokens, vector
 from tests.fakes.cohere import KEY as CO_KEY
 from tests.fakes.cohere import FakeCohere
-from tests.gateway.conftest import KEY, base_config
+from tests.gateway.conftest import base_config
+from tests.gateway.conftest import openai_sdk as _client
 
 MODEL = "embed-english-v3.0"
 
@@ -28,35 +28,34 @@ def dep(name: str, url: str, model: str = MODEL, **kw: Any) -> dict[str, Any]:
             "model": model, **kw}
 
 
-def _client(gw: Any) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(api_key=KEY, base_url=str(gw.base_url) + "/v1", max_retries=0, timeout=20)
-
-
 async def test_the_cohere_sdk_is_served() -> None:
     async with FakeCohere() as fake:
-        co = cohere.ClientV2(CO_KEY, base_url=fake.url, max_retries=0)
-        r = await asyncio.to_thread(lambda: co.embed(model=MODEL, texts=["a b", "c"],
-                                                     input_type="search_query", embedding_types=["float"]))
-        assert r.embeddings.float_ == [vector("a b", 16), vector("c", 16)]
-        assert r.meta is not None and r.meta.billed_units is not None
-        assert r.meta.billed_units.input_tokens == 3
-        assert fake.requests[-1] == {"model": MODEL, "texts": ["a b", "c"], "input_type": "search_query",
-                                     "embedding_types": ["float"]}
-        r = await asyncio.to_thread(lambda: co.embed(model="embed-v4.0", texts=["a"], input_type="clustering",
-                                                     output_dimension=512))
-        assert r.embeddings.float_ == [vector("a", 8)]
-        for bad in ({"texts": ["x"] * 97}, {"texts": ["x"], "output_dimension": 256}):
+        with cohere.ClientV2(CO_KEY, base_url=fake.url, max_retries=0) as co, \
+                cohere.ClientV2("wrong", base_url=fake.url, max_retries=0) as wrong:
+            r = await asyncio.to_thread(lambda: co.embed(model=MODEL, texts=["a b", "c"],
+                                                         input_type="search_query",
+                                                         embedding_types=["float"]))
+            assert r.embeddings.float_ == [vector("a b", 16), vector("c", 16)]
+            assert r.meta is not None and r.meta.billed_units is not None
+            assert r.meta.billed_units.input_tokens == 3
+            assert fake.requests[-1] == {"model": MODEL, "texts": ["a b", "c"], "input_type": "search_query",
+                                         "embedding_types": ["float"]}
+            r = await asyncio.to_thread(lambda: co.embed(model="embed-v4.0", texts=["a"],
+                                                         input_type="clustering", output_dimension=512))
+            assert r.embeddings.float_ == [vector("a", 8)]
+            for bad in ({"texts": ["x"] * 97}, {"texts": ["x"], "output_dimension": 256}):
+                with pytest.raises(ApiError) as e:
+                    await asyncio.to_thread(lambda b=bad: co.embed(model=MODEL, input_type="search_document",
+                                                                   **b))
+                assert e.value.status_code == 400
+            fake.script.append(429)
+            with pytest.raises(cohere.TooManyRequestsError):
+                await asyncio.to_thread(lambda: co.embed(model=MODEL, texts=["x"],
+                                                         input_type="search_document"))
             with pytest.raises(ApiError) as e:
-                await asyncio.to_thread(lambda b=bad: co.embed(model=MODEL, input_type="search_document",
-                                                               **b))
-            assert e.value.status_code == 400
-        fake.script.append(429)
-        with pytest.raises(cohere.TooManyRequestsError):
-            await asyncio.to_thread(lambda: co.embed(model=MODEL, texts=["x"], input_type="search_document"))
-        with pytest.raises(ApiError) as e:
-            await asyncio.to_thread(lambda: cohere.ClientV2("wrong", base_url=fake.url, max_retries=0).embed(
-                model=MODEL, texts=["x"], input_type="search_document"))
-        assert e.value.status_code == 401
+                await asyncio.to_thread(lambda: wrong.embed(model=MODEL, texts=["x"],
+                                                            input_type="search_document"))
+            assert e.value.status_code == 401
 
 
 @pytest.mark.parametrize("base", ["", "/compatibility/v1"])

@@ -17,13 +17,10 @@ from switchyard.dialects.embeddings import floats_b64
 from tests.fakes.gemini import API_KEY, FakeGemini, FakeTokenServer, Reply, vertex_dep
 from tests.fakes.upstream import fake_vector
 from tests.gateway.conftest import KEY, base_config
+from tests.gateway.conftest import openai_sdk as client_for
 
 TEXTS = ["one two", "three", "four five six"]
 VERTEX = "/v1/projects/proj/locations/us-central1/publishers/google/models/"
-
-
-def client_for(gw: Any) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(api_key=KEY, base_url=str(gw.base_url) + "/v1", max_retries=0, timeout=20)
 
 
 def gemini_dep(url: str, model: str = "gemini-embedding-001") -> dict[str, Any]:
