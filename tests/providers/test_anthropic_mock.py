@@ -4,6 +4,7 @@ own models before sending it)."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anthropic
@@ -12,13 +13,24 @@ import pytest
 from tests.fakes.anthropic import SIGNATURE, Claude, FakeAnthropic
 
 HI = [{"role": "user", "content": "hi"}]
+Client = Callable[..., anthropic.AsyncAnthropic]
 
 
-def client(up: FakeAnthropic) -> anthropic.AsyncAnthropic:
-    return anthropic.AsyncAnthropic(base_url=up.url, api_key=up.key, max_retries=0)
+@pytest.fixture
+async def client() -> AsyncIterator[Client]:
+    """``client(up)``: the SDK pointed at a fake (with its key, or ``key``); closed at the end."""
+    made: list[anthropic.AsyncAnthropic] = []
+
+    def make(up: FakeAnthropic, key: str | None = None) -> anthropic.AsyncAnthropic:
+        made.append(anthropic.AsyncAnthropic(base_url=up.url, api_key=key or up.key, max_retries=0))
+        return made[-1]
+
+    yield make
+    for c in made:
+        await c.close()
 
 
-async def test_sdk_reads_a_whole_answer_with_tools_and_cache_usage() -> None:
+async def test_sdk_reads_a_whole_answer_with_tools_and_cache_usage(client: Client) -> None:
     async with FakeAnthropic() as up:
         up.script.append(Claude(tools=[("get", {"q": 1}), ("put", {"q": 2})], cache_read=7, cache_write=3))
         msg = await client(up).messages.create(model="claude-x", max_tokens=50, messages=HI,
@@ -29,7 +41,7 @@ async def test_sdk_reads_a_whole_answer_with_tools_and_cache_usage() -> None:
     assert up.requests[-1].path == "/v1/messages"
 
 
-async def test_sdk_accumulates_a_stream_with_parallel_tool_calls() -> None:
+async def test_sdk_accumulates_a_stream_with_parallel_tool_calls(client: Client) -> None:
     async with FakeAnthropic() as up:
         up.script.append(Claude(text="a b", tools=[("get", {"q": 1}), ("put", {"q": "x"})]))
         async with client(up).messages.stream(model="claude-x", max_tokens=50, messages=HI) as s:
@@ -43,14 +55,14 @@ async def test_sdk_accumulates_a_stream_with_parallel_tool_calls() -> None:
 @pytest.mark.parametrize(("status", "exc"), [(529, anthropic.OverloadedError),
                                              (429, anthropic.RateLimitError),
                                              (401, anthropic.AuthenticationError)])
-async def test_sdk_reads_error_statuses(status: int, exc: type[Exception]) -> None:
+async def test_sdk_reads_error_statuses(client: Client, status: int, exc: type[Exception]) -> None:
     async with FakeAnthropic() as up:
         up.script.append(Claude(status=status, retry_after="1"))
         with pytest.raises(exc):
             await client(up).messages.create(model="claude-x", max_tokens=5, messages=HI)
 
 
-async def test_sdk_sees_the_in_band_overload_as_an_error() -> None:
+async def test_sdk_sees_the_in_band_overload_as_an_error(client: Client) -> None:
     async with FakeAnthropic() as up:
         up.script.append(Claude(inband_error="overloaded_error"))
         with pytest.raises(anthropic.APIStatusError) as e:
@@ -59,9 +71,9 @@ async def test_sdk_sees_the_in_band_overload_as_an_error() -> None:
     assert "overloaded" in str(e.value).lower()
 
 
-async def test_wrong_key_and_invalid_body_are_refused_as_the_api_does() -> None:
+async def test_wrong_key_and_invalid_body_are_refused_as_the_api_does(client: Client) -> None:
     async with FakeAnthropic() as up:
-        bad = anthropic.AsyncAnthropic(base_url=up.url, api_key="nope", max_retries=0)
+        bad = client(up, "nope")
         with pytest.raises(anthropic.AuthenticationError):
             await bad.messages.create(model="claude-x", max_tokens=5, messages=HI)
         with pytest.raises(anthropic.BadRequestError):
@@ -69,7 +81,7 @@ async def test_wrong_key_and_invalid_body_are_refused_as_the_api_does() -> None:
                                              messages=[{"role": "robot", "content": "x"}])  # type: ignore[list-item,typeddict-item]
 
 
-async def test_an_unsigned_thinking_block_is_refused_as_anthropic_does() -> None:
+async def test_an_unsigned_thinking_block_is_refused_as_anthropic_does(client: Client) -> None:
     """The SDK's types take any signature string; Anthropic refuses one it did not write, and an
     empty one (what this gateway writes for another backend's reasoning) never is Anthropic's."""
     turns: Any = [{"role": "user", "content": "hi"},
