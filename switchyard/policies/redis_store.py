@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 from collections import defaultdict
@@ -82,11 +83,12 @@ class _Packed:
         self.log = bulk(plan.log)
 
 
-def _script(name: str) -> tuple[str, str]:
-    """A script's text, with the shared functions first (calendar.lua, keep.lua), and its SHA1 for
-    EVALSHA."""
+@functools.cache
+def _script(*files: str) -> tuple[str, str]:
+    """A script's text, its files joined (the shared functions first, the script last), and its
+    SHA1 for EVALSHA; read once per process, whatever the number of stores."""
     scripts = resources.files("switchyard.policies").joinpath("scripts")
-    text = "".join(scripts.joinpath(f"{n}.lua").read_text() for n in ("calendar", "keep", name))
+    text = "".join(scripts.joinpath(f"{n}.lua").read_text() for n in files)
     return text, hashlib.sha1(text.encode()).hexdigest()
 
 
@@ -99,11 +101,11 @@ class RedisStore:
         self.ns = ns
         self.max_records = max_records
         self.skew_ms = 0  # added to Redis TIME in the scripts; tests move the clock with it
-        self._admit = _script("admit")
-        self._settle = _script("settle")
-        self._renew = _script("renew")
-        self._record = _script("record")
-        self._reap = _script("reap")
+        self._admit = _script("calendar", "admit")
+        self._settle = _script("calendar", "keep", "settle")
+        self._renew = _script("calendar", "renew")
+        self._record = _script("calendar", "keep", "record")
+        self._reap = _script("calendar", "reap")
         self._loaded = False
         self._loading = asyncio.Lock()
         self._cluster = isinstance(client, RedisCluster)

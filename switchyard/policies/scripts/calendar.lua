@@ -1,5 +1,5 @@
--- Calendar arithmetic shared by admit.lua and settle.lua (prepended to every script when loaded):
--- quota months are civil months of the UTC day number.
+-- Calendar arithmetic shared by admit.lua, settle.lua and reap.lua (prepended to every script
+-- when loaded): quota months are civil months of the UTC day number.
 local function month_of(d)  -- civil-from-days: year * 12 + month - 1
   local z = d + 719468
   local era = math.floor(z / 146097)

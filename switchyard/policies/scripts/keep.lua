@@ -1,4 +1,4 @@
--- A request's record kept, by settle.lua and record.lua (prepended to every script when loaded):
+-- A request's record kept, by settle.lua and record.lua (prepended to each when loaded):
 -- its day and minute aggregates and its entry in the team's record stream.
 -- aggs: (field, increment, ...) as store.agg_increments; the minute's fields are the day's with
 -- the minute in place of the key. record: (field, value, ...) as UsageRecord.set_fields.
