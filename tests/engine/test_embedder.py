@@ -9,6 +9,7 @@ import importlib.metadata
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import numpy as np
 import openai
 import pytest
@@ -97,9 +98,10 @@ async def test_token_ids_embed_as_their_text(gw, reference) -> None:
 
 
 async def test_langchain(gw, reference) -> None:
-    lc = OpenAIEmbeddings(model=MODEL, api_key=KEY, base_url=str(gw.base_url) + "/v1",  # type: ignore[arg-type]
-                          check_embedding_ctx_length=False, max_retries=0)
-    docs = await lc.aembed_documents(TEXTS[:2])
+    async with httpx.AsyncClient() as http:  # LangChain would leave its own open
+        lc = OpenAIEmbeddings(model=MODEL, api_key=KEY, base_url=str(gw.base_url) + "/v1",  # type: ignore[arg-type]
+                              check_embedding_ctx_length=False, max_retries=0, http_async_client=http)
+        docs = await lc.aembed_documents(TEXTS[:2])
     assert np.abs(np.array(docs) - reference.encode(TEXTS[:2])).max() < 1e-4
 
 

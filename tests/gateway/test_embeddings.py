@@ -57,11 +57,11 @@ async def test_token_arrays_and_a_string(cfg, gateway_for, upstream) -> None:
 
 
 async def test_langchain_openai_embeddings(cfg, gateway_for) -> None:
-    async with gateway_for(cfg) as gw:
+    async with gateway_for(cfg) as gw, httpx.AsyncClient() as http:  # LangChain leaves its own open
         # check_embedding_ctx_length=False: send text (by default it tokenizes with tiktoken's
         # cl100k, which only OpenAI's own models read).
         lc = OpenAIEmbeddings(model="vendor/embed", api_key=KEY, base_url=str(gw.base_url) + "/v1",  # type: ignore[arg-type]
-                              check_embedding_ctx_length=False, max_retries=0)
+                              check_embedding_ctx_length=False, max_retries=0, http_async_client=http)
         docs = await lc.aembed_documents(["alpha", "beta"])
         q = await lc.aembed_query("alpha")
     assert docs[0] == pytest.approx(fake_vector("alpha"), abs=1e-6) and q == pytest.approx(docs[0])
@@ -71,9 +71,9 @@ async def test_langchain_openai_embeddings_default_sends_token_ids(cfg, gateway_
     """LangChain's default (check_embedding_ctx_length=True) tokenizes with tiktoken's cl100k and
     sends token arrays: forwarded as ids, each text's vector that of its ids."""
     cl100k = encoding("cl100k_base")  # the packaged copy, in tiktoken's registry: no download
-    async with gateway_for(cfg) as gw:
+    async with gateway_for(cfg) as gw, httpx.AsyncClient() as http:
         lc = OpenAIEmbeddings(model="vendor/embed", api_key=KEY, base_url=str(gw.base_url) + "/v1",  # type: ignore[arg-type]
-                              max_retries=0)
+                              max_retries=0, http_async_client=http)
         docs = await lc.aembed_documents(["alpha beta", "gamma"])
         q = await lc.aembed_query("alpha beta")
     ids = [cl100k.encode("alpha beta"), cl100k.encode("gamma")]
@@ -133,9 +133,8 @@ async def test_concurrent_callers(cfg, gateway_for) -> None:
 
 
 async def test_unauthenticated(cfg, gateway_for) -> None:
-    async with gateway_for(cfg) as gw:
-        r = await httpx.AsyncClient().post(str(gw.base_url) + "/v1/embeddings",
-                                           json={"model": "vendor/embed", "input": "x"})
+    async with gateway_for(cfg) as gw, httpx.AsyncClient() as bare:  # no key
+        r = await bare.post(str(gw.base_url) + "/v1/embeddings", json={"model": "vendor/embed", "input": "x"})
     assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
 
 

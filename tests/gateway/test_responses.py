@@ -201,7 +201,8 @@ async def test_stored_responses_are_not_there(cfg, gateway_for) -> None:
     async with gateway_for(cfg) as gw:
         with pytest.raises(openai.NotFoundError) as e:
             await client_for(gw).responses.retrieve("resp_123")
-        anon = await httpx.AsyncClient().get(str(gw.base_url) + "/v1/responses/resp_123")
+        async with httpx.AsyncClient() as bare:  # no key
+            anon = await bare.get(str(gw.base_url) + "/v1/responses/resp_123")
     assert "not stored" in str(e.value)
     assert anon.status_code == 401
 

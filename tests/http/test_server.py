@@ -153,7 +153,8 @@ async def test_sigterm_finishes_the_stream_in_flight_settles_it_and_exits_0(
             proc.send_signal(signal.SIGTERM)  # mid-stream
             await asyncio.sleep(0.3)
             with pytest.raises(httpx.ConnectError):  # no longer accepting
-                await httpx.AsyncClient().get(f"http://127.0.0.1:{port}/health")
+                async with httpx.AsyncClient() as fresh:
+                    await fresh.get(f"http://127.0.0.1:{port}/health")
             rest = [line async for line in lines]
         events = sse_events("\n".join([first, *rest]))
         assert events[-1] == "[DONE]" and len(events) == 17  # every event, then [DONE]

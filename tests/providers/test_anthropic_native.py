@@ -14,7 +14,7 @@ import httpx2
 import msgspec
 
 from tests.fakes.anthropic import SIGNATURE, Claude, FakeAnthropic
-from tests.gateway.conftest import KEY, base_config
+from tests.gateway.conftest import anthropic_sdk, base_config
 from tests.gateway.helpers import recording_policies
 
 MODEL = "anthropic/claude"
@@ -52,9 +52,7 @@ def config(up: FakeAnthropic, openai_url: str | None = None) -> Any:
 def client(gw: httpx.AsyncClient, sent: list[bytes]) -> anthropic.AsyncAnthropic:
     async def keep(r: httpx2.Request) -> None:
         sent.append(r.content)
-    http = httpx2.AsyncClient(event_hooks={"request": [keep]})
-    return anthropic.AsyncAnthropic(api_key=KEY, base_url=str(gw.base_url), max_retries=0, timeout=20,
-                                    http_client=http)
+    return anthropic_sdk(gw, http_client=httpx2.AsyncClient(event_hooks={"request": [keep]}))
 
 
 def ask(call: int, **kw: Any) -> dict[str, Any]:

@@ -23,9 +23,8 @@ HI = [{"role": "user", "content": "hi"}]
 
 
 async def test_azure_mock_is_what_the_azure_sdk_expects() -> None:
-    async with FakeAzure() as up:
-        sdk = openai.AsyncAzureOpenAI(azure_endpoint=up.url, api_key=up.key, api_version="2024-10-21",
-                                      max_retries=0)
+    async with FakeAzure() as up, openai.AsyncAzureOpenAI(
+            azure_endpoint=up.url, api_key=up.key, api_version="2024-10-21", max_retries=0) as sdk:
         out = await sdk.chat.completions.create(model="gpt-dep", messages=HI)  # type: ignore[arg-type]
         stream = await sdk.chat.completions.create(model="gpt-dep", messages=HI,  # type: ignore[arg-type]
                                                    stream=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 from typing import Any
 
@@ -50,56 +51,59 @@ def dep(name: str, url: str, **kw: Any) -> dict[str, Any]:
 
 async def test_the_anthropic_bedrock_sdk_is_served() -> None:
     async with FakeBedrockClaude() as fake:
-        fake.inner.script.append(Claude(text="Hi from Bedrock", cache_read=12))
-        msg = await asyncio.to_thread(lambda: _sdk(fake.url).messages.create(
-            model=MODEL, max_tokens=20, messages=[{"role": "user", "content": "hi"}]))
-        assert msg.content[0].text == "Hi from Bedrock"  # type: ignore[union-attr]
-        assert msg.usage.cache_read_input_tokens == 12
-        seen = fake.requests[-1]
-        assert seen.operation == "InvokeModel" and seen.model == MODEL
-        assert seen.body["anthropic_version"] in VERSIONS and "model" not in seen.body
+        with _sdk(fake.url) as sdk:
+            fake.inner.script.append(Claude(text="Hi from Bedrock", cache_read=12))
+            msg = await asyncio.to_thread(lambda: sdk.messages.create(
+                model=MODEL, max_tokens=20, messages=[{"role": "user", "content": "hi"}]))
+            assert msg.content[0].text == "Hi from Bedrock"  # type: ignore[union-attr]
+            assert msg.usage.cache_read_input_tokens == 12
+            seen = fake.requests[-1]
+            assert seen.operation == "InvokeModel" and seen.model == MODEL
+            assert seen.body["anthropic_version"] in VERSIONS and "model" not in seen.body
 
-        fake.inner.script.append(Claude(tools=[("get", {"a": 1}), ("put", {})]))
+            fake.inner.script.append(Claude(tools=[("get", {"a": 1}), ("put", {})]))
 
-        def streamed() -> list[Any]:
-            with _sdk(fake.url).messages.stream(model=MODEL, max_tokens=20,
-                                                messages=[{"role": "user", "content": "hi"}]) as s:
-                list(s)
-                return list(s.get_final_message().content)
+            def streamed() -> list[Any]:
+                with sdk.messages.stream(model=MODEL, max_tokens=20,
+                                         messages=[{"role": "user", "content": "hi"}]) as s:
+                    list(s)
+                    return list(s.get_final_message().content)
 
-        blocks = await asyncio.to_thread(streamed)
-        assert [b.name for b in blocks if b.type == "tool_use"] == ["get", "put"]
-        assert fake.requests[-1].operation == "InvokeModelWithResponseStream"
-        assert "stream" not in fake.requests[-1].body
+            blocks = await asyncio.to_thread(streamed)
+            assert [b.name for b in blocks if b.type == "tool_use"] == ["get", "put"]
+            assert fake.requests[-1].operation == "InvokeModelWithResponseStream"
+            assert "stream" not in fake.requests[-1].body
 
 
 async def test_boto3_invoke_model_and_errors() -> None:
     async with FakeBedrockClaude() as fake:
-        body = json.dumps({"anthropic_version": "bedrock-2023-05-31", "max_tokens": 10,
-                           "messages": [{"role": "user", "content": "hi"}]})
-        out = await asyncio.to_thread(lambda: _boto(fake.url).invoke_model(modelId=MODEL, body=body))
-        assert json.loads(out["body"].read())["content"][0]["text"] == "Hello from Claude"
+        with contextlib.closing(_boto(fake.url)) as bt:
+            body = json.dumps({"anthropic_version": "bedrock-2023-05-31", "max_tokens": 10,
+                               "messages": [{"role": "user", "content": "hi"}]})
+            out = await asyncio.to_thread(lambda: bt.invoke_model(modelId=MODEL, body=body))
+            assert json.loads(out["body"].read())["content"][0]["text"] == "Hello from Claude"
 
-        def events() -> list[dict[str, Any]]:
-            r = _boto(fake.url).invoke_model_with_response_stream(modelId=MODEL, body=body)
-            return [json.loads(e["chunk"]["bytes"]) for e in r["body"]]
+            def events() -> list[dict[str, Any]]:
+                r = bt.invoke_model_with_response_stream(modelId=MODEL, body=body)
+                with contextlib.closing(r["body"]) as stream:  # its connection too, when the stream fails
+                    return [json.loads(e["chunk"]["bytes"]) for e in stream]
 
-        types = [e["type"] for e in await asyncio.to_thread(events)]
-        assert types[0] == "message_start" and types[-1] == "message_stop"
+            types = [e["type"] for e in await asyncio.to_thread(events)]
+            assert types[0] == "message_start" and types[-1] == "message_stop"
 
-        fake.script.append(Invoke(error="ThrottlingException"))
-        with pytest.raises(ClientError) as e:
-            await asyncio.to_thread(lambda: _boto(fake.url).invoke_model(modelId=MODEL, body=body))
-        assert e.value.response["Error"]["Code"] == "ThrottlingException"
-        fake.script.append(Invoke(exception="modelStreamErrorException", exception_after=2))
-        with pytest.raises(EventStreamError) as s:
-            await asyncio.to_thread(events)
-        assert s.value.response["Error"]["Code"] == "modelStreamErrorException"
-        # What Bedrock refuses, the fake refuses: a model field, and a wrong version.
-        bad = json.dumps({"model": MODEL, **json.loads(body)})
-        with pytest.raises(ClientError) as e:
-            await asyncio.to_thread(lambda: _boto(fake.url).invoke_model(modelId=MODEL, body=bad))
-        assert e.value.response["Error"]["Code"] == "ValidationException"
+            fake.script.append(Invoke(error="ThrottlingException"))
+            with pytest.raises(ClientError) as e:
+                await asyncio.to_thread(lambda: bt.invoke_model(modelId=MODEL, body=body))
+            assert e.value.response["Error"]["Code"] == "ThrottlingException"
+            fake.script.append(Invoke(exception="modelStreamErrorException", exception_after=2))
+            with pytest.raises(EventStreamError) as s:
+                await asyncio.to_thread(events)
+            assert s.value.response["Error"]["Code"] == "modelStreamErrorException"
+            # What Bedrock refuses, the fake refuses: a model field, and a wrong version.
+            bad = json.dumps({"model": MODEL, **json.loads(body)})
+            with pytest.raises(ClientError) as e:
+                await asyncio.to_thread(lambda: bt.invoke_model(modelId=MODEL, body=bad))
+            assert e.value.response["Error"]["Code"] == "ValidationException"
 
 
 # -- through the gateway ----------------------------------------------------------------------------
@@ -236,8 +240,9 @@ async def test_boto3_count_tokens_is_served() -> None:
     async with FakeBedrockClaude() as fake:
         body = {"anthropic_version": "bedrock-2023-05-31", "max_tokens": 10,
                 "messages": [{"role": "user", "content": "count these words please"}]}
-        out = await asyncio.to_thread(lambda: _boto(fake.url).count_tokens(
-            modelId=MODEL, input={"invokeModel": {"body": json.dumps(body).encode()}}))
+        with contextlib.closing(_boto(fake.url)) as bt:
+            out = await asyncio.to_thread(lambda: bt.count_tokens(
+                modelId=MODEL, input={"invokeModel": {"body": json.dumps(body).encode()}}))
         assert out["inputTokens"] == FakeAnthropic.tokens({"messages": body["messages"]}) > 0
         assert fake.requests[-1].operation == "CountTokens" and fake.requests[-1].body == body
 

@@ -8,6 +8,7 @@ and what a deployment cannot serve refused with a 400 naming the field."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 from typing import Any
@@ -35,9 +36,10 @@ def _boto(url: str) -> Any:
 
 
 def _invoke(url: str, model: str, body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
-    out = _boto(url).invoke_model(modelId=model, body=json.dumps(body), contentType="application/json",
-                                  accept="application/json")
-    return json.loads(out["body"].read()), out["ResponseMetadata"]["HTTPHeaders"]
+    with contextlib.closing(_boto(url)) as bt:
+        out = bt.invoke_model(modelId=model, body=json.dumps(body), contentType="application/json",
+                              accept="application/json")
+        return json.loads(out["body"].read()), out["ResponseMetadata"]["HTTPHeaders"]
 
 
 def dep(name: str, url: str, model: str, **kw: Any) -> dict[str, Any]:

@@ -53,6 +53,7 @@ async def test_the_fakes_refuse_max_tokens_and_sampling_of_reasoning_models_as_o
             # Other models take both, as they do at OpenAI.
             assert (await sdk.chat.completions.create(model="gpt-4o", messages=HI, max_tokens=5,
                                                       temperature=0.2)).choices
+            await sdk.close()
 
 
 # -- the bound and a model's rules ---------------------------------------------------------------
