@@ -55,15 +55,19 @@ async def wait_healthy(port: int, procs: list[subprocess.Popen[bytes]]) -> None:
     raise RuntimeError(f"gateway on {port} did not become healthy")
 
 
+def gateway(cfg: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
+    """``switchyard serve --config cfg`` on ``port`` (this checkout's code), its output appended to
+    ``log``. The child has its own copy of the file: this process closes its one at once."""
+    with open(log, "ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "switchyard", "serve", "--config", str(cfg),
+                                 "--port", str(port)], env=dict(os.environ, PYTHONPATH=os.getcwd()),
+                                stdout=out, stderr=out)
+
+
 @contextlib.asynccontextmanager
 async def serving(cfg: Path, ports: list[int], logdir: str) -> AsyncIterator[list[subprocess.Popen[bytes]]]:
-    """``switchyard serve --config cfg`` on each port (this checkout's code), healthy before it
-    yields; stopped, and its logs closed, after."""
-    env = dict(os.environ, PYTHONPATH=os.getcwd())
-    logs = [open(Path(logdir) / f"gw-{p}.log", "wb") for p in ports]  # noqa: SIM115
-    procs = [subprocess.Popen([sys.executable, "-m", "switchyard", "serve", "--config", str(cfg),
-                               "--port", str(p)], env=env, stdout=log, stderr=log)
-             for p, log in zip(ports, logs, strict=True)]
+    """``gateway`` on each port, healthy before it yields; stopped after."""
+    procs = [gateway(cfg, p, Path(logdir) / f"gw-{p}.log") for p in ports]
     try:
         for p in ports:
             await wait_healthy(p, procs)
@@ -76,8 +80,6 @@ async def serving(cfg: Path, ports: list[int], logdir: str) -> AsyncIterator[lis
                 proc.wait(10)
             except subprocess.TimeoutExpired:
                 proc.kill()
-        for log in logs:
-            log.close()
 
 
 async def burst(ports: list[int], key: str) -> list[httpx.Response]:

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -30,18 +28,11 @@ from switchyard.policies.store import UsageRecord
 from tests.conftest import free_port, start_redis, stop
 from tests.fakes.upstream import Behaviour, FakeUpstream
 from tests.policies.conftest import make_config
-from tests.policies.test_multiprocess import wait_healthy
+from tests.policies.test_multiprocess import gateway, wait_healthy
 
 KEY = "sk-reap-key"
 QUOTA = 10_000
 IN_FLIGHT = 8
-
-
-def gateway(cfg: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
-    out = open(log, "ab")  # noqa: SIM115 -- the child owns it
-    return subprocess.Popen([sys.executable, "-m", "switchyard", "serve", "--config", str(cfg),
-                             "--port", str(port)], env=dict(os.environ, PYTHONPATH=os.getcwd()),
-                            stdout=out, stderr=out)
 
 
 async def reserved(r: Redis) -> int:

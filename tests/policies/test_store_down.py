@@ -45,6 +45,12 @@ def limiter_at(url: str, timeout: float = 0.25) -> Limiter:
     return Limiter(RedisStore.from_url(url, timeout=timeout, ns="down"), Pricing(make_config()), down_for=0.2)
 
 
+async def close(lim: Limiter) -> None:
+    """The limiter, then its store (in the gateway, ``Policies.aclose`` closes both)."""
+    await lim.aclose()
+    await lim.store.aclose()
+
+
 async def wake_and_drain(proc: Any, lim: Limiter) -> None:
     """SIGCONT a stopped redis-server and wait for the limiter to replay its backlog into it."""
     os.kill(proc.pid, signal.SIGCONT)
@@ -62,14 +68,14 @@ async def test_fail_closed_is_503_when_nothing_listens():
     assert e.value.status == 503 and e.value.headers["Retry-After"] == "1"
     with pytest.raises(Unavailable):  # and again while it is marked down, without trying
         await lim.admit(P, "local/smol", prompt_tokens=1, max_tokens=1)
-    await lim.aclose()
+    await close(lim)
 
 
 async def test_a_hung_redis_times_out_into_503(silent_port):
     lim = limiter_at(f"redis://127.0.0.1:{silent_port}/0", timeout=0.2)
     with pytest.raises(Unavailable):
         await lim.admit(P, "local/smol", prompt_tokens=1, max_tokens=1)
-    await lim.aclose()
+    await close(lim)
 
 
 async def test_fail_open_serves_and_still_limits_locally():
@@ -82,17 +88,19 @@ async def test_fail_open_serves_and_still_limits_locally():
     for t in tickets:
         await lim.settle(t, Outcome(Usage(1, 1), 200, deployment="eng", latency_ms=1))  # must not raise
     assert lim.backlog == 1 + 3  # the first admission's cancellation (it may run late), 3 replays
-    await lim.aclose()
+    await close(lim)
 
 
 async def test_key_lookup_survives_a_down_store():
     """Config keys still work; any other key is a 503 (it may be an admin-made key), never a 401."""
     cfg = make_config()
-    ring = KeyRing.from_config(cfg, store=RedisStore.from_url(f"redis://127.0.0.1:{free_port()}/0", ns="d"))
+    store = RedisStore.from_url(f"redis://127.0.0.1:{free_port()}/0", ns="d")
+    ring = KeyRing.from_config(cfg, store=store)
     found = await ring.lookup("sk-alice")
     assert found is not None and found.key_id == "alice"
     with pytest.raises(Unavailable) as e:
         await ring.lookup("sk-nobody")
+    await store.aclose()
     assert e.value.status == 503 and e.value.headers["Retry-After"] == "1"
     assert "sk-nobody" not in e.value.message
 
@@ -128,7 +136,7 @@ async def test_fail_open_usage_is_reconciled_into_redis_when_it_returns():
             t = await lim.admit(P, "openai/gpt-4o", prompt_tokens=1, max_tokens=1, fail_open=True)
             assert not t.local
         finally:
-            await lim.aclose()
+            await close(lim)
             stop(proc)
 
 
@@ -158,7 +166,7 @@ async def test_admissions_that_time_out_in_a_redis_stall_leave_nothing_behind():
             await lim.settle(t, Outcome(Usage(480, 500), 200))
         finally:
             os.kill(proc.pid, signal.SIGCONT)
-            await lim.aclose()
+            await close(lim)
             stop(proc)
 
 
@@ -194,7 +202,7 @@ async def test_a_settlement_replayed_after_a_redis_stall_counts_once():
         finally:
             os.kill(proc.pid, signal.SIGCONT)
             await raw.aclose()
-            await lim.aclose()
+            await close(lim)
             stop(proc)
 
 

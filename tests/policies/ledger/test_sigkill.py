@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -19,16 +17,9 @@ import pytest
 
 from tests.conftest import free_port, start_redis, stop
 from tests.policies.ledger.helpers import KEYS, ledger_config, wait_rows
-from tests.policies.test_multiprocess import wait_healthy
+from tests.policies.test_multiprocess import gateway, wait_healthy
 
 BODY = {"model": "gpt-4o", "max_tokens": 3, "messages": [{"role": "user", "content": "x"}]}
-
-
-def gateway(cfg: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
-    out = open(log, "ab")  # noqa: SIM115 -- the child owns it
-    return subprocess.Popen([sys.executable, "-m", "switchyard", "serve", "--config", str(cfg),
-                             "--port", str(port)], env=dict(os.environ, PYTHONPATH=os.getcwd()),
-                            stdout=out, stderr=out)
 
 
 @pytest.mark.slow
