@@ -2,8 +2,9 @@
 
     .venv/bin/python bench/overhead.py [--duration 8] [--deployments 1] [--quick] [--store redis] [--limits]
     .venv/bin/python bench/overhead.py --workers 2 [--duration 8]
-    .venv/bin/python bench/overhead.py --providers [--duration 8] [--quick] [--against REV]
+    .venv/bin/python bench/overhead.py --providers [--duration 8] [--quick] [--against REV | --python PY]
     .venv/bin/python bench/overhead.py --against REV [--rounds 4] [--duration 4] [--store redis] [--limits]
+    .venv/bin/python bench/overhead.py --python PY [--rounds 4] [--duration 4] [--store redis] [--limits]
 
 Pins the server under test (the gateway, or for the baseline a second mock) to core 1 and the
 load generator plus the gateway's upstream mock to core 0, as ``../shared/bench`` does. Load is
@@ -20,7 +21,9 @@ at c=64 (Redis store; every process shares both cores with the load and the mock
 afterwards) and this tree side by side, same config, same store, alternately for ``--rounds``
 rounds: server CPU per request (c=64) and per 20-chunk stream (c=32), and a stream's time to first
 byte (c=1, the asyncio client; what a change that saves writes may cost), medians and new/old
-ratios, and the round-by-round ratio with a 90% bootstrap interval (``paired``).
+ratios, and the round-by-round ratio with a 90% bootstrap interval (``paired``). ``--python PY``
+measures the same way this tree run by this venv's interpreter and by PY (another venv's
+``bin/python`` with this project's dependencies): what the interpreter's build costs.
 ``--providers`` instead compares the gateway's CPU per streamed chat request for three models in
 one gateway: the OpenAI pass-through, Anthropic (named SSE events) and Bedrock (SigV4 signing,
 event-stream frames), each against ``bench/provider_mock.py`` streaming the same 20-token answer
@@ -28,8 +31,8 @@ in that provider's wire format, in interleaved rounds; a 4 KB Claude Code body t
 ``/v1/messages``, forwarded as it came on Anthropic's native lane and translated for the OpenAI
 upstream; a whole Claude Code turn (87 KB: its system prompt, 12 tools) translated for an upstream
 ``gpt-5``, whose prompt tiktoken counts (``messages/agent``); plus SigV4 signing time; with
-``--against REV`` the same on REV's code too, each case on both trees back to back. Loopback
-only; every run is bounded in time.
+``--against REV`` the same on REV's code too, each case on both trees back to back (with
+``--python PY``, this tree run by PY too). Loopback only; every run is bounded in time.
 """
 
 from __future__ import annotations
@@ -210,7 +213,10 @@ def main() -> int:
     ap.add_argument("--limits", action="store_true",
                     help="the key has rpm, tpm, tokens_per_day and max_concurrency (never reached)")
     ap.add_argument("--against", metavar="REV", help="compare with the code of git revision REV, alternately")
-    ap.add_argument("--rounds", type=int, default=4, help="--against: rounds per tree")
+    ap.add_argument("--rounds", type=int, default=4, help="--against, --python: rounds per side")
+    ap.add_argument("--python", metavar="PY",
+                    help="compare this tree run by interpreter PY (another venv's bin/python, with this "
+                         "project's dependencies) with this venv's, alternately")
     args = ap.parse_args()
     if not shutil.which("wrk"):
         sys.exit("bench/overhead.py needs wrk: apt-get install wrk")
@@ -219,11 +225,13 @@ def main() -> int:
     dur = 2 if args.quick else args.duration
     if args.providers:
         return compare_providers(1 if args.quick else args.duration, args.quick, args.against,
-                                 args.rounds if args.against else 3)
+                                 args.rounds if args.against or args.python else 3, args.python)
     if args.workers > 1:
         return compare_workers(args.workers, dur)
     if args.against:
         return compare_trees(args.against, dur, args.rounds, args.store, args.limits)
+    if args.python:
+        return compare_interpreters(args.python, dur, args.rounds, args.store, args.limits)
     if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
         os.sched_setaffinity(0, {0})  # this process (the TTFB client) is load too: core 0
     py = sys.executable
@@ -354,8 +362,28 @@ def compare_trees(rev: str, dur: int, rounds: int, store_kind: str, limits: bool
     """This tree against revision ``rev``: two gateways on core 1 (one idle while the other is
     measured), same config and store (Redis: a database each), measured alternately."""
     with worktree(rev) as old_tree:
-        res = _compare_trees(old_tree, dur, rounds, store_kind, limits)
-    print(f"\nserver CPU and time to first byte, {rev} (old) and this tree (new) alternately: {rounds} "
+        res = _compare({"old": (old_tree, sys.executable), "new": (ROOT, sys.executable)}, dur, rounds,
+                       store_kind, limits)
+    report(f"{rev} (old) and this tree (new)", res, dur, rounds, store_kind, limits)
+    return 0
+
+
+def compare_interpreters(python: str, dur: int, rounds: int, store_kind: str, limits: bool) -> int:
+    """This tree run by this venv's interpreter and by ``python``, as ``compare_trees`` runs two
+    trees: what the interpreter's build (PGO, LTO, a shared libpython) costs the same code."""
+    res = _compare({"old": (ROOT, sys.executable), "new": (ROOT, python)}, dur, rounds, store_kind, limits)
+    for name, py in (("old", sys.executable), ("new", python)):
+        out = subprocess.run([py, "-c", "import sys, sysconfig; print(sys.version.split()[0], "
+                              "sysconfig.get_config_var('CONFIG_ARGS'))"], capture_output=True, text=True)
+        print(f"{name}: {py}: {out.stdout.strip()[:300]}")
+    report("this tree run by this venv's Python (old) and by the one given (new)", res, dur, rounds,
+           store_kind, limits)
+    return 0
+
+
+def report(what: str, res: dict[str, dict[str, list[float]]], dur: int, rounds: int, store_kind: str,
+           limits: bool) -> None:
+    print(f"\nserver CPU and time to first byte, {what} alternately: {rounds} "
           f"rounds of {dur} s each, store {store_kind}{' with four limits on the key' if limits else ''}, "
           "gateway on core 1")
     for k, label in (("req", "per request, c=64 (us)"), ("stream", "per 20-chunk stream, c=32 (us)"),
@@ -364,11 +392,11 @@ def compare_trees(rev: str, dur: int, rounds: int, store_kind: str, limits: bool
         runs = "  ".join(f"{name} " + " ".join(f"{x:.0f}" for x in res[name][k]) for name in ("old", "new"))
         print(f"  {label:<32} old {o:6.0f}  new {n:6.0f}  new/old {n / o:.3f}x, "
               f"{paired(res['new'][k], res['old'][k])}   runs: {runs}")
-    return 0
 
 
-def _compare_trees(old_tree: Path, dur: int, rounds: int, store_kind: str,
-                   limits: bool) -> dict[str, dict[str, list[float]]]:
+def _compare(sides: dict[str, tuple[Path, str]], dur: int, rounds: int, store_kind: str,
+             limits: bool) -> dict[str, dict[str, list[float]]]:
+    """``sides``: "old" and "new", each a tree and the interpreter that runs it."""
     if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
         os.sched_setaffinity(0, {0})
     py = sys.executable
@@ -383,13 +411,13 @@ def _compare_trees(old_tree: Path, dur: int, rounds: int, store_kind: str,
             procs.start(pinned("0", ["redis-server", "--port", str(rport), "--save", "",
                                      "--appendonly", "no"]))
         gws = {}
-        for db, (name, tree) in enumerate((("old", old_tree), ("new", ROOT))):
+        for db, (name, (tree, gw_py)) in enumerate(sides.items()):
             store = f"redis://127.0.0.1:{rport}/{db}" if store_kind == "redis" else "memory://"
             cfg = Path(tempfile.mkdtemp()) / "bench.yaml"
             cfg.write_text(config_yaml([up], True, store, limits))
             port = free_port()
-            gws[name] = (port, procs.start(pinned("1", [py, "-m", "switchyard", "serve", "--config", str(cfg),
-                                                        "--port", str(port)]), cwd=tree))
+            gws[name] = (port, procs.start(pinned("1", [gw_py, "-m", "switchyard", "serve", "--config",
+                                                        str(cfg), "--port", str(port)]), cwd=tree))
         for p in (up, *(port for port, _ in gws.values())):
             wait_http(p, "/health")
         comp = {"model": "mock/gpt", "prompt": "Say this is a test", "max_tokens": 16}
@@ -527,18 +555,25 @@ def claude_code_4k(model: str) -> dict:
     return body
 
 
-def compare_providers(dur: int, quick: bool, rev: str | None = None, rounds: int = 3) -> int:
+def compare_providers(dur: int, quick: bool, rev: str | None = None, rounds: int = 3,
+                      python: str | None = None) -> int:
     """Gateway CPU per streamed request through each provider, interleaved rounds, one gateway:
     chat to three providers, and a 4 KB Claude Code body to Anthropic's Messages API, forwarded
     on the native lane or translated for an OpenAI-shaped upstream. With ``rev``, a gateway on
-    that revision's code too (the same config), measured alternately with this tree's."""
+    that revision's code too (the same config), measured alternately with this tree's; with
+    ``python``, this tree run by that interpreter ("new") and by this venv's ("venv")."""
+    rounds = 1 if quick else rounds
+    here = (ROOT, sys.executable)
+    if python is not None:
+        return _compare_providers({"venv": here, "new": (ROOT, python)}, dur, rounds, quick)
     if rev is None:
-        return _compare_providers({"new": ROOT}, dur, 1 if quick else rounds, quick)
+        return _compare_providers({"new": here}, dur, rounds, quick)
     with worktree(rev) as old:
-        return _compare_providers({rev: old, "new": ROOT}, dur, 1 if quick else rounds, quick)
+        return _compare_providers({rev: (old, sys.executable), "new": here}, dur, rounds, quick)
 
 
-def _compare_providers(trees: dict[str, Path], dur: int, rounds: int, quick: bool) -> int:
+def _compare_providers(trees: dict[str, tuple[Path, str]], dur: int, rounds: int, quick: bool) -> int:
+    """``trees``: by name, a tree and the interpreter that runs it."""
     py = sys.executable
     procs = Procs()
     chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 20, "stream": True,
@@ -556,10 +591,10 @@ def _compare_providers(trees: dict[str, Path], dur: int, rounds: int, quick: boo
         cfg = Path(tempfile.mkdtemp()) / "bench.yaml"
         cfg.write_text(providers_yaml(up))
         gws = {}
-        for name, tree in trees.items():
+        for name, (tree, gw_py) in trees.items():
             port = free_port()
-            gws[name] = (port, procs.start(pinned("1", [py, "-m", "switchyard", "serve", "--config", str(cfg),
-                                                        "--port", str(port)]), cwd=tree))
+            gws[name] = (port, procs.start(pinned("1", [gw_py, "-m", "switchyard", "serve", "--config",
+                                                        str(cfg), "--port", str(port)]), cwd=tree))
         wait_http(up, "/health")
         for port, _ in gws.values():
             wait_http(port, "/health")
