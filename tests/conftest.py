@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -13,22 +14,46 @@ from collections.abc import Iterator
 import pytest
 
 
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+# Client sockets take their local ports from the kernel's ephemeral range, so a port picked there
+# (as binding port 0 does) may be taken by any connection of a parallel test before the server
+# under test binds it ("Address already in use"). Ports below that range are only ever bound.
+_BELOW = range(10_000, _ephemeral_low())
+_pick = random.SystemRandom()  # not the global one: hypothesis seeds that
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def free_port(bus: bool = False) -> int:
-    """A free loopback port; with ``bus`` also port + 10000 (Redis Cluster's bus port)."""
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if not bus or port + 10000 > 65535:
-            if not bus:
+    """A free loopback port below the ephemeral range; with ``bus`` also port + 10000 (Redis
+    Cluster's bus port), below it too. Where the range leaves too little room below it, a port
+    from the range, as binding port 0 gives (racy, as above)."""
+    top = _BELOW.stop - (10_000 if bus else 0)
+    if top - _BELOW.start < 1_000:
+        while True:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            if not bus or (port + 10_000 <= 65_535 and _bindable(port + 10_000)):
                 return port
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port + 10000))
-            except OSError:
-                continue
-        return port
+    while True:
+        port = _pick.randrange(_BELOW.start, top)
+        if _bindable(port) and (not bus or _bindable(port + 10_000)):
+            return port
 
 
 def wait_for_redis(port: int, proc: subprocess.Popen[bytes] | None = None, timeout: float = 10.0) -> None:
