@@ -43,16 +43,14 @@ def free_port(bus: bool = False) -> int:
     Cluster's bus port), below it too. Where the range leaves too little room below it, a port
     from the range, as binding port 0 gives (racy, as above)."""
     top = _BELOW.stop - (10_000 if bus else 0)
-    if top - _BELOW.start < 1_000:
-        while True:
+    while True:
+        if top - _BELOW.start >= 1_000:
+            port = _pick.randrange(_BELOW.start, top)
+        else:
             with socket.socket() as s:
                 s.bind(("127.0.0.1", 0))
                 port = s.getsockname()[1]
-            if not bus or (port + 10_000 <= 65_535 and _bindable(port + 10_000)):
-                return port
-    while True:
-        port = _pick.randrange(_BELOW.start, top)
-        if _bindable(port) and (not bus or _bindable(port + 10_000)):
+        if _bindable(port) and (not bus or (port + 10_000 <= 65_535 and _bindable(port + 10_000))):
             return port
 
 
