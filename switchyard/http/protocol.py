@@ -266,7 +266,7 @@ class Http11(asyncio.Protocol):
         }
         # (an Upgrade is not served: the connection closes after the answer)
         keep_alive = version != "1.0" and parser.should_keep_alive() and not parser.should_upgrade()
-        ex = self.reading = Exchange(self, scope, self.expect_continue, keep_alive)
+        ex = self.reading = Exchange(self, scope, hook, self.expect_continue, keep_alive)
         if self.answering is None or self.answering.complete:
             self._start(ex)
         else:  # pipelined: answered once the one before it is
@@ -330,11 +330,14 @@ class Exchange:
     """One request and its answer: the ASGI ``receive`` and ``send`` of its app."""
 
     __slots__ = ("bodiless", "body", "buffered", "chunked", "complete", "conn", "continue_", "delivered",
-                 "disconnected", "head", "keep_alive", "left", "more_body", "scope", "started", "waiter")
+                 "disconnected", "head", "hook", "keep_alive", "left", "more_body", "scope", "started",
+                 "waiter")
 
-    def __init__(self, conn: Http11, scope: dict[str, Any], expect_continue: bool, keep_alive: bool) -> None:
+    def __init__(self, conn: Http11, scope: dict[str, Any], hook: Disconnect, expect_continue: bool,
+                 keep_alive: bool) -> None:
         self.conn = conn
         self.scope = scope
+        self.hook = hook  # (scope's DISCONNECT): done once the app returns, whether it set it or not
         self.bodiless = scope["method"] == "HEAD"  # an answer's head only, whatever the app sends
         self.continue_ = expect_continue  # a 100 Continue is owed at the first receive()
         self.keep_alive = keep_alive
@@ -382,6 +385,10 @@ class Exchange:
             elif not self.complete and not self.disconnected:
                 log.error("the app left its answer to a request unfinished")
                 self.conn.transport.close()
+        finally:
+            # An app that never set the hook (Litestar's routes) must not leave it on the
+            # connection's list: a keep-alive client's every request would add one.
+            self.hook.done = True
 
     async def _plain_500(self) -> None:
         await self.send({"type": "http.response.start", "status": 500,

@@ -5,14 +5,17 @@ malformed request answered in the gateway's error shape; an app that fails gets 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+from collections.abc import AsyncIterator
 
 import uvicorn
 
 from switchyard.core.settings import ServerConfig
 from switchyard.http.asgi import encode_headers
 from switchyard.http.protocol import ServeConfig
+from switchyard.http.types import ASGIApp
 from tests.conftest import free_port
 from tests.gateway.conftest import KEY
 from tests.http.test_server import closed_by_server, guarded
@@ -120,18 +123,28 @@ async def test_a_body_larger_than_the_read_buffer_is_read_whole():
         assert json.loads(answer)["error"]["param"] == "messages"
 
 
-async def test_an_app_that_fails_gets_a_500_and_the_log_line_names_no_path(caplog):
-    async def failing(scope, receive, send):
-        if scope["type"] == "http":
-            raise RuntimeError("boom")
-
+@contextlib.asynccontextmanager
+async def serving(app: ASGIApp) -> AsyncIterator[tuple[int, uvicorn.Server]]:
+    """``app`` alone behind the gateway's protocol: its port and server."""
     port = free_port()
-    server = uvicorn.Server(ServeConfig(failing, ServerConfig(), host="127.0.0.1", port=port,
+    server = uvicorn.Server(ServeConfig(app, ServerConfig(), host="127.0.0.1", port=port,
                                        loop="asyncio", lifespan="off", log_config=None))
     task = asyncio.create_task(server.serve())
     while not server.started:
         await asyncio.sleep(0.01)
     try:
+        yield port, server
+    finally:
+        server.should_exit = True
+        await task
+
+
+async def test_an_app_that_fails_gets_a_500_and_the_log_line_names_no_path(caplog):
+    async def failing(scope, receive, send):
+        if scope["type"] == "http":
+            raise RuntimeError("boom")
+
+    async with serving(failing) as (port, _):
         with caplog.at_level(logging.ERROR, logger="switchyard"):
             data = await exchange(port, b"GET /sk-secret-in-a-path HTTP/1.1\r\nhost: x\r\n\r\n")
         head, body = answers(data)[0]
@@ -139,9 +152,27 @@ async def test_an_app_that_fails_gets_a_500_and_the_log_line_names_no_path(caplo
         lines = [r.getMessage() for r in caplog.records if r.name == "switchyard"]
         assert lines == ["the app failed on a request"]
         assert not any("sk-secret" in r.getMessage() for r in caplog.records)
-    finally:
-        server.should_exit = True
-        await task
+
+
+async def test_a_keep_alive_connection_holds_no_hook_of_an_answered_request():
+    """A request's disconnect hook leaves its connection once the app returns, whether the app
+    set it or not (Litestar's routes never do): else a keep-alive client (a metrics scraper)
+    would grow the list by one a request, and every request would walk it."""
+    async def plain(scope, receive, send):
+        if scope["type"] == "http":
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+            await send({"type": "http.response.body", "body": b"ok"})
+
+    async with serving(plain) as (port, server):
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            for _ in range(50):
+                w.write(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
+                assert (await asyncio.wait_for(r.readuntil(b"\r\n\r\nok"), 5)).startswith(b"HTTP/1.1 200")
+            [conn] = server.server_state.connections
+            assert len(conn.hooks) <= 1  # (the last request's, until the next one begins)
+        finally:
+            w.close()
 
 
 def test_answer_headers_never_carry_a_line_break_or_nul() -> None:
