@@ -69,6 +69,37 @@ class ServeConfig(uvicorn.Config):
         # backstop closes a connection whose body stalls anywhere else a little later.
         self.body_timeout = server.body_timeout + 5.0
         self.write_timeout = server.write_timeout
+        self.outbox = Outbox()  # shared by the server's connections
+
+
+class Outbox:
+    """Answers that ended while other requests were in flight, written together once the loop's
+    turn ends (``Exchange.send``).
+
+    A write to a peer asleep on another core (a local load balancer, sidecar or client) wakes it,
+    and that wake-up costs the writer more than the write: on a 2-core VM, 14% of the gateway's
+    CPU a request went there (perf). Written back to back, the turn's answers wake such a peer
+    once. An answer waits for no more than the rest of its turn, and only while other requests
+    are in flight; a lone request's answer goes out at once.
+    """
+
+    __slots__ = ("writes",)
+
+    def __init__(self) -> None:
+        self.writes: list[tuple[Http11, tuple[bytes, ...]]] = []
+
+    def add(self, conn: Http11, parts: tuple[bytes, ...]) -> None:
+        if not self.writes:
+            conn.loop.call_soon(self.flush)
+        conn.deferred = True
+        self.writes.append((conn, parts))
+
+    def flush(self) -> None:
+        writes, self.writes = self.writes, []
+        for conn, parts in writes:
+            conn.deferred = False
+            if not conn.transport.is_closing():
+                conn.transport.writelines(parts)
 
 
 class Http11(asyncio.Protocol):
@@ -98,6 +129,7 @@ class Http11(asyncio.Protocol):
         self.queued: deque[Exchange] = deque()  # pipelined requests behind it
         self.hooks: list[Disconnect] = []  # of requests that still listen for the client leaving
         self.write_paused = False
+        self.deferred = False  # an answer of this connection's waits in the outbox
         self.drained: asyncio.Future[None] | None = None  # what a paused writer waits on
         self.read_paused = False
         # One timer for every deadline (headers, body, idle): per request a float written.
@@ -111,9 +143,20 @@ class Http11(asyncio.Protocol):
     def _until(self, seconds: float) -> None:
         self.deadline.set(self.loop.time() + seconds)
 
+    def undefer(self) -> None:
+        """Write this connection's answer waiting in the outbox now: before anything else is
+        written to it, or it is closed."""
+        if self.deferred:
+            self.limits.outbox.flush()
+
+    def close(self) -> None:
+        self.undefer()
+        self.transport.close()
+
     def _expired(self) -> None:
         if self.transport.is_closing():
             return
+        self.undefer()
         answering = self.answering
         if not self.idle and (answering is None or answering.complete):  # a request too slow: say why
             self.transport.write(_TIMEOUT_REPLY)
@@ -159,6 +202,7 @@ class Http11(asyncio.Protocol):
     def _refuse(self, why: str) -> None:
         """A request the parser refused (a bad header byte, a broken request line): answered in
         the gateway's error shape, the connection closed."""
+        self.undefer()
         if self.answering is not None and not self.answering.complete:
             self.transport.close()  # an answer is under way: a second one would garble it
             return
@@ -218,7 +262,7 @@ class Http11(asyncio.Protocol):
         """uvicorn's ``Server`` asks every connection to stop: at once when idle, else after the
         answer under way."""
         if self.answering is None or self.answering.complete:
-            self.transport.close()
+            self.close()
         else:
             self.answering.keep_alive = False
 
@@ -314,7 +358,7 @@ class Http11(asyncio.Protocol):
         """``ex``'s answer is complete: the next pipelined request's turn, or an idle deadline."""
         self.state.total_requests += 1
         if not ex.keep_alive:
-            self.transport.close()
+            self.close()
             return
         if self.transport.is_closing():
             return
@@ -369,7 +413,7 @@ class Exchange:
         try:
             await app(self.scope, self.receive, self.send)
         except asyncio.CancelledError:  # (the stopping server's grace ran out)
-            self.conn.transport.close()
+            self.conn.close()
             raise
         except Exception as e:
             # (no path in the line: it is what a caller typed, and may hold a secret)
@@ -377,14 +421,14 @@ class Exchange:
             if not self.started:
                 await self._plain_500()
             else:
-                self.conn.transport.close()
+                self.conn.close()
         else:
             if not self.started and not self.disconnected:
                 log.error("the app answered nothing to a request")
                 await self._plain_500()
             elif not self.complete and not self.disconnected:
                 log.error("the app left its answer to a request unfinished")
-                self.conn.transport.close()
+                self.conn.close()
         finally:
             # An app that never set the hook (Litestar's routes) must not leave it on the
             # connection's list: a keep-alive client's every request would add one.
@@ -444,11 +488,14 @@ class Exchange:
                 raise RuntimeError("the answer's body is longer than its content-length")
             self.left -= len(body)
             data = body
-        if self.head:  # the head and the first body part in one system call
-            head, self.head = self.head, b""
-            conn.transport.writelines((head, data))
-        elif data:
-            conn.transport.write(data)
+        head, self.head = self.head, b""  # the head goes with the body's first part
+        if head or data:
+            if not more and self.keep_alive and len(conn.state.tasks) > 1:  # others in flight
+                conn.limits.outbox.add(conn, (head, data) if head else (data,))
+            elif head:  # one system call
+                conn.transport.writelines((head, data))
+            else:
+                conn.transport.write(data)
         if not more:
             if self.left and not self.bodiless:
                 raise RuntimeError("the answer's body is shorter than its content-length")

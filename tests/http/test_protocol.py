@@ -9,12 +9,14 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
 import uvicorn
+from uvicorn.server import ServerState
 
 from switchyard.core.settings import ServerConfig
 from switchyard.http.asgi import encode_headers
-from switchyard.http.protocol import ServeConfig
+from switchyard.http.protocol import Http11, ServeConfig
 from switchyard.http.types import ASGIApp
 from tests.conftest import free_port
 from tests.gateway.conftest import KEY
@@ -184,3 +186,92 @@ def test_answer_headers_never_carry_a_line_break_or_nul() -> None:
     odd = {"x-a": "one\r\nset-cookie: x=1", "x-b": "n\0l", "x-c": "t\tab", "x-d": "caf\u00e9 \u20ac"}
     assert encode_headers(odd, "text/plain")[1:] == [
         (b"x-a", b"one  set-cookie: x=1"), (b"x-b", b"n l"), (b"x-c", b"t\tab"), (b"x-d", b"caf\xe9 ?")]
+
+
+class _Wire(asyncio.Transport):
+    """A transport that records what the server writes to it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.out: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.out.append(bytes(data))
+
+    def writelines(self, parts: Any) -> None:
+        self.out.append(b"".join(parts))
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+async def test_an_answer_waits_for_the_turn_s_end_only_while_other_requests_are_in_flight():
+    """Alone, an answer is written as the app sends it; with another request in flight it goes
+    out once the loop's turn ends, with the turn's others (protocol.Outbox), whole."""
+    written_when_sent: list[int] = []
+    wire = _Wire()
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+        written_when_sent.append(len(wire.out))
+
+    config = ServeConfig(app, ServerConfig(), lifespan="off", log_config=None)
+    state = ServerState()
+    conn = Http11(config, state, {})
+    conn.connection_made(wire)
+    request = b"GET /v1/models HTTP/1.1\r\nhost: x\r\n\r\n"
+    conn.data_received(request)
+    await asyncio.sleep(0.01)
+    assert written_when_sent == [1] and wire.out[0].endswith(b"\r\n\r\nok")
+    other = asyncio.create_task(asyncio.sleep(10))  # another request in flight
+    state.tasks.add(other)
+    try:
+        conn.data_received(request)
+        await asyncio.sleep(0.01)
+        assert written_when_sent == [1, 1]  # not yet when the app's send returned
+        assert len(wire.out) == 2 and wire.out[1].startswith(b"HTTP/1.1 200") and wire.out[1].endswith(b"ok")
+        assert not conn.deferred
+    finally:
+        other.cancel()
+        conn.connection_lost(None)
+
+
+async def test_a_waiting_answer_goes_out_before_the_error_for_a_bad_request_behind_it():
+    """An answer still in the outbox when the parser refuses the next request on its connection
+    (which arrived before the turn ended) is written first, then the 400, then the connection
+    closes."""
+    wire = _Wire()
+    conn: Http11
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+        conn.data_received(b"GET /next HTTP/1.1\r\nbad header\r\n\r\n")  # before the turn's end
+
+    state = ServerState()
+    conn = Http11(ServeConfig(app, ServerConfig(), lifespan="off", log_config=None), state, {})
+    conn.connection_made(wire)
+    other = asyncio.create_task(asyncio.sleep(10))  # another request in flight
+    state.tasks.add(other)
+    try:
+        conn.data_received(b"GET /v1/models HTTP/1.1\r\nhost: x\r\n\r\n")
+        await asyncio.sleep(0.01)
+        assert [w.split(b"\r\n")[0] for w in wire.out] == [b"HTTP/1.1 200 OK", b"HTTP/1.1 400 Bad Request"]
+        assert wire.out[0].endswith(b"ok") and wire.closed
+    finally:
+        other.cancel()
+        conn.connection_lost(None)
