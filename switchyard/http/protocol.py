@@ -38,6 +38,7 @@ from uvicorn.server import ServerState
 
 from switchyard.core.deadline import Deadline
 from switchyard.core.errors import InvalidRequest
+from switchyard.core.outbox import Outbox
 from switchyard.core.settings import ServerConfig
 from switchyard.dialects.errors import error_bytes
 from switchyard.http.asgi import error_shape
@@ -69,37 +70,8 @@ class ServeConfig(uvicorn.Config):
         # backstop closes a connection whose body stalls anywhere else a little later.
         self.body_timeout = server.body_timeout + 5.0
         self.write_timeout = server.write_timeout
+        # Answers that end while other requests are in flight go out together (Exchange.send).
         self.outbox = Outbox()  # shared by the server's connections
-
-
-class Outbox:
-    """Answers that ended while other requests were in flight, written together once the loop's
-    turn ends (``Exchange.send``).
-
-    A write to a peer asleep on another core (a local load balancer, sidecar or client) wakes it,
-    and that wake-up costs the writer more than the write: on a 2-core VM, 14% of the gateway's
-    CPU a request went there (perf). Written back to back, the turn's answers wake such a peer
-    once. An answer waits for no more than the rest of its turn, and only while other requests
-    are in flight; a lone request's answer goes out at once.
-    """
-
-    __slots__ = ("writes",)
-
-    def __init__(self) -> None:
-        self.writes: list[tuple[Http11, tuple[bytes, ...]]] = []
-
-    def add(self, conn: Http11, parts: tuple[bytes, ...]) -> None:
-        if not self.writes:
-            conn.loop.call_soon(self.flush)
-        conn.deferred = True
-        self.writes.append((conn, parts))
-
-    def flush(self) -> None:
-        writes, self.writes = self.writes, []
-        for conn, parts in writes:
-            conn.deferred = False
-            if not conn.transport.is_closing():
-                conn.transport.writelines(parts)
 
 
 class Http11(asyncio.Protocol):
@@ -152,6 +124,11 @@ class Http11(asyncio.Protocol):
     def close(self) -> None:
         self.undefer()
         self.transport.close()
+
+    def write_deferred(self, parts: tuple[bytes, ...]) -> None:  # (core.outbox.Sink)
+        self.deferred = False
+        if not self.transport.is_closing():
+            self.transport.writelines(parts)
 
     def _expired(self) -> None:
         if self.transport.is_closing():
@@ -491,7 +468,8 @@ class Exchange:
         head, self.head = self.head, b""  # the head goes with the body's first part
         if head or data:
             if not more and self.keep_alive and len(conn.state.tasks) > 1:  # others in flight
-                conn.limits.outbox.add(conn, (head, data) if head else (data,))
+                conn.deferred = True
+                conn.limits.outbox.add(conn.loop, conn, (head, data) if head else (data,))
             elif head:  # one system call
                 conn.transport.writelines((head, data))
             else:

@@ -19,6 +19,7 @@ import httptools
 import httpx
 
 from switchyard.core.deadline import Deadline
+from switchyard.core.outbox import Outbox
 
 _HIGH_WATER = 64  # body chunks buffered before we stop reading from the socket
 IDLE_TIMEOUT = 30.0  # seconds a pooled connection is trusted idle, unless Keep-Alive says less
@@ -193,6 +194,11 @@ class _Conn(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
+    def write_deferred(self, parts: tuple[bytes, ...]) -> None:  # (core.outbox.Sink)
+        # Closed meanwhile: its connection_lost or watchdog fails the waiting request.
+        if not self.closed and self.transport is not None and not self.transport.is_closing():
+            self.transport.writelines(parts)
+
     @property
     def reusable(self) -> bool:
         return (self.complete and self.keep_alive and not self.closed and self.error is None
@@ -305,6 +311,8 @@ class H1Transport(httpx.AsyncBaseTransport):
         self._idle: dict[Origin, list[_Conn]] = {}
         self._slots: dict[Origin, asyncio.Semaphore] = {}
         self._sweeper: asyncio.TimerHandle | None = None  # closes expired idle connections
+        self.waiting = 0  # requests sent (or in the outbox) whose answer's head has not come
+        self._outbox = Outbox()  # requests sent while others wait: written at the turn's end
 
     async def open(self, origin: Origin, wire: bytes, *, deadline: float | None = None,
                    connect_timeout: float | None = None) -> Answer:
@@ -329,11 +337,15 @@ class H1Transport(httpx.AsyncBaseTransport):
                 conn._reset()
                 conn.busy = True
                 conn.slot = slots
-                conn.transport.write(wire)  # type: ignore[union-attr]  # a busy connection is connected
+                if self.waiting:  # others wait for their answers: with this turn's requests
+                    self._outbox.add(asyncio.get_running_loop(), conn, (wire,))
+                else:
+                    conn.transport.write(wire)  # type: ignore[union-attr]  # a busy connection is connected
                 if deadline is None:
                     conn.deadline.clear()
                 else:
                     conn.deadline.set(deadline)
+                self.waiting += 1
                 try:
                     await conn.head
                     break
@@ -348,6 +360,8 @@ class H1Transport(httpx.AsyncBaseTransport):
                         conn = None
                         continue
                     raise
+                finally:
+                    self.waiting -= 1
         except BaseException:
             if conn is None:
                 slots.release()

@@ -416,3 +416,23 @@ async def test_an_idle_connection_outlives_its_last_request_s_deadline():
         assert await answer_by(t, port, 5) == b"x"
         assert conns == [1, 1]
         await t.aclose()
+
+
+async def test_a_request_sent_while_another_waits_goes_out_at_the_turn_s_end():
+    """Alone, a request is written at once; while another waits for its answer, it joins the
+    turn's outbox (core.outbox) and goes out when the turn ends. Both get their own answers."""
+    async with slow_server([0, 0.3]) as port:  # each connection: one prompt answer, then a late one
+        t = H1Transport()
+        # Two kept connections, each with its prompt answer given.
+        assert await asyncio.gather(answer_by(t, port, 5), answer_by(t, port, 5)) == [b"prompt"] * 2
+        first = asyncio.create_task(answer_by(t, port, 5))
+        await asyncio.sleep(0)
+        assert t.waiting == 1 and not t._outbox.writes  # alone: written at once
+        second = asyncio.create_task(answer_by(t, port, 5))
+        await asyncio.sleep(0)
+        assert t.waiting == 2 and len(t._outbox.writes) == 1  # behind a waiting one: the turn's end
+        await asyncio.sleep(0)
+        assert not t._outbox.writes
+        assert await asyncio.gather(first, second) == [b"late", b"late"]
+        assert t.waiting == 0
+        await t.aclose()
