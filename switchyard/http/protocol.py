@@ -70,8 +70,9 @@ class ServeConfig(uvicorn.Config):
         # backstop closes a connection whose body stalls anywhere else a little later.
         self.body_timeout = server.body_timeout + 5.0
         self.write_timeout = server.write_timeout
-        # Answers that end while other requests are in flight go out together (Exchange.send).
+        # Answers that end while others are still to come go out together (Exchange.send).
         self.outbox = Outbox()  # shared by the server's connections
+        self.unanswered = 0  # requests begun whose answers are not complete
 
 
 class Http11(asyncio.Protocol):
@@ -316,6 +317,7 @@ class Http11(asyncio.Protocol):
 
     def _start(self, ex: Exchange) -> None:
         self.answering = ex
+        self.limits.unanswered += 1  # (until its answer is complete, or its app returns)
         task = self.loop.create_task(ex.run(self.app))
         tasks = self.state.tasks
         tasks.add(task)
@@ -410,6 +412,8 @@ class Exchange:
             # An app that never set the hook (Litestar's routes) must not leave it on the
             # connection's list: a keep-alive client's every request would add one.
             self.hook.done = True
+            if not self.complete:  # (a complete answer was counted off as it ended)
+                self.conn.limits.unanswered -= 1
 
     async def _plain_500(self) -> None:
         await self.send({"type": "http.response.start", "status": 500,
@@ -467,7 +471,7 @@ class Exchange:
             data = body
         head, self.head = self.head, b""  # the head goes with the body's first part
         if head or data:
-            if not more and self.keep_alive and len(conn.state.tasks) > 1:  # others in flight
+            if not more and self.keep_alive and conn.limits.unanswered > 1:  # others still to come
                 conn.deferred = True
                 conn.limits.outbox.add(conn.loop, conn, (head, data) if head else (data,))
             elif head:  # one system call
@@ -478,6 +482,7 @@ class Exchange:
             if self.left and not self.bodiless:
                 raise RuntimeError("the answer's body is shorter than its content-length")
             self.complete = True
+            conn.limits.unanswered -= 1
             self.wake()
             conn.answered(self)
 

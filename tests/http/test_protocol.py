@@ -173,6 +173,7 @@ async def test_a_keep_alive_connection_holds_no_hook_of_an_answered_request():
                 assert (await asyncio.wait_for(r.readuntil(b"\r\n\r\nok"), 5)).startswith(b"HTTP/1.1 200")
             [conn] = server.server_state.connections
             assert len(conn.hooks) <= 1  # (the last request's, until the next one begins)
+            assert server.config.unanswered == 0  # each answer counted off once
         finally:
             w.close()
 
@@ -196,7 +197,7 @@ class _Wire(asyncio.Transport):
         self.out: list[bytes] = []
         self.closed = False
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray | memoryview) -> None:
         self.out.append(bytes(data))
 
     def writelines(self, parts: Any) -> None:
@@ -219,8 +220,9 @@ class _Wire(asyncio.Transport):
 
 
 async def test_an_answer_waits_for_the_turn_s_end_only_while_other_requests_are_in_flight():
-    """Alone, an answer is written as the app sends it; with another request in flight it goes
-    out once the loop's turn ends, with the turn's others (protocol.Outbox), whole."""
+    """Alone, an answer is written as the app sends it; while another request's answer is still
+    to come it goes out once the loop's turn ends, with the turn's others (core.outbox), whole;
+    each answer is counted off once."""
     written_when_sent: list[int] = []
     wire = _Wire()
 
@@ -237,16 +239,15 @@ async def test_an_answer_waits_for_the_turn_s_end_only_while_other_requests_are_
     conn.data_received(request)
     await asyncio.sleep(0.01)
     assert written_when_sent == [1] and wire.out[0].endswith(b"\r\n\r\nok")
-    other = asyncio.create_task(asyncio.sleep(10))  # another request in flight
-    state.tasks.add(other)
+    assert config.unanswered == 0
+    config.unanswered += 1  # another request whose answer is still to come
     try:
         conn.data_received(request)
         await asyncio.sleep(0.01)
         assert written_when_sent == [1, 1]  # not yet when the app's send returned
         assert len(wire.out) == 2 and wire.out[1].startswith(b"HTTP/1.1 200") and wire.out[1].endswith(b"ok")
-        assert not conn.deferred
+        assert not conn.deferred and config.unanswered == 1
     finally:
-        other.cancel()
         conn.connection_lost(None)
 
 
@@ -262,16 +263,14 @@ async def test_a_waiting_answer_goes_out_before_the_error_for_a_bad_request_behi
         await send({"type": "http.response.body", "body": b"ok"})
         conn.data_received(b"GET /next HTTP/1.1\r\nbad header\r\n\r\n")  # before the turn's end
 
-    state = ServerState()
-    conn = Http11(ServeConfig(app, ServerConfig(), lifespan="off", log_config=None), state, {})
+    config = ServeConfig(app, ServerConfig(), lifespan="off", log_config=None)
+    conn = Http11(config, ServerState(), {})
     conn.connection_made(wire)
-    other = asyncio.create_task(asyncio.sleep(10))  # another request in flight
-    state.tasks.add(other)
+    config.unanswered += 1  # another request whose answer is still to come
     try:
         conn.data_received(b"GET /v1/models HTTP/1.1\r\nhost: x\r\n\r\n")
         await asyncio.sleep(0.01)
         assert [w.split(b"\r\n")[0] for w in wire.out] == [b"HTTP/1.1 200 OK", b"HTTP/1.1 400 Bad Request"]
         assert wire.out[0].endswith(b"ok") and wire.closed
     finally:
-        other.cancel()
         conn.connection_lost(None)
