@@ -126,6 +126,11 @@ class Http11(asyncio.Protocol):
         self.undefer()
         self.transport.close()
 
+    def defer(self, parts: tuple[bytes, ...]) -> None:
+        """Write ``parts`` once the loop's turn ends, with the server's other deferred answers."""
+        self.deferred = True
+        self.limits.outbox.add(self.loop, self, parts)
+
     def write_deferred(self, parts: tuple[bytes, ...]) -> None:  # (core.outbox.Sink)
         self.deferred = False
         if not self.transport.is_closing():
@@ -472,8 +477,7 @@ class Exchange:
         head, self.head = self.head, b""  # the head goes with the body's first part
         if head or data:
             if not more and self.keep_alive and conn.limits.unanswered > 1:  # others still to come
-                conn.deferred = True
-                conn.limits.outbox.add(conn.loop, conn, (head, data) if head else (data,))
+                conn.defer((head, data) if head else (data,))
             elif head:  # one system call
                 conn.transport.writelines((head, data))
             else:
