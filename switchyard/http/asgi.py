@@ -9,6 +9,7 @@ ahead of Litestar, which serves everything else (models, health, admin, OpenAPI,
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import MutableMapping
 from typing import Any
@@ -28,7 +29,7 @@ from switchyard.gateway.pipeline import Gateway
 from switchyard.gateway.types import JSON, Endpoint
 from switchyard.http.access import AccessLog
 from switchyard.http.disconnect import DISCONNECT, Disconnect
-from switchyard.http.types import ASGIApp, Receive, Scope, Send
+from switchyard.http.types import ANSWER, Answer, ASGIApp, Receive, Scope, Send
 
 # Credentials must come once: with two, which one a proxy or a log saw is anybody's guess.
 _SINGLE = (b"authorization", b"x-api-key")
@@ -104,11 +105,38 @@ def encode_headers(headers: dict[str, str], media_type: str) -> list[tuple[bytes
               for k, v in headers.items())]
 
 
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # a header name (RFC 9110's tchar)
+# Names whose meaning the server keeps to itself (how the body is framed, whether the
+# connection stays): an answer that sets one goes the ASGI way, where the server reads them.
+_FRAMING = frozenset({"content-length", "transfer-encoding", "connection"})
+_CRLF = "\r\n"
+_NAMED: set[str] = set()  # names already found fit for ``head_lines`` (the gateway's own few)
+
+
+def head_lines(headers: dict[str, str], media_type: str, request_id: str) -> bytes | None:
+    """An answer's header lines for the server's whole answer in one call (``ANSWER``); None
+    when one needs the careful way (a control character or a byte outside latin-1 in a value, a
+    name that is no token, a framing header), which ``encode_headers`` and the server take."""
+    if not _NAMED.issuperset(headers):
+        if any(k in _FRAMING or not _TOKEN.fullmatch(k) for k in headers):
+            return None
+        if len(_NAMED) < 256:
+            _NAMED.update(headers)
+    if not "".join(headers.values()).isprintable():
+        return None
+    lines = "\r\n".join(map(": ".join, headers.items()))  # (names and values both str)
+    text = f"content-type: {media_type}\r\n{lines}{_CRLF if lines else ''}{REQUEST_ID}: {request_id}\r\n"
+    try:
+        return text.encode("latin-1")
+    except UnicodeEncodeError:
+        return None
+
+
 class AsgiResponder:
     """``gateway.types.Responder`` over one ASGI request: the answer, the request id on it, and a watch
     for the client leaving."""
 
-    __slots__ = ("_hook", "_watcher", "ctx", "finished", "gone", "receive", "send", "started")
+    __slots__ = ("_answer", "_hook", "_watcher", "ctx", "finished", "gone", "receive", "send", "started")
 
     def __init__(self, ctx: RequestContext, scope: Scope, send: Send, receive: Receive) -> None:
         self.ctx = ctx
@@ -117,16 +145,20 @@ class AsgiResponder:
         self.started = False
         self.finished = False
         self.gone = False
-        self._hook: Disconnect | None = (scope.get("extensions") or {}).get(DISCONNECT)
+        extensions = scope.get("extensions") or {}
+        self._hook: Disconnect | None = extensions.get(DISCONNECT)
+        self._answer: Answer | None = extensions.get(ANSWER)
         self._watcher: asyncio.Future[None] | None = None
 
     async def whole(self, status: int, headers: dict[str, str], body: bytes, media_type: str = JSON) -> None:
-        raw = encode_headers(headers, media_type)
-        raw.append((b"content-length", str(len(body)).encode()))
-        raw.append((REQUEST_ID.encode(), self.ctx.id.encode()))
         self.started = self.finished = True
         self.unwatch()
         self.ctx.first_byte = time.monotonic()
+        if self._answer is not None and (lines := head_lines(headers, media_type, self.ctx.id)) is not None:
+            return await self._answer(status, lines, body)
+        raw = encode_headers(headers, media_type)
+        raw.append((b"content-length", str(len(body)).encode()))
+        raw.append((REQUEST_ID.encode(), self.ctx.id.encode()))
         await self.send({"type": "http.response.start", "status": status, "headers": raw})
         await self.send({"type": "http.response.body", "body": body})
 

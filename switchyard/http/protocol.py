@@ -43,7 +43,7 @@ from switchyard.core.settings import ServerConfig
 from switchyard.dialects.errors import error_bytes
 from switchyard.http.asgi import error_shape
 from switchyard.http.disconnect import DISCONNECT, Disconnect
-from switchyard.http.types import ASGIApp
+from switchyard.http.types import ANSWER, ASGIApp
 
 log = logging.getLogger("switchyard")
 
@@ -284,16 +284,18 @@ class Http11(asyncio.Protocol):
         hook = Disconnect()
         self.hooks = [h for h in self.hooks if not h.done]  # (pipelined ones keep theirs)
         self.hooks.append(hook)
+        extensions: dict[str, Any] = {DISCONNECT: hook}
         scope = {
             "type": "http", "asgi": _ASGI, "http_version": version, "server": self.server,
             "client": self.client, "scheme": self.scheme, "root_path": "",
             "method": _METHODS.get(raw) or raw.decode("ascii"), "path": path, "raw_path": raw_path,
             "query_string": query, "headers": self.headers, "state": self.app_state.copy(),
-            "extensions": {DISCONNECT: hook},
+            "extensions": extensions,
         }
         # (an Upgrade is not served: the connection closes after the answer)
         keep_alive = version != "1.0" and parser.should_keep_alive() and not parser.should_upgrade()
         ex = self.reading = Exchange(self, scope, hook, self.expect_continue, keep_alive)
+        extensions[ANSWER] = ex.answer
         if self.answering is None or self.answering.complete:
             self._start(ex)
         else:  # pipelined: answered once the one before it is
@@ -475,20 +477,46 @@ class Exchange:
             self.left -= len(body)
             data = body
         head, self.head = self.head, b""  # the head goes with the body's first part
-        if head or data:
-            if not more and self.keep_alive and conn.limits.unanswered > 1:  # others still to come
-                conn.defer((head, data) if head else (data,))
-            elif head:  # one system call
+        if more:
+            if head:  # one system call
                 conn.transport.writelines((head, data))
-            else:
+            elif data:
                 conn.transport.write(data)
-        if not more:
-            if self.left and not self.bodiless:
-                raise RuntimeError("the answer's body is shorter than its content-length")
-            self.complete = True
-            conn.limits.unanswered -= 1
-            self.wake()
-            conn.answered(self)
+            return
+        if self.left and not self.bodiless:
+            raise RuntimeError("the answer's body is shorter than its content-length")
+        self._end((head, data) if head else (data,) if data else ())
+
+    async def answer(self, status: int, lines: bytes, body: bytes) -> None:
+        """A whole answer in one call (``http.types.ANSWER``): what a start and one body do
+        through ``send``, without its two messages or reading the head's lines again."""
+        conn = self.conn
+        if conn.write_paused and not self.disconnected:
+            await conn.drain()
+        if self.disconnected:
+            return
+        if self.started or status in (204, 304) or status < 200:
+            raise RuntimeError(f"an answer of status {status} cannot be sent whole now")
+        self.started = True
+        self.continue_ = False
+        head = b"%s%scontent-length: %d\r\n%s\r\n" % (
+            _STATUS.get(status) or b"HTTP/1.1 %d \r\n" % status, lines, len(body),
+            b"" if self.keep_alive else b"connection: close\r\n")
+        self._end((head, b"") if self.bodiless else (head, body))
+
+    def _end(self, parts: tuple[bytes, ...]) -> None:
+        """The answer's last bytes: written now, or with the loop turn's others while another
+        request's answer is still to come."""
+        conn = self.conn
+        if parts:
+            if self.keep_alive and conn.limits.unanswered > 1:
+                conn.defer(parts)
+            else:  # one system call
+                conn.transport.writelines(parts)
+        self.complete = True
+        conn.limits.unanswered -= 1
+        self.wake()
+        conn.answered(self)
 
     def _head(self, status: int, headers: Any) -> None:
         self.started = True

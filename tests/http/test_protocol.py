@@ -15,9 +15,9 @@ import uvicorn
 from uvicorn.server import ServerState
 
 from switchyard.core.settings import ServerConfig
-from switchyard.http.asgi import encode_headers
+from switchyard.http.asgi import encode_headers, head_lines
 from switchyard.http.protocol import Http11, ServeConfig
-from switchyard.http.types import ASGIApp
+from switchyard.http.types import ANSWER, ASGIApp
 from tests.conftest import free_port
 from tests.gateway.conftest import KEY
 from tests.http.test_server import closed_by_server, guarded
@@ -189,6 +189,22 @@ def test_answer_headers_never_carry_a_line_break_or_nul() -> None:
         (b"x-a", b"one  set-cookie: x=1"), (b"x-b", b"n l"), (b"x-c", b"t\tab"), (b"x-d", b"caf\xe9 ?")]
 
 
+def test_header_lines_for_a_whole_answer_leave_the_careful_cases_to_the_asgi_way() -> None:
+    """``head_lines`` (the whole answer in one call) writes plain headers as they are, the
+    content type first and the request id last; a value that holds a control character or what
+    latin-1 lacks, a name that is no token, or a framing header gives None: ``encode_headers``
+    and the server's reading of the head take those."""
+    assert head_lines({"x-a": "1", "retry-after": "2"}, "application/json", "rid") == (
+        b"content-type: application/json\r\nx-a: 1\r\nretry-after: 2\r\nx-request-id: rid\r\n")
+    assert head_lines({}, "text/plain", "rid") == b"content-type: text/plain\r\nx-request-id: rid\r\n"
+    assert head_lines({"x-a": "caf\u00e9"}, "text/plain", "r") == (
+        b"content-type: text/plain\r\nx-a: caf\xe9\r\nx-request-id: r\r\n")
+    for careful in ({"x-a": "one\r\nset-cookie: x=1"}, {"x-a": "n\0l"}, {"x-a": "t\tab"}, {"x-a": "\u20ac"},
+                    {"x a": "1"}, {"x-a:": "1"}, {"connection": "close"}, {"content-length": "3"},
+                    {"x-a": "1", "transfer-encoding": "chunked"}):
+        assert head_lines(careful, "text/plain", "r") is None, careful
+
+
 class _Wire(asyncio.Transport):
     """A transport that records what the server writes to it."""
 
@@ -272,5 +288,40 @@ async def test_a_waiting_answer_goes_out_before_the_error_for_a_bad_request_behi
         await asyncio.sleep(0.01)
         assert [w.split(b"\r\n")[0] for w in wire.out] == [b"HTTP/1.1 200 OK", b"HTTP/1.1 400 Bad Request"]
         assert wire.out[0].endswith(b"ok") and wire.closed
+    finally:
+        conn.connection_lost(None)
+
+
+async def test_a_whole_answer_in_one_call_is_one_write_framed_by_the_server():
+    """The ``ANSWER`` extension: the server adds the status line, the length and, for a client
+    that does not keep the connection, ``connection: close``; a HEAD gets the head alone. The
+    answer is counted off once, and a second answer to the same request is refused."""
+    wire = _Wire()
+    refused: list[str] = []
+
+    async def app(scope, receive, send):
+        answer = scope["extensions"][ANSWER]
+        await answer(201, b"x-a: 1\r\n", b"made")
+        try:
+            await answer(200, b"", b"again")
+        except RuntimeError as e:
+            refused.append(str(e))
+
+    config = ServeConfig(app, ServerConfig(), lifespan="off", log_config=None)
+    conn = Http11(config, ServerState(), {})
+    conn.connection_made(wire)
+    try:
+        conn.data_received(b"POST /v1/x HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n")
+        await asyncio.sleep(0.01)
+        assert wire.out == [b"HTTP/1.1 201 Created\r\nx-a: 1\r\ncontent-length: 4\r\n\r\nmade"]
+        assert config.unanswered == 0 and not wire.closed and len(refused) == 1
+        conn.data_received(b"HEAD /v1/x HTTP/1.1\r\nhost: x\r\n\r\n")
+        await asyncio.sleep(0.01)
+        assert wire.out[1] == b"HTTP/1.1 201 Created\r\nx-a: 1\r\ncontent-length: 4\r\n\r\n"
+        conn.data_received(b"GET /v1/x HTTP/1.0\r\n\r\n")
+        await asyncio.sleep(0.01)
+        assert wire.out[2] == (b"HTTP/1.1 201 Created\r\nx-a: 1\r\ncontent-length: 4\r\n"
+                               b"connection: close\r\n\r\nmade")
+        assert wire.closed and config.unanswered == 0 and len(refused) == 3
     finally:
         conn.connection_lost(None)
