@@ -31,6 +31,11 @@ class _Conn(asyncio.Protocol):
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
+        self.chunks: collections.deque[bytes] = collections.deque()  # the body as it arrived
+        # httptools calls this for each piece of a body (each HTTP chunk of a stream): the deque's
+        # own append, no Python call a piece; ``data_received`` looks at what a read added.
+        self.on_body = self.chunks.append
+        self.kept = 0  # pieces of this answer's body when it ended (what follows is no one's)
         self.parser = httptools.HttpResponseParser(self)
         self.closed = False
         # The request's deadline; one timer across the requests of a kept connection.
@@ -49,7 +54,7 @@ class _Conn(asyncio.Protocol):
         self.status = 0
         self.headers: list[tuple[bytes, bytes]] = []
         self.head: asyncio.Future[None] = loop.create_future()
-        self.chunks: collections.deque[bytes] = collections.deque()
+        self.chunks.clear()
         self.waiter: asyncio.Future[None] | None = None
         self.complete = False
         self.keep_alive = False
@@ -71,6 +76,7 @@ class _Conn(asyncio.Protocol):
             self.close()
             return
         self.received += len(data)
+        chunks = self.chunks
         try:
             self.parser.feed_data(data)
         except (httptools.HttpParserError, httptools.HttpParserUpgrade) as e:
@@ -79,7 +85,14 @@ class _Conn(asyncio.Protocol):
             else:
                 self._fail(httpx.RemoteProtocolError(f"malformed HTTP response: {e}"))
             self.close()
-            return
+        if chunks:
+            if self.complete:  # a second answer in the same read (poisoned): its body is no one's
+                while len(chunks) > self.kept:
+                    chunks.pop()
+            elif len(chunks) > _HIGH_WATER and self.transport is not None and not self.paused:
+                self.paused = True
+                self.transport.pause_reading()
+            self._wake()
         if not self.head.done() and self.received > MAX_HEAD:  # still no end of the head in sight
             self._too_big()
 
@@ -131,15 +144,6 @@ class _Conn(asyncio.Protocol):
         if not self.head.done():
             self.head.set_result(None)
 
-    def on_body(self, body: bytes) -> None:
-        if self.complete:
-            return
-        self.chunks.append(body)
-        if len(self.chunks) > _HIGH_WATER and self.transport is not None and not self.paused:
-            self.paused = True
-            self.transport.pause_reading()
-        self._wake()
-
     def on_message_complete(self) -> None:
         if self.complete:
             return
@@ -149,6 +153,7 @@ class _Conn(asyncio.Protocol):
         # llhttp answers should_keep_alive() only inside its callbacks; afterwards it is reset.
         self.keep_alive = self.parser.should_keep_alive()
         self.complete = True
+        self.kept = len(self.chunks)
         self._wake()
 
     # -- helpers

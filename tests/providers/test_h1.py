@@ -165,6 +165,37 @@ async def test_unsolicited_bytes_on_an_idle_connection_discard_it():
         await t.aclose()
 
 
+async def test_a_chunked_body_s_pieces_arrive_whole_and_a_long_backlog_pauses_reading():
+    """httptools hands each HTTP chunk over on its own (into the connection's deque, with no
+    Python call a piece): the reader gets them joined, in order; past ``_HIGH_WATER`` unread
+    pieces the socket stops being read until the reader catches up."""
+    pieces = [b"piece %03d;" % i for i in range(200)]
+    finish = asyncio.Event()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        await reader.readexactly(2)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+                     + b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces))
+        await finish.wait()  # the body's end comes once the test has seen reading paused
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+    async with tcp_server(handle) as port:
+        t = H1Transport()
+        ans = await t.open((b"http", b"127.0.0.1", port), REQUEST, deadline=asyncio.get_running_loop().time() + 5)
+        for _ in range(100):
+            if ans.conn.paused:
+                break
+            await asyncio.sleep(0.01)
+        assert ans.conn.paused and not ans.conn.complete
+        finish.set()
+        got = b"".join([c async for c in ans])
+        assert got == b"".join(pieces) and not ans.conn.paused and ans.conn.complete
+        await ans.aclose()
+        await t.aclose()
+
+
 async def test_two_responses_in_one_read_never_reach_the_next_caller():
     async with raw_server(lambda n, _: ok(b"first") + ok(b"SMUGGLED") if n == 1 else ok(b"second %d" % n)
                           ) as (port, conns):
