@@ -29,7 +29,7 @@ from switchyard.gateway.pipeline import Gateway
 from switchyard.gateway.types import JSON, Endpoint
 from switchyard.http.access import AccessLog
 from switchyard.http.disconnect import DISCONNECT, Disconnect
-from switchyard.http.types import ANSWER, Answer, ASGIApp, Receive, Scope, Send
+from switchyard.http.types import ANSWER, Answering, ASGIApp, Receive, Scope, Send
 
 # Credentials must come once: with two, which one a proxy or a log saw is anybody's guess.
 _SINGLE = (b"authorization", b"x-api-key")
@@ -147,7 +147,7 @@ class AsgiResponder:
         self.gone = False
         extensions = scope.get("extensions") or {}
         self._hook: Disconnect | None = extensions.get(DISCONNECT)
-        self._answer: Answer | None = extensions.get(ANSWER)
+        self._answer: Answering | None = extensions.get(ANSWER)  # (our own server's)
         self._watcher: asyncio.Future[None] | None = None
 
     async def whole(self, status: int, headers: dict[str, str], body: bytes, media_type: str = JSON) -> None:
@@ -155,7 +155,7 @@ class AsgiResponder:
         self.unwatch()
         self.ctx.first_byte = time.monotonic()
         if self._answer is not None and (lines := head_lines(headers, media_type, self.ctx.id)) is not None:
-            return await self._answer(status, lines, body)
+            return await self._answer.whole(status, lines, body)
         raw = encode_headers(headers, media_type)
         raw.append((b"content-length", str(len(body)).encode()))
         raw.append((REQUEST_ID.encode(), self.ctx.id.encode()))
@@ -163,14 +163,18 @@ class AsgiResponder:
         await self.send({"type": "http.response.body", "body": body})
 
     async def start(self, status: int, headers: dict[str, str], media_type: str) -> None:
+        self.started = True
+        if self._answer is not None and (lines := head_lines(headers, media_type, self.ctx.id)) is not None:
+            return await self._answer.begin(status, lines)
         raw = encode_headers(headers, media_type)
         raw.append((REQUEST_ID.encode(), self.ctx.id.encode()))
-        self.started = True
         await self.send({"type": "http.response.start", "status": status, "headers": raw})
 
     async def body(self, data: bytes) -> None:
         if self.ctx.first_byte is None:
             self.ctx.first_byte = time.monotonic()
+        if self._answer is not None:  # (whichever way its head went)
+            return await self._answer.part(data, True)
         await self.send({"type": "http.response.body", "body": data, "more_body": True})
 
     async def end(self, data: bytes) -> None:
@@ -178,6 +182,8 @@ class AsgiResponder:
         self.unwatch()
         if data and self.ctx.first_byte is None:
             self.ctx.first_byte = time.monotonic()
+        if self._answer is not None:
+            return await self._answer.part(data, False)
         await self.send({"type": "http.response.body", "body": data, "more_body": False})
 
     def watch(self, task: asyncio.Task[Any]) -> None:

@@ -43,7 +43,7 @@ from switchyard.core.settings import ServerConfig
 from switchyard.dialects.errors import error_bytes
 from switchyard.http.asgi import error_shape
 from switchyard.http.disconnect import DISCONNECT, Disconnect
-from switchyard.http.types import ANSWER, ASGIApp
+from switchyard.http.types import ANSWER, Answering, ASGIApp
 
 log = logging.getLogger("switchyard")
 
@@ -295,7 +295,7 @@ class Http11(asyncio.Protocol):
         # (an Upgrade is not served: the connection closes after the answer)
         keep_alive = version != "1.0" and parser.should_keep_alive() and not parser.should_upgrade()
         ex = self.reading = Exchange(self, scope, hook, self.expect_continue, keep_alive)
-        extensions[ANSWER] = ex.answer
+        extensions[ANSWER] = ex
         if self.answering is None or self.answering.complete:
             self._start(ex)
         else:  # pipelined: answered once the one before it is
@@ -460,10 +460,58 @@ class Exchange:
                 raise RuntimeError(f"expected 'http.response.start', got {message['type']!r}")
             self._head(message["status"], message.get("headers", ()))
             return
-        if self.complete or message["type"] != "http.response.body":
+        if message["type"] != "http.response.body":
             raise RuntimeError(f"unexpected ASGI message {message['type']!r} after the answer began")
-        body = message.get("body", b"")
-        more = message.get("more_body", False)
+        self._part(message.get("body", b""), message.get("more_body", False))
+
+    # -- the ANSWER extension (http.types.Answering): an answer without ASGI's messages ----------
+
+    async def whole(self, status: int, lines: bytes, body: bytes) -> None:
+        if await self._blocked(status):
+            return
+        self.started = True
+        head = b"%s%scontent-length: %d\r\n%s\r\n" % (
+            _STATUS.get(status) or b"HTTP/1.1 %d \r\n" % status, lines, len(body),
+            b"" if self.keep_alive else b"connection: close\r\n")
+        self._end((head, b"") if self.bodiless else (head, body))
+
+    async def begin(self, status: int, lines: bytes) -> None:
+        if await self._blocked(status):
+            return
+        self.started = True
+        self.chunked = not self.bodiless
+        self._hold(b"%s%s%s%s\r\n" % (
+            _STATUS.get(status) or b"HTTP/1.1 %d \r\n" % status, lines,
+            b"transfer-encoding: chunked\r\n" if self.chunked else b"",
+            b"" if self.keep_alive else b"connection: close\r\n"))
+
+    async def part(self, data: bytes, more: bool) -> None:
+        conn = self.conn
+        if conn.write_paused and not self.disconnected:
+            await conn.drain()
+        if self.disconnected:
+            return
+        if not self.started:
+            raise RuntimeError("a part of an answer whose head was not sent")
+        self._part(data, more)
+
+    async def _blocked(self, status: int) -> bool:
+        """Wait for a paused writer; True if the client is gone (nothing to write). Refuses a
+        second head, and a status whose answer has no body (the server frames every one)."""
+        conn = self.conn
+        if conn.write_paused and not self.disconnected:
+            await conn.drain()
+        if self.disconnected:
+            return True
+        if self.started or status in (204, 304) or status < 200:
+            raise RuntimeError(f"an answer of status {status} cannot begin now")
+        self.continue_ = False
+        return False
+
+    def _part(self, body: bytes, more: bool) -> None:
+        if self.complete:
+            raise RuntimeError("a part after the answer's end")
+        conn = self.conn
         if self.bodiless:
             data = b""
         elif self.chunked:
@@ -486,23 +534,6 @@ class Exchange:
         if self.left and not self.bodiless:
             raise RuntimeError("the answer's body is shorter than its content-length")
         self._end((head, data) if head else (data,) if data else ())
-
-    async def answer(self, status: int, lines: bytes, body: bytes) -> None:
-        """A whole answer in one call (``http.types.ANSWER``): what a start and one body do
-        through ``send``, without its two messages or reading the head's lines again."""
-        conn = self.conn
-        if conn.write_paused and not self.disconnected:
-            await conn.drain()
-        if self.disconnected:
-            return
-        if self.started or status in (204, 304) or status < 200:
-            raise RuntimeError(f"an answer of status {status} cannot be sent whole now")
-        self.started = True
-        self.continue_ = False
-        head = b"%s%scontent-length: %d\r\n%s\r\n" % (
-            _STATUS.get(status) or b"HTTP/1.1 %d \r\n" % status, lines, len(body),
-            b"" if self.keep_alive else b"connection: close\r\n")
-        self._end((head, b"") if self.bodiless else (head, body))
 
     def _end(self, parts: tuple[bytes, ...]) -> None:
         """The answer's last bytes: written now, or with the loop turn's others while another
@@ -548,12 +579,18 @@ class Exchange:
             self.chunked = True
             lines.append(b"transfer-encoding: chunked\r\n")
         lines.append(b"\r\n")
-        # Held for the body's first part (what follows at once, nearly always): one write, not
-        # two. An app that waits before its body still has its head sent this loop turn.
-        self.head = b"".join(lines)
+        self._hold(b"".join(lines))
+
+    def _hold(self, head: bytes) -> None:
+        """Keep the head for the body's first part (what follows at once, nearly always): one
+        write, not two. An app that waits before its body still has its head sent this turn."""
+        self.head = head
         self.conn.loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         if self.head and not self.conn.transport.is_closing():
             head, self.head = self.head, b""
             self.conn.transport.write(head)
+
+
+_ANSWERING: type[Answering] = Exchange  # (the type checker holds the extension's interface)

@@ -301,9 +301,9 @@ async def test_a_whole_answer_in_one_call_is_one_write_framed_by_the_server():
 
     async def app(scope, receive, send):
         answer = scope["extensions"][ANSWER]
-        await answer(201, b"x-a: 1\r\n", b"made")
+        await answer.whole(201, b"x-a: 1\r\n", b"made")
         try:
-            await answer(200, b"", b"again")
+            await answer.whole(200, b"", b"again")
         except RuntimeError as e:
             refused.append(str(e))
 
@@ -323,5 +323,41 @@ async def test_a_whole_answer_in_one_call_is_one_write_framed_by_the_server():
         assert wire.out[2] == (b"HTTP/1.1 201 Created\r\nx-a: 1\r\ncontent-length: 4\r\n"
                                b"connection: close\r\n\r\nmade")
         assert wire.closed and config.unanswered == 0 and len(refused) == 3
+    finally:
+        conn.connection_lost(None)
+
+
+async def test_a_streamed_answer_without_messages_is_chunked_and_its_head_goes_with_its_first_part():
+    """``begin`` holds the head for the first ``part`` (one write); the last part ends the chunked
+    body; a part before any head is refused."""
+    wire = _Wire()
+    refused: list[str] = []
+
+    async def app(scope, receive, send):
+        answer = scope["extensions"][ANSWER]
+        if scope["path"] == "/early":
+            try:
+                await answer.part(b"x", True)
+            except RuntimeError as e:
+                refused.append(str(e))
+            await answer.whole(200, b"", b"")
+            return
+        await answer.begin(200, b"content-type: text/event-stream\r\n")
+        await answer.part(b"data: 1\n\n", True)
+        await answer.part(b"data: 2\n\n", False)
+
+    config = ServeConfig(app, ServerConfig(), lifespan="off", log_config=None)
+    conn = Http11(config, ServerState(), {})
+    conn.connection_made(wire)
+    try:
+        conn.data_received(b"GET /stream HTTP/1.1\r\nhost: x\r\n\r\n")
+        await asyncio.sleep(0.01)
+        assert wire.out == [b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                            b"transfer-encoding: chunked\r\n\r\n9\r\ndata: 1\n\n\r\n",
+                            b"9\r\ndata: 2\n\n\r\n0\r\n\r\n"]
+        assert config.unanswered == 0 and not wire.closed
+        conn.data_received(b"GET /early HTTP/1.1\r\nhost: x\r\n\r\n")
+        await asyncio.sleep(0.01)
+        assert len(refused) == 1 and wire.out[2] == b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"
     finally:
         conn.connection_lost(None)

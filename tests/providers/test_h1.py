@@ -183,7 +183,8 @@ async def test_a_chunked_body_s_pieces_arrive_whole_and_a_long_backlog_pauses_re
 
     async with tcp_server(handle) as port:
         t = H1Transport()
-        ans = await t.open((b"http", b"127.0.0.1", port), REQUEST, deadline=asyncio.get_running_loop().time() + 5)
+        deadline = asyncio.get_running_loop().time() + 5
+        ans = await t.open((b"http", b"127.0.0.1", port), REQUEST, deadline=deadline)
         for _ in range(100):
             if ans.conn.paused:
                 break
