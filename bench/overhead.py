@@ -5,6 +5,7 @@
     .venv/bin/python bench/overhead.py --providers [--duration 8] [--quick] [--against REV | --python PY]
     .venv/bin/python bench/overhead.py --against REV [--rounds 4] [--duration 4] [--store redis] [--limits]
     .venv/bin/python bench/overhead.py --python PY [--rounds 4] [--duration 4] [--store redis] [--limits]
+        (either with [--fresh])
 
 Pins the server under test (the gateway, or for the baseline a second mock) to core 1 and the
 load generator plus the gateway's upstream mock to core 0, as ``../shared/bench`` does. Load is
@@ -21,7 +22,9 @@ at c=64 (Redis store; every process shares both cores with the load and the mock
 afterwards) and this tree side by side, same config, same store, alternately for ``--rounds``
 rounds: server CPU per request (c=64) and per 20-chunk stream (c=32), and a stream's time to first
 byte (c=1, the asyncio client; what a change that saves writes may cost), medians and new/old
-ratios, and the round-by-round ratio with a 90% bootstrap interval (``paired``). ``--python PY``
+ratios, and the round-by-round ratio with a 90% bootstrap interval (``paired``). With ``--fresh``
+both gateways start anew each round: on a VM where one process of a tree can run a few per cent
+slower than another of the same tree for its whole life, that luck then cancels across rounds. ``--python PY``
 measures the same way this tree run by this venv's interpreter and by PY (another venv's
 ``bin/python`` with this project's dependencies): what the interpreter's build costs.
 ``--providers`` instead compares the gateway's CPU per streamed chat request for three models in
@@ -101,15 +104,18 @@ class Procs:
         self.procs.append(p)
         return p
 
-    def stop(self) -> None:
-        for p in self.procs:
+    def stop(self, only: list[subprocess.Popen[bytes]] | None = None) -> None:
+        """Stop ``only`` these (default: every one started)."""
+        procs = self.procs if only is None else only
+        for p in procs:
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGTERM)
-        for p in self.procs:
+        for p in procs:
             try:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
+        self.procs = [p for p in self.procs if p not in procs]
 
 
 def family(pid: int) -> list[int]:
@@ -214,6 +220,9 @@ def main() -> int:
                     help="the key has rpm, tpm, tokens_per_day and max_concurrency (never reached)")
     ap.add_argument("--against", metavar="REV", help="compare with the code of git revision REV, alternately")
     ap.add_argument("--rounds", type=int, default=4, help="--against, --python: rounds per side")
+    ap.add_argument("--fresh", action="store_true",
+                    help="--against, --python: start both gateways anew each round (a process's own "
+                         "luck, its hash seed and where its memory lies, then cancels across rounds)")
     ap.add_argument("--python", metavar="PY",
                     help="compare this tree run by interpreter PY (another venv's bin/python, with this "
                          "project's dependencies) with this venv's, alternately")
@@ -229,9 +238,9 @@ def main() -> int:
     if args.workers > 1:
         return compare_workers(args.workers, dur)
     if args.against:
-        return compare_trees(args.against, dur, args.rounds, args.store, args.limits)
+        return compare_trees(args.against, dur, args.rounds, args.store, args.limits, args.fresh)
     if args.python:
-        return compare_interpreters(args.python, dur, args.rounds, args.store, args.limits)
+        return compare_interpreters(args.python, dur, args.rounds, args.store, args.limits, args.fresh)
     if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
         os.sched_setaffinity(0, {0})  # this process (the TTFB client) is load too: core 0
     py = sys.executable
@@ -358,34 +367,36 @@ def paired(new: list[float], old: list[float]) -> str:
             f"{meds[1899]:.3f}x; from {ratios[0]:.3f}x to {ratios[-1]:.3f}x)")
 
 
-def compare_trees(rev: str, dur: int, rounds: int, store_kind: str, limits: bool) -> int:
+def compare_trees(rev: str, dur: int, rounds: int, store_kind: str, limits: bool, fresh: bool = False) -> int:
     """This tree against revision ``rev``: two gateways on core 1 (one idle while the other is
     measured), same config and store (Redis: a database each), measured alternately."""
     with worktree(rev) as old_tree:
         res = _compare({"old": (old_tree, sys.executable), "new": (ROOT, sys.executable)}, dur, rounds,
-                       store_kind, limits)
-    report(f"{rev} (old) and this tree (new)", res, dur, rounds, store_kind, limits)
+                       store_kind, limits, fresh)
+    report(f"{rev} (old) and this tree (new)", res, dur, rounds, store_kind, limits, fresh)
     return 0
 
 
-def compare_interpreters(python: str, dur: int, rounds: int, store_kind: str, limits: bool) -> int:
+def compare_interpreters(python: str, dur: int, rounds: int, store_kind: str, limits: bool,
+                         fresh: bool = False) -> int:
     """This tree run by this venv's interpreter and by ``python``, as ``compare_trees`` runs two
     trees: what the interpreter's build (PGO, LTO, a shared libpython) costs the same code."""
-    res = _compare({"old": (ROOT, sys.executable), "new": (ROOT, python)}, dur, rounds, store_kind, limits)
+    res = _compare({"old": (ROOT, sys.executable), "new": (ROOT, python)}, dur, rounds, store_kind, limits,
+                   fresh)
     for name, py in (("old", sys.executable), ("new", python)):
         out = subprocess.run([py, "-c", "import sys, sysconfig; print(sys.version.split()[0], "
                               "sysconfig.get_config_var('CONFIG_ARGS'))"], capture_output=True, text=True)
         print(f"{name}: {py}: {out.stdout.strip()[:300]}")
     report("this tree run by this venv's Python (old) and by the one given (new)", res, dur, rounds,
-           store_kind, limits)
+           store_kind, limits, fresh)
     return 0
 
 
 def report(what: str, res: dict[str, dict[str, list[float]]], dur: int, rounds: int, store_kind: str,
-           limits: bool) -> None:
+           limits: bool, fresh: bool = False) -> None:
     print(f"\nserver CPU and time to first byte, {what} alternately: {rounds} "
           f"rounds of {dur} s each, store {store_kind}{' with four limits on the key' if limits else ''}, "
-          "gateway on core 1")
+          f"gateway on core 1{', both gateways started anew each round' if fresh else ''}")
     for k, label in (("req", "per request, c=64 (us)"), ("stream", "per 20-chunk stream, c=32 (us)"),
                      ("ttfb", "stream's first byte, c=1 (us)")):
         o, n = statistics.median(res["old"][k]), statistics.median(res["new"][k])
@@ -395,14 +406,18 @@ def report(what: str, res: dict[str, dict[str, list[float]]], dur: int, rounds: 
 
 
 def _compare(sides: dict[str, tuple[Path, str]], dur: int, rounds: int, store_kind: str,
-             limits: bool) -> dict[str, dict[str, list[float]]]:
-    """``sides``: "old" and "new", each a tree and the interpreter that runs it."""
+             limits: bool, fresh: bool = False) -> dict[str, dict[str, list[float]]]:
+    """``sides``: "old" and "new", each a tree and the interpreter that runs it; ``fresh``: both
+    gateways started anew each round."""
     if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
         os.sched_setaffinity(0, {0})
     py = sys.executable
     procs = Procs()
     res: dict[str, dict[str, list[float]]] = {t: {k: [] for k in ("req", "stream", "ttfb")}
                                               for t in ("old", "new")}
+    comp = {"model": "mock/gpt", "prompt": "Say this is a test", "max_tokens": 16}
+    stream = {"model": "mock/gpt", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 20,
+              "stream": True, "stream_options": {"include_usage": True}}
     try:
         up = free_port()
         procs.start(pinned("0", [py, str(MOCK), "--port", str(up)]))
@@ -410,22 +425,27 @@ def _compare(sides: dict[str, tuple[Path, str]], dur: int, rounds: int, store_ki
         if store_kind == "redis":
             procs.start(pinned("0", ["redis-server", "--port", str(rport), "--save", "",
                                      "--appendonly", "no"]))
-        gws = {}
-        for db, (name, (tree, gw_py)) in enumerate(sides.items()):
-            store = f"redis://127.0.0.1:{rport}/{db}" if store_kind == "redis" else "memory://"
-            cfg = Path(tempfile.mkdtemp()) / "bench.yaml"
-            cfg.write_text(config_yaml([up], True, store, limits))
-            port = free_port()
-            gws[name] = (port, procs.start(pinned("1", [gw_py, "-m", "switchyard", "serve", "--config",
-                                                        str(cfg), "--port", str(port)]), cwd=tree))
-        for p in (up, *(port for port, _ in gws.values())):
-            wait_http(p, "/health")
-        comp = {"model": "mock/gpt", "prompt": "Say this is a test", "max_tokens": 16}
-        stream = {"model": "mock/gpt", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 20,
-                  "stream": True, "stream_options": {"include_usage": True}}
-        for port, gw in gws.values():  # warm-up
-            wrk(f"http://127.0.0.1:{port}/v1/completions", comp, 64, 1, KEY, gw.pid)
+        wait_http(up, "/health")
+
+        def gateways() -> dict[str, tuple[int, subprocess.Popen[bytes]]]:
+            gws = {}
+            for db, (name, (tree, gw_py)) in enumerate(sides.items()):
+                store = f"redis://127.0.0.1:{rport}/{db}" if store_kind == "redis" else "memory://"
+                cfg = Path(tempfile.mkdtemp()) / "bench.yaml"
+                cfg.write_text(config_yaml([up], True, store, limits))
+                port = free_port()
+                gws[name] = (port, procs.start(pinned("1", [gw_py, "-m", "switchyard", "serve", "--config",
+                                                            str(cfg), "--port", str(port)]), cwd=tree))
+            for port, gw in gws.values():
+                wait_http(port, "/health")
+                wrk(f"http://127.0.0.1:{port}/v1/completions", comp, 64, 1, KEY, gw.pid)  # warm-up
+            return gws
+
+        gws = gateways()
         for r in range(rounds):
+            if fresh and r:
+                procs.stop([gw for _, gw in gws.values()])
+                gws = gateways()
             for name in (("old", "new") if r % 2 == 0 else ("new", "old")):
                 port, gw = gws[name]
                 base = f"http://127.0.0.1:{port}/v1"
