@@ -26,6 +26,46 @@ IDLE_TIMEOUT = 30.0  # seconds a pooled connection is trusted idle, unless Keep-
 MAX_HEAD = 64 * 1024  # bytes of status line and headers an answer may have
 
 
+class _Slots:
+    """The connections one origin may have at once: a count of free ones, and the requests
+    waiting for one, first come first served. (``asyncio.Semaphore.locked`` walks its waiters
+    with a generator at every call; a request here costs one comparison when a slot is free.)"""
+
+    __slots__ = ("free", "waiters")
+
+    def __init__(self, n: int) -> None:
+        self.free = n
+        self.waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    def take(self) -> bool:
+        """A free slot now, if one is and nobody waits before this caller."""
+        if self.free and not self.waiters:
+            self.free -= 1
+            return True
+        return False
+
+    async def wait(self) -> None:
+        """Until a slot passes to this caller (bound it with a timeout)."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.waiters.append(fut)
+        try:
+            await fut
+        except BaseException:
+            if fut.done() and not fut.cancelled():  # handed one as it gave up: the next one's
+                self.release()
+            elif fut in self.waiters:
+                self.waiters.remove(fut)
+            raise
+
+    def release(self) -> None:
+        while self.waiters:
+            fut = self.waiters.popleft()
+            if not fut.done():  # (a cancelled wait is done)
+                fut.set_result(None)  # the slot passes to it
+                return
+        self.free += 1
+
+
 class _Conn(asyncio.Protocol):
     """One keep-alive connection; one request at a time."""
 
@@ -46,7 +86,7 @@ class _Conn(asyncio.Protocol):
         self.idle_for = IDLE_TIMEOUT  # how long the server keeps it open (Keep-Alive: timeout=N)
         self.reused = False  # taken from the pool (it may have been closed by the server meanwhile)
         self.reset_by_peer = False  # the upstream reset it (RST), rather than closed it (FIN)
-        self.slot: asyncio.Semaphore | None = None  # the pool slot this request holds
+        self.slot: _Slots | None = None  # the pool slot this request holds
         self._reset()
 
     def _reset(self) -> None:
@@ -314,7 +354,7 @@ class H1Transport(httpx.AsyncBaseTransport):
         self.connect_timeout = connect_timeout
         self.ssl_context = ssl_context
         self._idle: dict[Origin, list[_Conn]] = {}
-        self._slots: dict[Origin, asyncio.Semaphore] = {}
+        self._slots: dict[Origin, _Slots] = {}
         self._sweeper: asyncio.TimerHandle | None = None  # closes expired idle connections
         self.waiting = 0  # requests sent (or in the outbox) whose answer's head has not come
         self._outbox = Outbox()  # requests sent while others wait: written at the turn's end
@@ -325,13 +365,11 @@ class H1Transport(httpx.AsyncBaseTransport):
         ``deadline`` (loop time) bounds the whole exchange, body included."""
         slots = self._slots.get(origin)
         if slots is None:
-            slots = self._slots[origin] = asyncio.Semaphore(self.max_connections)
-        if not slots.locked():
-            await slots.acquire()  # a free slot: no timer
-        else:  # every connection busy: wait no longer than the request may take
+            slots = self._slots[origin] = _Slots(self.max_connections)
+        if not slots.take():  # every connection busy: wait no longer than the request may take
             try:
                 async with asyncio.timeout_at(deadline):
-                    await slots.acquire()
+                    await slots.wait()
             except TimeoutError:
                 raise httpx.PoolTimeout(f"all {self.max_connections} connections (max_connections) "
                                         "stayed busy until the deadline") from None

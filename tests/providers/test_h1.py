@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 import httpx
 import pytest
 
-from switchyard.providers.h1 import MAX_HEAD, H1Transport, header_lines
+from switchyard.providers.h1 import MAX_HEAD, H1Transport, _Slots, header_lines
 
 REQUEST = b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}"
 
@@ -468,3 +468,33 @@ async def test_a_request_sent_while_another_waits_goes_out_at_the_turn_s_end():
         assert await asyncio.gather(first, second) == [b"late", b"late"]
         assert t.waiting == 0
         await t.aclose()
+
+
+async def test_pool_slots_go_to_waiters_first_come_first_served_and_none_is_lost():
+    """A released slot passes to the longest waiter; one whose wait timed out takes none; one
+    handed a slot as its wait was cancelled passes it on; a slot nobody waits for is free again."""
+    slots = _Slots(1)
+    assert slots.take() and not slots.take()
+    order: list[str] = []
+
+    async def waiter(name: str, timeout: float) -> None:
+        try:
+            async with asyncio.timeout(timeout):
+                await slots.wait()
+            order.append(name)
+        except TimeoutError:
+            order.append(f"{name} timed out")
+
+    gone = asyncio.create_task(waiter("gone", 0.01))
+    first = asyncio.create_task(waiter("first", 5))
+    second = asyncio.create_task(waiter("second", 5))
+    await asyncio.sleep(0.05)
+    assert order == ["gone timed out"] and len(slots.waiters) == 2
+    slots.release()  # to "first"
+    await first
+    assert order[-1] == "first" and not slots.take()  # "second" still waits: no free slot
+    slots.release()  # to "second"
+    second.cancel()  # cancelled after it was handed the slot: passed on (to nobody: free)
+    await asyncio.gather(second, return_exceptions=True)
+    await gone
+    assert slots.free == 1 and not slots.waiters and slots.take()
