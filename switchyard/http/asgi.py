@@ -105,7 +105,9 @@ def encode_headers(headers: dict[str, str], media_type: str) -> list[tuple[bytes
               for k, v in headers.items())]
 
 
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # a header name (RFC 9110's tchar)
+# A header name as the server writes it: RFC 9110's tchar, lower-cased (a name in capitals goes
+# the ASGI way, where the server lower-cases it).
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9a-z]+")
 # Names whose meaning the server keeps to itself (how the body is framed, whether the
 # connection stays): an answer that sets one goes the ASGI way, where the server reads them.
 _FRAMING = frozenset({"content-length", "transfer-encoding", "connection"})
@@ -114,9 +116,10 @@ _NAMED: set[str] = set()  # names already found fit for ``head_lines`` (the gate
 
 
 def head_lines(headers: dict[str, str], media_type: str, request_id: str) -> bytes | None:
-    """An answer's header lines for the server's whole answer in one call (``ANSWER``); None
-    when one needs the careful way (a control character or a byte outside latin-1 in a value, a
-    name that is no token, a framing header), which ``encode_headers`` and the server take."""
+    """An answer's header lines for the server's answer extension (``http.types.Answering``);
+    None when one needs the careful way (a control character or a byte outside latin-1 in a
+    value, a name that is no lower-case token, a framing header), which ``encode_headers`` and
+    the server take."""
     if not _NAMED.issuperset(headers):
         if any(k in _FRAMING or not _TOKEN.fullmatch(k) for k in headers):
             return None

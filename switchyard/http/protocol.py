@@ -12,7 +12,9 @@ gateway relies on, with one timer per connection:
 - a ``Disconnect`` hook per request (extension ``switchyard.disconnect``): how a request hears
   that its client left without a task blocked in ``receive()``;
 - pipelined requests answered in order; ``Expect: 100-continue``; HTTP/1.0 without keep-alive;
-- a request the parser refuses answered in the gateway's error shape.
+- a request the parser refuses answered in the gateway's error shape;
+- beside ASGI, an answer written without its messages (the scope's ``switchyard.answer``
+  extension, ``http.types.Answering``), which the gateway's hot endpoints use.
 No WebSocket upgrade (the gateway serves none) and no ``limit_concurrency`` (the gateway's own
 limits apply per key).
 """

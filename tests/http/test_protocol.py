@@ -190,9 +190,9 @@ def test_answer_headers_never_carry_a_line_break_or_nul() -> None:
 
 
 def test_header_lines_for_a_whole_answer_leave_the_careful_cases_to_the_asgi_way() -> None:
-    """``head_lines`` (the whole answer in one call) writes plain headers as they are, the
-    content type first and the request id last; a value that holds a control character or what
-    latin-1 lacks, a name that is no token, or a framing header gives None: ``encode_headers``
+    """``head_lines`` (for the answer extension) writes plain headers as they are, the content
+    type first and the request id last; a value that holds a control character or what latin-1
+    lacks, a name that is no lower-case token, or a framing header gives None: ``encode_headers``
     and the server's reading of the head take those."""
     assert head_lines({"x-a": "1", "retry-after": "2"}, "application/json", "rid") == (
         b"content-type: application/json\r\nx-a: 1\r\nretry-after: 2\r\nx-request-id: rid\r\n")
@@ -200,8 +200,8 @@ def test_header_lines_for_a_whole_answer_leave_the_careful_cases_to_the_asgi_way
     assert head_lines({"x-a": "caf\u00e9"}, "text/plain", "r") == (
         b"content-type: text/plain\r\nx-a: caf\xe9\r\nx-request-id: r\r\n")
     for careful in ({"x-a": "one\r\nset-cookie: x=1"}, {"x-a": "n\0l"}, {"x-a": "t\tab"}, {"x-a": "\u20ac"},
-                    {"x a": "1"}, {"x-a:": "1"}, {"connection": "close"}, {"content-length": "3"},
-                    {"x-a": "1", "transfer-encoding": "chunked"}):
+                    {"x a": "1"}, {"x-a:": "1"}, {"X-A": "1"}, {"connection": "close"},
+                    {"content-length": "3"}, {"x-a": "1", "transfer-encoding": "chunked"}):
         assert head_lines(careful, "text/plain", "r") is None, careful
 
 

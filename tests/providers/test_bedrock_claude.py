@@ -164,7 +164,7 @@ async def test_throttling_is_retried_on_another_deployment(gateway_for, stream: 
     async with FakeBedrockClaude() as slow, FakeBedrockClaude() as ok:
         slow.script.append(Invoke(error="ThrottlingException"))
         cfg = base_config([{"name": "aws/claude", "deployments": [
-            dep("throttled", slow.url, weight=1000), dep("fine", ok.url, weight=1)]}])
+            dep("throttled", slow.url, weight=1000), dep("fine", ok.url, weight=0.001)]}])
         async with gateway_for(cfg) as client:
             r = await client.post("/v1/chat/completions",
                                   json={"model": "aws/claude", "messages": HI, "stream": stream})
@@ -176,7 +176,7 @@ async def test_throttling_frame_before_content_is_retried(gateway_for) -> None:
     async with FakeBedrockClaude() as first, FakeBedrockClaude() as second:
         first.script.append(Invoke(exception="throttlingException", exception_after=0))
         cfg = base_config([{"name": "aws/claude", "deployments": [
-            dep("first", first.url, weight=1000), dep("second", second.url, weight=1)]}])
+            dep("first", first.url, weight=1000), dep("second", second.url, weight=0.001)]}])
         async with gateway_for(cfg) as client:
             r = await client.post("/v1/chat/completions",
                                   json={"model": "aws/claude", "messages": HI, "stream": True})

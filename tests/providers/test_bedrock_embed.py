@@ -174,7 +174,7 @@ async def test_upstream_errors_are_retried_and_mapped_as_chats(gateway_for, erro
     async with FakeBedrockEmbed() as bad, FakeBedrockEmbed() as ok:
         bad.script.append(error)
         cfg = base_config([{"name": "aws/t", "deployments": [dep("bad", bad.url, TITAN_V2, weight=1000),
-                                                             dep("ok", ok.url, TITAN_V2, weight=1)]}])
+                                                             dep("ok", ok.url, TITAN_V2, weight=0.001)]}])
         async with gateway_for(cfg) as gw:
             r = await _client(gw).embeddings.create(model="aws/t", input=["x"], encoding_format="float")
         assert r.data[0].embedding == vector("x", 16) and len(bad.requests) == 1 and len(ok.requests) == 1

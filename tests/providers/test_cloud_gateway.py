@@ -183,7 +183,7 @@ async def test_bedrock_throttling_is_retried_on_another_deployment(gateway_for, 
                     "name": "aws/claude",
                     "deployments": [
                         bedrock_dep("throttled", slow.url, weight=1000),
-                        bedrock_dep("fine", ok.url, weight=1),
+                        bedrock_dep("fine", ok.url, weight=0.001),
                     ],
                 }
             ]
@@ -206,7 +206,7 @@ async def test_bedrock_throttling_frame_before_content_is_retried(gateway_for) -
                     "name": "aws/claude",
                     "deployments": [
                         bedrock_dep("first", first.url, weight=1000),
-                        bedrock_dep("second", second.url, weight=1),
+                        bedrock_dep("second", second.url, weight=0.001),
                     ],
                 }
             ]

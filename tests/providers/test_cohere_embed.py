@@ -93,7 +93,7 @@ async def test_errors_and_refusals(gateway_for) -> None:
         bad.script.append(429)
         cfg = base_config([
             {"name": "co/embed", "deployments": [dep("bad", bad.url, weight=1000),
-                                                 dep("ok", ok.url, weight=1)]},
+                                                 dep("ok", ok.url, weight=0.001)]},
             {"name": "co/chat", "deployments": [dep("chat", ok.url, "command-a-03-2025")]}])
         async with gateway_for(cfg) as gw:
             r = await _client(gw).embeddings.create(model="co/embed", input=["x"], encoding_format="float")
