@@ -451,11 +451,15 @@ class Exchange:
             self.delivered = True
         return {"type": "http.request", "body": body, "more_body": self.more_body}
 
+    async def _gone(self) -> bool:
+        """Wait while the client takes no more of its answer; True if it left (nothing to write).
+        (Called only when either holds: ``conn.write_paused or disconnected``.)"""
+        if self.conn.write_paused and not self.disconnected:
+            await self.conn.drain()
+        return self.disconnected
+
     async def send(self, message: Any) -> None:
-        conn = self.conn
-        if conn.write_paused and not self.disconnected:
-            await conn.drain()
-        if self.disconnected:
+        if (self.conn.write_paused or self.disconnected) and await self._gone():
             return
         if not self.started:
             if message["type"] != "http.response.start":
@@ -469,18 +473,18 @@ class Exchange:
     # -- the ANSWER extension (http.types.Answering): an answer without ASGI's messages ----------
 
     async def whole(self, status: int, lines: bytes, body: bytes) -> None:
-        if await self._blocked(status):
+        if (self.conn.write_paused or self.disconnected) and await self._gone():
             return
-        self.started = True
+        self._begins(status)
         head = b"%s%scontent-length: %d\r\n%s\r\n" % (
             _STATUS.get(status) or b"HTTP/1.1 %d \r\n" % status, lines, len(body),
             b"" if self.keep_alive else b"connection: close\r\n")
         self._end((head, b"") if self.bodiless else (head, body))
 
     async def begin(self, status: int, lines: bytes) -> None:
-        if await self._blocked(status):
+        if (self.conn.write_paused or self.disconnected) and await self._gone():
             return
-        self.started = True
+        self._begins(status)
         self.chunked = not self.bodiless
         self._hold(b"%s%s%s%s\r\n" % (
             _STATUS.get(status) or b"HTTP/1.1 %d \r\n" % status, lines,
@@ -488,27 +492,19 @@ class Exchange:
             b"" if self.keep_alive else b"connection: close\r\n"))
 
     async def part(self, data: bytes, more: bool) -> None:
-        conn = self.conn
-        if conn.write_paused and not self.disconnected:
-            await conn.drain()
-        if self.disconnected:
+        if (self.conn.write_paused or self.disconnected) and await self._gone():
             return
         if not self.started:
             raise RuntimeError("a part of an answer whose head was not sent")
         self._part(data, more)
 
-    async def _blocked(self, status: int) -> bool:
-        """Wait for a paused writer; True if the client is gone (nothing to write). Refuses a
-        second head, and a status whose answer has no body (the server frames every one)."""
-        conn = self.conn
-        if conn.write_paused and not self.disconnected:
-            await conn.drain()
-        if self.disconnected:
-            return True
+    def _begins(self, status: int) -> None:
+        """The answer starts. Refuses a second head, and a status whose answer has no body
+        (the extension's answers are all framed by the server)."""
         if self.started or status in (204, 304) or status < 200:
             raise RuntimeError(f"an answer of status {status} cannot begin now")
+        self.started = True
         self.continue_ = False
-        return False
 
     def _part(self, body: bytes, more: bool) -> None:
         if self.complete:
