@@ -5,7 +5,7 @@
     .venv/bin/python bench/overhead.py --providers [--duration 8] [--quick] [--against REV | --python PY]
     .venv/bin/python bench/overhead.py --against REV [--rounds 4] [--duration 4] [--store redis] [--limits]
     .venv/bin/python bench/overhead.py --python PY [--rounds 4] [--duration 4] [--store redis] [--limits]
-        (either with [--fresh])
+        (the last three with [--fresh])
 
 Pins the server under test (the gateway, or for the baseline a second mock) to core 1 and the
 load generator plus the gateway's upstream mock to core 0, as ``../shared/bench`` does. Load is
@@ -221,7 +221,7 @@ def main() -> int:
     ap.add_argument("--against", metavar="REV", help="compare with the code of git revision REV, alternately")
     ap.add_argument("--rounds", type=int, default=4, help="--against, --python: rounds per side")
     ap.add_argument("--fresh", action="store_true",
-                    help="--against, --python: start both gateways anew each round (a process's own "
+                    help="--against, --python: start the gateways anew each round (a process's own "
                          "luck, its hash seed and where its memory lies, then cancels across rounds)")
     ap.add_argument("--python", metavar="PY",
                     help="compare this tree run by interpreter PY (another venv's bin/python, with this "
@@ -234,7 +234,7 @@ def main() -> int:
     dur = 2 if args.quick else args.duration
     if args.providers:
         return compare_providers(1 if args.quick else args.duration, args.quick, args.against,
-                                 args.rounds if args.against or args.python else 3, args.python)
+                                 args.rounds if args.against or args.python else 3, args.python, args.fresh)
     if args.workers > 1:
         return compare_workers(args.workers, dur)
     if args.against:
@@ -576,23 +576,25 @@ def claude_code_4k(model: str) -> dict:
 
 
 def compare_providers(dur: int, quick: bool, rev: str | None = None, rounds: int = 3,
-                      python: str | None = None) -> int:
+                      python: str | None = None, fresh: bool = False) -> int:
     """Gateway CPU per streamed request through each provider, interleaved rounds, one gateway:
     chat to three providers, and a 4 KB Claude Code body to Anthropic's Messages API, forwarded
     on the native lane or translated for an OpenAI-shaped upstream. With ``rev``, a gateway on
     that revision's code too (the same config), measured alternately with this tree's; with
-    ``python``, this tree run by that interpreter ("new") and by this venv's ("venv")."""
+    ``python``, this tree run by that interpreter ("new") and by this venv's ("venv"); with
+    ``fresh``, the gateways started anew each round."""
     rounds = 1 if quick else rounds
     here = (ROOT, sys.executable)
     if python is not None:
-        return _compare_providers({"venv": here, "new": (ROOT, python)}, dur, rounds, quick)
+        return _compare_providers({"venv": here, "new": (ROOT, python)}, dur, rounds, quick, fresh)
     if rev is None:
-        return _compare_providers({"new": here}, dur, rounds, quick)
+        return _compare_providers({"new": here}, dur, rounds, quick, fresh)
     with worktree(rev) as old:
-        return _compare_providers({rev: (old, sys.executable), "new": here}, dur, rounds, quick)
+        return _compare_providers({rev: (old, sys.executable), "new": here}, dur, rounds, quick, fresh)
 
 
-def _compare_providers(trees: dict[str, tuple[Path, str]], dur: int, rounds: int, quick: bool) -> int:
+def _compare_providers(trees: dict[str, tuple[Path, str]], dur: int, rounds: int, quick: bool,
+                       fresh: bool = False) -> int:
     """``trees``: by name, a tree and the interpreter that runs it."""
     py = sys.executable
     procs = Procs()
@@ -610,20 +612,26 @@ def _compare_providers(trees: dict[str, tuple[Path, str]], dur: int, rounds: int
         procs.start(pinned("0", [py, str(PROVIDER_MOCK), "--port", str(up), "--tokens", "20"]), cwd=ROOT)
         cfg = Path(tempfile.mkdtemp()) / "bench.yaml"
         cfg.write_text(providers_yaml(up))
-        gws = {}
-        for name, (tree, gw_py) in trees.items():
-            port = free_port()
-            gws[name] = (port, procs.start(pinned("1", [gw_py, "-m", "switchyard", "serve", "--config",
-                                                        str(cfg), "--port", str(port)]), cwd=tree))
         wait_http(up, "/health")
-        for port, _ in gws.values():
-            wait_http(port, "/health")
 
-        for port, _ in gws.values():
-            for path, body in cases.values():  # each answers the whole stream, then a warm-up
-                check_stream(f"http://127.0.0.1:{port}{path}", body)
-                wrk(f"http://127.0.0.1:{port}{path}", body, 1, 1, KEY)
+        def gateways() -> dict[str, tuple[int, subprocess.Popen[bytes]]]:
+            gws = {}
+            for name, (tree, gw_py) in trees.items():
+                port = free_port()
+                gws[name] = (port, procs.start(pinned("1", [gw_py, "-m", "switchyard", "serve", "--config",
+                                                            str(cfg), "--port", str(port)]), cwd=tree))
+            for port, _ in gws.values():
+                wait_http(port, "/health")
+                for path, body in cases.values():  # each answers the whole stream, then a warm-up
+                    check_stream(f"http://127.0.0.1:{port}{path}", body)
+                    wrk(f"http://127.0.0.1:{port}{path}", body, 1, 1, KEY)
+            return gws
+
+        gws = gateways()
         for r in range(rounds):
+            if fresh and r:
+                procs.stop([gw for _, gw in gws.values()])
+                gws = gateways()
             for n, (path, body) in cases.items():  # each case on every tree back to back,
                 for t in (list(gws) if r % 2 == 0 else list(gws)[::-1]):  # in alternating order
                     port, gw = gws[t]
@@ -635,7 +643,7 @@ def _compare_providers(trees: dict[str, tuple[Path, str]], dur: int, rounds: int
     size, whole = (len(json.dumps(cases[n][1])) for n in ("messages/native", "messages/agent"))
     print(f"\nSwitchyard per provider: streamed chat (20 text deltas + usage), and {size}- and {whole}-byte "
           f"Claude Code bodies to /v1/messages, c=32, {rounds} interleaved round(s) of {dur} s, gateways on "
-          "core 1, wrk + mock upstream on core 0, medians")
+          f"core 1{' (started anew each round)' if fresh else ''}, wrk + mock upstream on core 0, medians")
     print(f"{'tree':<10}{'provider':<20}{'streams/s':>10}{'CPU/request':>14}{'x openai':>10}{'errors':>8}"
           "   runs (CPU us)")
     for t in trees:
