@@ -102,6 +102,7 @@ class Http11(asyncio.Protocol):
         self.reading: Exchange | None = None  # the request whose head or body is being parsed
         self.answering: Exchange | None = None  # the request whose app runs (answers go in order)
         self.queued: deque[Exchange] = deque()  # pipelined requests behind it
+        self.refusal: bytes | None = None  # the 400 of a malformed request behind those, for its turn
         self.hooks: list[Disconnect] = []  # of requests that still listen for the client leaving
         self.write_paused = False
         self.deferred = False  # an answer of this connection's waits in the outbox
@@ -186,17 +187,29 @@ class Http11(asyncio.Protocol):
 
     def _refuse(self, why: str) -> None:
         """A request the parser refused (a bad header byte, a broken request line): answered in
-        the gateway's error shape, the connection closed."""
+        the gateway's error shape once the requests before it are, the connection closed."""
         self.undefer()
-        if self.answering is not None and not self.answering.complete:
-            self.transport.close()  # an answer is under way: a second one would garble it
+        log.debug("malformed HTTP request: %s", why)
+        bad = self.reading
+        if bad is not None and bad is self.answering and not bad.complete:
+            self.transport.close()  # its own answer is under way: a second one would garble it
             return
         path = self.url.split(b"?", 1)[0].decode("latin-1")
         body = error_bytes(error_shape(path), InvalidRequest(
             "malformed HTTP request: Invalid HTTP request received.", param="headers"))[1]
-        log.debug("malformed HTTP request: %s", why)
-        self.transport.write(b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
-                             b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+        refusal = (b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
+                   b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+        if self.answering is not None and not self.answering.complete:
+            # Pipelined behind answers still to come: the 400 follows them (``answered``). Reading
+            # stops, and the refused head's deadline is off: the apps' own apply.
+            if bad is not None and bad in self.queued:  # its body broke before its turn
+                self.queued.remove(bad)
+            self.reading = None
+            self.refusal = refusal
+            self.deadline.clear()
+            self._pause_reading()
+            return
+        self.transport.write(refusal)
         self.transport.close()
 
     def pause_writing(self) -> None:
@@ -349,6 +362,14 @@ class Http11(asyncio.Protocol):
             self.close()
             return
         if self.transport.is_closing():
+            return
+        if self.refusal is not None:  # a malformed request behind: its 400 once its turn comes
+            if self.queued:
+                self._start(self.queued.popleft())
+            else:
+                self.undefer()  # (the answer just ended may wait in the outbox: it goes first)
+                self.transport.write(self.refusal)
+                self.transport.close()
             return
         self.resume_reading()
         if self.queued:

@@ -361,3 +361,45 @@ async def test_a_streamed_answer_without_messages_is_chunked_and_its_head_goes_w
         assert len(refused) == 1 and wire.out[2] == b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"
     finally:
         conn.connection_lost(None)
+
+
+async def test_a_malformed_request_pipelined_behind_others_is_refused_after_their_answers():
+    """A malformed request that arrives in one read with good ones still being answered: each
+    good one gets its answer, in order, then the 400, then the connection closes (it used to
+    close at once, and the good answers were lost)."""
+    async def slow(scope, receive, send):
+        if scope["type"] == "http":
+            await asyncio.sleep(0.05)  # the answer is under way when the bad request is read
+            body = scope["path"].encode()
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-length", b"%d" % len(body))]})
+            await send({"type": "http.response.body", "body": body})
+
+    async with serving(slow) as (port, _):
+        raw = (b"GET /one HTTP/1.1\r\nhost: x\r\n\r\nGET /two HTTP/1.1\r\nhost: x\r\n\r\n"
+               b"GET /v1/chat/completions HTTP/1.1\r\nbad header\r\n\r\n")
+        got = answers(await exchange(port, raw))
+        assert [head.split(b"\r\n")[0] for head, _ in got] == [
+            b"HTTP/1.1 200 OK", b"HTTP/1.1 200 OK", b"HTTP/1.1 400 Bad Request"]
+        assert [body for _, body in got[:2]] == [b"/one", b"/two"]
+        assert json.loads(got[2][1])["error"]["param"] == "headers"
+
+
+async def test_a_pipelined_request_whose_body_breaks_before_its_turn_is_refused_in_its_turn():
+    """A queued request whose chunked body turns out malformed is dropped from the queue (its app
+    never runs) and refused with a 400 after the answer before it; the connection then closes."""
+    ran: list[str] = []
+
+    async def slow(scope, receive, send):
+        if scope["type"] == "http":
+            ran.append(scope["path"])
+            await asyncio.sleep(0.05)
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+            await send({"type": "http.response.body", "body": b"ok"})
+
+    async with serving(slow) as (port, _):
+        raw = (b"GET /one HTTP/1.1\r\nhost: x\r\n\r\n"
+               b"POST /two HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nnot a chunk\r\n")
+        got = answers(await exchange(port, raw))
+        statuses = [head.split(b"\r\n")[0] for head, _ in got]
+        assert statuses == [b"HTTP/1.1 200 OK", b"HTTP/1.1 400 Bad Request"] and ran == ["/one"]
