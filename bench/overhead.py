@@ -426,13 +426,16 @@ def _compare(sides: dict[str, tuple[Path, str]], dur: int, rounds: int, store_ki
             procs.start(pinned("0", ["redis-server", "--port", str(rport), "--save", "",
                                      "--appendonly", "no"]))
         wait_http(up, "/health")
+        cfgs = {}  # written once: a fresh round starts its gateways on the same files
+        for db, name in enumerate(sides):
+            store = f"redis://127.0.0.1:{rport}/{db}" if store_kind == "redis" else "memory://"
+            cfgs[name] = Path(tempfile.mkdtemp()) / "bench.yaml"
+            cfgs[name].write_text(config_yaml([up], True, store, limits))
 
         def gateways() -> dict[str, tuple[int, subprocess.Popen[bytes]]]:
             gws = {}
-            for db, (name, (tree, gw_py)) in enumerate(sides.items()):
-                store = f"redis://127.0.0.1:{rport}/{db}" if store_kind == "redis" else "memory://"
-                cfg = Path(tempfile.mkdtemp()) / "bench.yaml"
-                cfg.write_text(config_yaml([up], True, store, limits))
+            for name, (tree, gw_py) in sides.items():
+                cfg = cfgs[name]
                 port = free_port()
                 gws[name] = (port, procs.start(pinned("1", [gw_py, "-m", "switchyard", "serve", "--config",
                                                             str(cfg), "--port", str(port)]), cwd=tree))

@@ -54,6 +54,10 @@ _TIMEOUT_REPLY = b"HTTP/1.1 408 Request Timeout\r\nconnection: close\r\ncontent-
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _HIGH_WATER = 65536  # request body bytes buffered before reading pauses
 _STATUS = {int(s): b"HTTP/1.1 %d %s\r\n" % (s, s.phrase.encode()) for s in http.HTTPStatus}
+
+
+def _status_line(status: int) -> bytes:
+    return _STATUS.get(status) or b"HTTP/1.1 %d \r\n" % status
 # What may not appear in a header name or value (CR and LF above all: no response splitting).
 _BAD_NAME = re.compile(b'[\x00-\x1f\x7f()<>@,;:\\[\\]={} \t\\\\"]')
 _BAD_VALUE = re.compile(b"[\x00-\x08\x0a-\x1f\x7f]")
@@ -496,21 +500,16 @@ class Exchange:
     async def whole(self, status: int, lines: bytes, body: bytes) -> None:
         if (self.conn.write_paused or self.disconnected) and await self._gone():
             return
-        self._begins(status)
-        head = b"%s%scontent-length: %d\r\n%s\r\n" % (
-            _STATUS.get(status) or b"HTTP/1.1 %d \r\n" % status, lines, len(body),
-            b"" if self.keep_alive else b"connection: close\r\n")
+        head = b"%s%scontent-length: %d\r\n%s\r\n" % (self._begins(status), lines, len(body), self._closing())
         self._end((head, b"") if self.bodiless else (head, body))
 
     async def begin(self, status: int, lines: bytes) -> None:
         if (self.conn.write_paused or self.disconnected) and await self._gone():
             return
-        self._begins(status)
+        line = self._begins(status)
         self.chunked = not self.bodiless
-        self._hold(b"%s%s%s%s\r\n" % (
-            _STATUS.get(status) or b"HTTP/1.1 %d \r\n" % status, lines,
-            b"transfer-encoding: chunked\r\n" if self.chunked else b"",
-            b"" if self.keep_alive else b"connection: close\r\n"))
+        self._hold(b"%s%s%s%s\r\n" % (line, lines, b"transfer-encoding: chunked\r\n" if self.chunked else b"",
+                                       self._closing()))
 
     async def part(self, data: bytes, more: bool) -> None:
         if (self.conn.write_paused or self.disconnected) and await self._gone():
@@ -519,13 +518,18 @@ class Exchange:
             raise RuntimeError("a part of an answer whose head was not sent")
         self._part(data, more)
 
-    def _begins(self, status: int) -> None:
-        """The answer starts. Refuses a second head, and a status whose answer has no body
-        (the extension's answers are all framed by the server)."""
+    def _begins(self, status: int) -> bytes:
+        """The answer starts: its status line. Refuses a second head, and a status whose answer
+        has no body (the extension's answers are all framed by the server)."""
         if self.started or status in (204, 304) or status < 200:
             raise RuntimeError(f"an answer of status {status} cannot begin now")
         self.started = True
         self.continue_ = False
+        return _status_line(status)
+
+    def _closing(self) -> bytes:
+        """The header line that says the connection ends with this answer, if it does."""
+        return b"" if self.keep_alive else b"connection: close\r\n"
 
     def _part(self, body: bytes, more: bool) -> None:
         if self.complete:
@@ -571,7 +575,7 @@ class Exchange:
     def _head(self, status: int, headers: Any) -> None:
         self.started = True
         self.continue_ = False
-        lines = [_STATUS.get(status) or b"HTTP/1.1 %d \r\n" % status]
+        lines = [_status_line(status)]
         length: int | None = None
         close = False
         names = []

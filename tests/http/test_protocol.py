@@ -205,6 +205,14 @@ def test_header_lines_for_a_whole_answer_leave_the_careful_cases_to_the_asgi_way
         assert head_lines(careful, "text/plain", "r") is None, careful
 
 
+def _connected(app: ASGIApp, wire: asyncio.Transport) -> tuple[Http11, ServeConfig]:
+    """A connection of the gateway's protocol serving ``app`` over ``wire`` (no socket)."""
+    config = ServeConfig(app, ServerConfig(), lifespan="off", log_config=None)
+    conn = Http11(config, ServerState(), {})
+    conn.connection_made(wire)
+    return conn, config
+
+
 class _Wire(asyncio.Transport):
     """A transport that records what the server writes to it."""
 
@@ -247,10 +255,7 @@ async def test_an_answer_waits_for_the_turn_s_end_only_while_other_requests_are_
         await send({"type": "http.response.body", "body": b"ok"})
         written_when_sent.append(len(wire.out))
 
-    config = ServeConfig(app, ServerConfig(), lifespan="off", log_config=None)
-    state = ServerState()
-    conn = Http11(config, state, {})
-    conn.connection_made(wire)
+    conn, config = _connected(app, wire)
     request = b"GET /v1/models HTTP/1.1\r\nhost: x\r\n\r\n"
     conn.data_received(request)
     await asyncio.sleep(0.01)
@@ -279,9 +284,7 @@ async def test_a_waiting_answer_goes_out_before_the_error_for_a_bad_request_behi
         await send({"type": "http.response.body", "body": b"ok"})
         conn.data_received(b"GET /next HTTP/1.1\r\nbad header\r\n\r\n")  # before the turn's end
 
-    config = ServeConfig(app, ServerConfig(), lifespan="off", log_config=None)
-    conn = Http11(config, ServerState(), {})
-    conn.connection_made(wire)
+    conn, config = _connected(app, wire)
     config.unanswered += 1  # another request whose answer is still to come
     try:
         conn.data_received(b"GET /v1/models HTTP/1.1\r\nhost: x\r\n\r\n")
@@ -307,9 +310,7 @@ async def test_a_whole_answer_in_one_call_is_one_write_framed_by_the_server():
         except RuntimeError as e:
             refused.append(str(e))
 
-    config = ServeConfig(app, ServerConfig(), lifespan="off", log_config=None)
-    conn = Http11(config, ServerState(), {})
-    conn.connection_made(wire)
+    conn, config = _connected(app, wire)
     try:
         conn.data_received(b"POST /v1/x HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n")
         await asyncio.sleep(0.01)
@@ -346,9 +347,7 @@ async def test_a_streamed_answer_without_messages_is_chunked_and_its_head_goes_w
         await answer.part(b"data: 1\n\n", True)
         await answer.part(b"data: 2\n\n", False)
 
-    config = ServeConfig(app, ServerConfig(), lifespan="off", log_config=None)
-    conn = Http11(config, ServerState(), {})
-    conn.connection_made(wire)
+    conn, config = _connected(app, wire)
     try:
         conn.data_received(b"GET /stream HTTP/1.1\r\nhost: x\r\n\r\n")
         await asyncio.sleep(0.01)
