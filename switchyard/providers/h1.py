@@ -13,7 +13,7 @@ import asyncio
 import collections
 import re
 import ssl
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import httptools
 import httpx
@@ -290,9 +290,16 @@ class Answer(httpx.AsyncByteStream):
                 return v.decode("latin-1")
         return None
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        while (chunk := await self.conn.next_chunk()) is not None:
-            yield chunk
+    # Its own iterator, not an async generator: a reader that stops early (at a stream's end
+    # event) leaves nothing for the event loop's finalizer hook to close.
+    def __aiter__(self) -> Answer:
+        return self
+
+    async def __anext__(self) -> bytes:
+        chunk = await self.conn.next_chunk()
+        if chunk is None:
+            raise StopAsyncIteration
+        return chunk
 
     async def read(self) -> bytes:
         # A loop on the connection, not over ``self``: no async generator made per answer.

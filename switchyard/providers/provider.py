@@ -283,25 +283,31 @@ class UpstreamBackend:
             raise err
         decoder = self.codec.stream(req)
         frames = (wire.framing or sse_batches)(aiter(resp))
-        async for batch in frames:
-            out: list[Chunk] = []
-            failure: UpstreamError | None = None
-            for event, data in batch:
-                try:
-                    out.extend(decoder.feed(event, data))
-                except WireError as e:
-                    failure = self._failure(e)
-                    break
+        try:
+            async for batch in frames:
+                out: list[Chunk] = []
+                failure: UpstreamError | None = None
+                for event, data in batch:
+                    try:
+                        out.extend(decoder.feed(event, data))
+                    except WireError as e:
+                        failure = self._failure(e)
+                        break
+                    if decoder.done:
+                        break
+                if out:
+                    if decoder.done:  # the end follows at once: the last events go with the close
+                        out[-1].more = True
+                    yield out  # what was good still reaches the caller (and its usage counts)
+                if failure is not None:
+                    raise failure
                 if decoder.done:
                     break
-            if out:
-                if decoder.done:  # the end follows at once: the last events go with the close
-                    out[-1].more = True
-                yield out  # what was good still reaches the caller (and its usage counts)
-            if failure is not None:
-                raise failure
-            if decoder.done:
-                break
+        finally:
+            # Left at its end event, the reader is closed here: dropped unclosed, the event loop's
+            # finalizer hook would close it in a task of its own, woken through the loop's
+            # thread-safe queue (an eventfd write and read, a task: every stream paid that).
+            await frames.aclose()
         why = decoder.ending()
         if why is not None:
             raise UpstreamError.broken(name, why)

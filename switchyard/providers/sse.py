@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from itertools import repeat
 
 _EVENT_END = re.compile(rb"\r?\n\r?\n")
@@ -17,7 +17,7 @@ _DATA = re.compile(rb"data: ?([^\n]*)\n\n")
 Event = tuple[bytes | None, bytes]
 
 
-async def sse_batches(chunks: AsyncIterator[bytes]) -> AsyncIterator[list[Event]]:
+async def sse_batches(chunks: AsyncIterator[bytes]) -> AsyncGenerator[list[Event], None]:
     """Yield, per arrival from the network, the name and data of each event completed by it
     (multi-line data joined by newlines; comments, ids and retry fields skipped; an event
     without data skipped). Works on arbitrary chunk

@@ -51,7 +51,7 @@ row copies them from its codec when it is built, so a row given another codec
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import quote, urlencode
@@ -62,7 +62,8 @@ from switchyard.core.errors import RETRY_STATUSES
 from switchyard.providers.credentials import Refresher
 from switchyard.providers.emulation import Emulation
 
-Frames = Callable[[AsyncIterator[bytes]], AsyncIterator[list[tuple[bytes | None, bytes]]]]
+# A generator, so that the reader closes it where it stops early (see provider._stream).
+Frames = Callable[[AsyncIterator[bytes]], AsyncGenerator[list[tuple[bytes | None, bytes]], None]]
 SSE = "text/event-stream"
 
 

@@ -6,7 +6,9 @@ drifted from the wire would bench a failing stream; this catches it without runn
 from __future__ import annotations
 
 import asyncio
+import gc
 import importlib.util
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ import pytest
 
 from switchyard.core.canonical import CanonicalRequest
 from switchyard.core.deployments import DeploymentConfig
+from switchyard.providers.provider import UpstreamBackend
 from switchyard.providers.rows import wire_for
 from switchyard.providers.sse import sse_batches
 
@@ -78,3 +81,37 @@ def test_mock_answer_decodes_through_the_real_row(provider: str) -> None:
     assert [c.finish_reason for c in out if c.finish_reason] == ["stop"]
     usage = next(c.usage for c in out if c.usage)
     assert (usage.prompt_tokens, usage.completion_tokens) == (mock.PROMPT_TOKENS, n)
+
+
+@pytest.mark.parametrize("provider", list(DEPS))
+async def test_a_stream_read_to_its_end_leaves_nothing_to_the_loops_finalizer(provider: str) -> None:
+    """The reader of a stream stops at its end event; what it read through (the framing's
+    generators, the answer's body) is closed then, not dropped for the event loop's finalizer hook
+    to close in a task of its own (a thread-safe wake-up of the loop, per stream)."""
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: mock.Proto(mock.answers(5)), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    hooks = sys.get_asyncgen_hooks()
+    finalized: list[str] = []
+
+    def finalizer(agen: Any) -> None:
+        finalized.append(agen.__qualname__)
+        hooks.finalizer(agen)
+
+    sys.set_asyncgen_hooks(firstiter=hooks.firstiter, finalizer=finalizer)
+    base = DEPS[provider]["base_url"].replace(":9", f":{port}")
+    backend = UpstreamBackend(DeploymentConfig.model_validate({"name": "d", **DEPS[provider],
+                                                               "base_url": base}), "v/m")
+    req = CanonicalRequest(kind="chat", model="v/m", dialect="openai", stream=True, max_tokens=100,
+                           messages=[{"role": "user", "content": "hi"}])
+    try:
+        for _ in range(3):
+            chunks = [ch async for ch in backend.generate(req)]
+            assert "".join(c.text for c in chunks) == "".join(mock.words(5))
+        gc.collect()
+        await asyncio.sleep(0)
+    finally:
+        sys.set_asyncgen_hooks(*hooks)
+        await backend.aclose()
+        server.close()
+    assert finalized == []

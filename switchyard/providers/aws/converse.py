@@ -19,7 +19,7 @@ the Claude models that think (3.7 Sonnet, Claude 4 and later, by model id).
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
@@ -204,14 +204,17 @@ PATHS: dict[tuple[RequestKind, bool], str] = {
 
 async def converse_frames(
     deployment: str, chunks: AsyncIterator[bytes]
-) -> AsyncIterator[list[tuple[bytes | None, bytes]]]:
+) -> AsyncGenerator[list[tuple[bytes | None, bytes]], None]:
     """The event-stream frames as (name, payload); a corrupt or cut stream is the deployment's
     broken answer (after what came before it)."""
+    frames = named_frames(chunks)
     try:
-        async for batch in named_frames(chunks):
+        async for batch in frames:
             yield batch
     except FrameError as e:
         raise UpstreamError.broken(deployment, f"sent a broken event stream ({e})") from None
+    finally:
+        await frames.aclose()  # closed with this one (see provider._stream)
 
 
 def bedrock_row(dep: DeploymentConfig) -> Wire:

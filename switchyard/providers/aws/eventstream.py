@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from zlib import crc32
 
@@ -171,7 +171,9 @@ def encode_frame(headers: dict[str, str], payload: bytes) -> bytes:
     return body + _U32.pack(crc32(body))
 
 
-async def named_frames(chunks: AsyncIterator[bytes]) -> AsyncIterator[list[tuple[bytes | None, bytes]]]:
+async def named_frames(
+    chunks: AsyncIterator[bytes],
+) -> AsyncGenerator[list[tuple[bytes | None, bytes]], None]:
     """Frames as (name, payload) pairs, the shape a codec's stream decoder is fed: an event is named
     by its ``:event-type``, an exception by its ``:exception-type`` (as the service model names
     both in one union: ``messageStop``, ``throttlingException``), an ``error`` frame by its
