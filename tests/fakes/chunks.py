@@ -3,7 +3,7 @@ chunk by position (the engine's pickles, the response cache's entries) must keep
 
 from __future__ import annotations
 
-import dataclasses
+import msgspec
 
 from switchyard.core.canonical import Chunk, TokenLogprob, Usage
 
@@ -15,7 +15,7 @@ def every_field_chunk() -> Chunk:
               "role": "assistant", "tool_calls": [{"id": "c1"}], "prompt_logprobs": lp, "stop_word": "###",
               "more": True, "thinking": [{"type": "thinking_delta", "thinking": "t"}],
               "embeddings": [[0.5, -0.25]], "reasoning": "so"}
-    defaults = {f.name: f.default for f in dataclasses.fields(Chunk)}
+    defaults = {f.name: f.default for f in msgspec.structs.fields(Chunk)}
     assert set(values) == set(defaults) and all(values[k] != defaults[k] for k in defaults), \
         "a Chunk field this helper does not set"
     return Chunk(**values)
