@@ -100,8 +100,8 @@ async def test_crash_fails_in_flight_and_restarts(backend):
 
 
 async def test_a_chunk_with_every_field_set_crosses_the_channel_whole():
-    """Chunks pickle by position (``Chunk.__reduce__``): a field left out would arrive as its
-    default."""
+    """Chunks pickle by position (a msgspec Struct's own pickling): a field left out would arrive
+    as its default."""
     import pickle
 
     from switchyard.engine.channel import encode

@@ -218,7 +218,7 @@ async def test_a_redis_that_stops_answering_is_a_miss_within_the_deadline(redis_
 
 
 def test_an_entry_keeps_every_field_of_every_chunk():
-    """Entries keep chunks by position (``Chunk.__reduce__``'s order): a field left out, or out
+    """Entries keep chunks by position (``core.canonical.chunk_row``'s order): a field left out, or out
     of order, would come back wrong."""
     from tests.fakes.chunks import every_field_chunk
 
