@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import json
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -64,8 +65,9 @@ CASES: dict[str, tuple[str, dict]] = {
 
 
 def config_yaml(mock: int, provider_mock: int, store: str, limits: bool) -> str:
+    # A gateway under callgrind runs some 50 times slower: the store's 0.25 s would time out.
     return f"""
-store: {{url: '{store}'}}
+store: {{url: '{store}', timeout: 30}}
 models:
   - name: mock/gpt
     deployments: [{{name: d0, backend: upstream, dialect: openai, base_url: 'http://127.0.0.1:{mock}/v1'}}]
@@ -79,6 +81,22 @@ models:
 teams: [{{name: bench}}]
 keys: [{{id: bench, team: bench, key: {KEY}{", limits: " + LIMITS if limits else ""}}}]
 """
+
+
+def wait_redis(port: int, timeout: float = 30.0) -> None:
+    """Until the redis-server on ``port`` answers PING."""
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+                s.sendall(b"PING\r\n")
+                if s.recv(16).startswith(b"+PONG"):
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > end:
+            raise RuntimeError(f"redis-server on port {port} did not answer")
+        time.sleep(0.1)
 
 
 def request_bytes(path: str, body: dict) -> bytes:
@@ -184,6 +202,7 @@ def count(trees: dict[str, Path], names: list[str], args: argparse.Namespace) ->
             procs.start(pinned("0", ["redis-server", "--port", str(rport), "--save", "",
                                      "--appendonly", "no"]))
             store = f"redis://127.0.0.1:{rport}/0"
+            wait_redis(rport)
         for p in (mock, provider_mock):
             wait_http(p, "/health")
         cfg = Path(tempfile.mkdtemp()) / "bench.yaml"
