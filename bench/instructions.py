@@ -29,7 +29,6 @@ import argparse
 import asyncio
 import json
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -52,6 +51,9 @@ from overhead import (  # this directory's own module
     wait_http,
     worktree,
 )
+
+sys.path.insert(0, str(ROOT))
+from tests.conftest import wait_for_redis  # the checkout's own tests package
 
 STREAM = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 20, "stream": True,
           "stream_options": {"include_usage": True}}
@@ -81,22 +83,6 @@ models:
 teams: [{{name: bench}}]
 keys: [{{id: bench, team: bench, key: {KEY}{", limits: " + LIMITS if limits else ""}}}]
 """
-
-
-def wait_redis(port: int, timeout: float = 30.0) -> None:
-    """Until the redis-server on ``port`` answers PING."""
-    end = time.monotonic() + timeout
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-                s.sendall(b"PING\r\n")
-                if s.recv(16).startswith(b"+PONG"):
-                    return
-        except OSError:
-            pass
-        if time.monotonic() > end:
-            raise RuntimeError(f"redis-server on port {port} did not answer")
-        time.sleep(0.1)
 
 
 def request_bytes(path: str, body: dict) -> bytes:
@@ -202,7 +188,7 @@ def count(trees: dict[str, Path], names: list[str], args: argparse.Namespace) ->
             procs.start(pinned("0", ["redis-server", "--port", str(rport), "--save", "",
                                      "--appendonly", "no"]))
             store = f"redis://127.0.0.1:{rport}/0"
-            wait_redis(rport)
+            wait_for_redis(rport, timeout=30.0)
         for p in (mock, provider_mock):
             wait_http(p, "/health")
         cfg = Path(tempfile.mkdtemp()) / "bench.yaml"
