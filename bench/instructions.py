@@ -38,7 +38,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from overhead import (  # this directory's own module
-    BEDROCK_MODEL,
     KEY,
     LIMITS,
     MOCK,
@@ -76,10 +75,6 @@ models:
   - name: bench/anthropic
     deployments: [{{name: a, provider: anthropic, backend: upstream, base_url: 'http://127.0.0.1:{provider_mock}',
                    api_key: sk-ant-bench, model: claude-bench}}]
-  - name: bench/bedrock
-    deployments: [{{name: b, provider: bedrock, backend: upstream, base_url: 'http://127.0.0.1:{provider_mock}',
-                   region: us-east-1, model: '{BEDROCK_MODEL}', aws_access_key_id: AKIDBENCH,
-                   aws_secret_access_key: bench-secret}}]
 teams: [{{name: bench}}]
 keys: [{{id: bench, team: bench, key: {KEY}{", limits: " + LIMITS if limits else ""}}}]
 """
