@@ -55,7 +55,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,6 +116,24 @@ class Procs:
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
         self.procs = [p for p in self.procs if p not in procs]
+
+
+Gateways = dict[str, tuple[int, subprocess.Popen[bytes]]]  # by side: its port and process
+
+
+def start_gateways(procs: Procs, sides: dict[str, tuple[Path, str, Path]],
+                   warm: Callable[[int, subprocess.Popen[bytes]], object]) -> Gateways:
+    """A gateway on core 1 per side (its tree, interpreter and config), each answering ``/health``
+    and then warmed up by ``warm(port, process)``."""
+    gws: Gateways = {}
+    for name, (tree, py, cfg) in sides.items():
+        port = free_port()
+        gws[name] = (port, procs.start(pinned("1", [py, "-m", "switchyard", "serve", "--config", str(cfg),
+                                                    "--port", str(port)]), cwd=tree))
+    for port, gw in gws.values():
+        wait_http(port, "/health")
+        warm(port, gw)
+    return gws
 
 
 def family(pid: int) -> list[int]:
@@ -432,17 +450,10 @@ def _compare(sides: dict[str, tuple[Path, str]], dur: int, rounds: int, store_ki
             cfgs[name] = Path(tempfile.mkdtemp()) / "bench.yaml"
             cfgs[name].write_text(config_yaml([up], True, store, limits))
 
-        def gateways() -> dict[str, tuple[int, subprocess.Popen[bytes]]]:
-            gws = {}
-            for name, (tree, gw_py) in sides.items():
-                cfg = cfgs[name]
-                port = free_port()
-                gws[name] = (port, procs.start(pinned("1", [gw_py, "-m", "switchyard", "serve", "--config",
-                                                            str(cfg), "--port", str(port)]), cwd=tree))
-            for port, gw in gws.values():
-                wait_http(port, "/health")
-                wrk(f"http://127.0.0.1:{port}/v1/completions", comp, 64, 1, KEY, gw.pid)  # warm-up
-            return gws
+        def gateways() -> Gateways:
+            return start_gateways(procs, {n: (tree, gw_py, cfgs[n]) for n, (tree, gw_py) in sides.items()},
+                                  lambda port, gw: wrk(f"http://127.0.0.1:{port}/v1/completions", comp, 64,
+                                                       1, KEY, gw.pid))
 
         gws = gateways()
         for r in range(rounds):
@@ -617,18 +628,13 @@ def _compare_providers(trees: dict[str, tuple[Path, str]], dur: int, rounds: int
         cfg.write_text(providers_yaml(up))
         wait_http(up, "/health")
 
-        def gateways() -> dict[str, tuple[int, subprocess.Popen[bytes]]]:
-            gws = {}
-            for name, (tree, gw_py) in trees.items():
-                port = free_port()
-                gws[name] = (port, procs.start(pinned("1", [gw_py, "-m", "switchyard", "serve", "--config",
-                                                            str(cfg), "--port", str(port)]), cwd=tree))
-            for port, _ in gws.values():
-                wait_http(port, "/health")
-                for path, body in cases.values():  # each answers the whole stream, then a warm-up
-                    check_stream(f"http://127.0.0.1:{port}{path}", body)
-                    wrk(f"http://127.0.0.1:{port}{path}", body, 1, 1, KEY)
-            return gws
+        def warm(port: int, _: subprocess.Popen[bytes]) -> None:
+            for path, body in cases.values():  # each answers the whole stream, then a warm-up
+                check_stream(f"http://127.0.0.1:{port}{path}", body)
+                wrk(f"http://127.0.0.1:{port}{path}", body, 1, 1, KEY)
+
+        def gateways() -> Gateways:
+            return start_gateways(procs, {n: (tree, gw_py, cfg) for n, (tree, gw_py) in trees.items()}, warm)
 
         gws = gateways()
         for r in range(rounds):

@@ -55,15 +55,16 @@ _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _HIGH_WATER = 65536  # request body bytes buffered before reading pauses
 _STATUS = {int(s): b"HTTP/1.1 %d %s\r\n" % (s, s.phrase.encode()) for s in http.HTTPStatus}
 
-
-def _status_line(status: int) -> bytes:
-    return _STATUS.get(status) or b"HTTP/1.1 %d \r\n" % status
 # What may not appear in a header name or value (CR and LF above all: no response splitting).
 _BAD_NAME = re.compile(b'[\x00-\x1f\x7f()<>@,;:\\[\\]={} \t\\\\"]')
 _BAD_VALUE = re.compile(b"[\x00-\x08\x0a-\x1f\x7f]")
 _METHODS = {m.encode(): m for m in ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")}
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
 _DISCONNECTED = {"type": "http.disconnect"}
+
+
+def _status_line(status: int) -> bytes:
+    return _STATUS.get(status) or b"HTTP/1.1 %d \r\n" % status
 
 
 class ServeConfig(uvicorn.Config):
