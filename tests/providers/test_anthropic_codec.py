@@ -12,7 +12,7 @@ import pytest
 from anthropic.types import Message, RawMessageStreamEvent
 from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
 
-from switchyard.core.canonical import CanonicalRequest, Constraint
+from switchyard.core.canonical import CanonicalRequest, Constraint, Native
 from switchyard.core.deployments import DeploymentConfig
 from switchyard.core.errors import InvalidRequest
 from switchyard.providers.anthropic import CODEC
@@ -187,6 +187,38 @@ def test_a_stream_without_its_finish_is_no_success() -> None:
     with pytest.raises(WireError) as e:
         _feed([START, {"type": "error", "error": {"type": "invalid_request_error", "message": "no"}}])
     assert not e.value.retryable  # only overload-like errors go elsewhere
+
+
+@pytest.mark.parametrize("event", [
+    {"type": "content_block_delta", "index": 0, "delta": "hi"},
+    {"type": "message_delta", "delta": ["end_turn"], "usage": {"output_tokens": 1}},
+    ["content_block_delta"],
+])
+def test_an_event_of_the_wrong_shape_is_a_malformed_event(event: Any) -> None:
+    """A delta that is not an object (or an event that is not one) is the upstream's fault, said so."""
+    dec = CODEC.stream(chat([]))
+    dec.feed(b"message_start", json.dumps(START).encode())
+    with pytest.raises(WireError, match="malformed stream event"):
+        dec.feed(b"x", json.dumps(event).encode())
+
+
+def test_the_native_lane_relays_thinking_deltas_as_sent_and_stop_sequences() -> None:
+    native = replace(chat([]), native=Native("anthropic", {}, {}, ()))
+    dec = CODEC.stream(native)
+    thought = {"type": "thinking_delta", "thinking": "Let me see."}
+    signed = {"type": "signature_delta", "signature": "EqQBsig=="}
+    out: list[Any] = []
+    for ev in [START, {"type": "content_block_start", "index": 0,
+                       "content_block": {"type": "thinking", "thinking": "", "signature": ""}},
+               {"type": "content_block_delta", "index": 0, "delta": thought},
+               {"type": "content_block_delta", "index": 0, "delta": signed},
+               {"type": "message_delta", "delta": {"stop_reason": "stop_sequence", "stop_sequence": "END"},
+                "usage": {"output_tokens": 3}}]:
+        _EVENT.validate_python(ev)
+        out += dec.feed(None, json.dumps(ev).encode())
+    assert [c.thinking for c in out[:3]] == [[{"type": "thinking", "thinking": "", "signature": ""}],
+                                             [thought], [signed]]
+    assert out[-1].finish_reason == "stop" and out[-1].stop_word == "END"
 
 
 def test_one_body_in_the_bedrock_and_vertex_envelopes() -> None:

@@ -30,7 +30,10 @@ def finish_of(reason: Any) -> FinishReason | None:
 
 def error_of(obj: Any) -> tuple[str, str | None]:
     """(type, message) of an Anthropic error object ``{"type": "error", "error": {...}}``."""
-    err = obj.get("error") if isinstance(obj, dict) else None
+    return _error_fields(obj.get("error") if isinstance(obj, dict) else None)
+
+
+def _error_fields(err: Any) -> tuple[str, str | None]:
     if not isinstance(err, dict):
         return "error", None
     return str(err.get("type") or "error"), (str(err["message"]) if err.get("message") else None)
@@ -75,6 +78,37 @@ def whole(raw: bytes, *, thinking: bool = False) -> list[Chunk]:
     return [ch]
 
 
+class _Delta(msgspec.Struct, omit_defaults=True):
+    """A content block's delta (text, tool input, thinking, its signature), or ``message_delta``'s."""
+
+    type: Any = None
+    text: Any = None
+    partial_json: Any = None
+    thinking: Any = None
+    signature: Any = None
+    stop_reason: Any = None
+    stop_sequence: Any = None
+
+
+class _Event(msgspec.Struct):
+    """A stream event, decoded into fields: most are text deltas, and a Struct reads them without
+    building a dict for the event and another for its delta. What is relayed or read as a whole
+    (a block's start, the message, usage, an error) stays as sent."""
+
+    type: Any = None
+    index: Any = None
+    delta: _Delta | None = None
+    content_block: Any = None
+    message: Any = None
+    usage: Any = None
+    error: Any = None
+
+
+_NO_DELTA = _Delta()
+_decode_event = msgspec.json.Decoder(_Event).decode
+_as_sent = msgspec.to_builtins  # a thinking delta as Claude wrote it (its fields, no defaults)
+
+
 class MessageStream:
     """One streamed answer: message_start, content_block_start/delta/stop, message_delta,
     message_stop (the end), ping, error."""
@@ -98,30 +132,30 @@ class MessageStream:
 
     def feed(self, name: bytes | None, data: bytes) -> list[Chunk]:
         try:
-            ev = _decode(data)
-        except msgspec.DecodeError:
+            ev = _decode_event(data)
+        except msgspec.DecodeError:  # (not JSON, or not an object of these fields' shapes)
             raise WireError("sent a malformed stream event") from None
-        kind = ev.get("type") if isinstance(ev, dict) else None
+        kind = ev.type
         if kind == "content_block_delta":
-            d = ev.get("delta") or {}
-            dk = d.get("type")
+            d = ev.delta or _NO_DELTA
+            dk = d.type
             if dk == "text_delta":  # most of a stream: no keywords on this path
-                text = d.get("text")
+                text = d.text
                 if not text:
                     return []
                 return [Chunk(0, text) if self.sent else self._chunk(text=text)]
             if dk == "input_json_delta":
-                i = self.tools.get(ev.get("index", -1))
-                if i is None or not d.get("partial_json"):
+                i = self.tools.get(-1 if ev.index is None else ev.index)
+                if i is None or not d.partial_json:
                     return []
-                return [self._chunk(tool_calls=[{"index": i, "function": {"arguments": d["partial_json"]}}])]
+                return [self._chunk(tool_calls=[{"index": i, "function": {"arguments": d.partial_json}}])]
             if dk in ("thinking_delta", "signature_delta") and self.thinking:
-                return [self._chunk(thinking=[d])]
+                return [self._chunk(thinking=[_as_sent(d)])]
             return []  # citation deltas, and thinking off the native lane, are not relayed
         if kind == "content_block_start":
-            b = ev.get("content_block") or {}
+            b = ev.content_block if isinstance(ev.content_block, dict) else {}
             if b.get("type") == "tool_use":
-                i = self.tools[ev.get("index", len(self.tools))] = len(self.tools)
+                i = self.tools[len(self.tools) if ev.index is None else ev.index] = len(self.tools)
                 return [self._chunk(tool_calls=[{"index": i, "id": b.get("id"), "type": "function",
                                                  "function": {"name": b.get("name"), "arguments": ""}}])]
             if b.get("type") == "text" and b.get("text"):
@@ -131,24 +165,24 @@ class MessageStream:
             return []
         if kind == "message_start":
             self.started = True
-            msg = ev.get("message") or {}
+            msg = ev.message if isinstance(ev.message, dict) else {}
             self.usage = usage_of(msg.get("usage"))
             return []
         if kind == "message_delta":
-            self.usage = usage_of(ev.get("usage"), self.usage)
-            reason = (ev.get("delta") or {}).get("stop_reason")
-            if reason is not None:
-                self.finish = finish_of(reason)
+            self.usage = usage_of(ev.usage, self.usage)
+            d = ev.delta or _NO_DELTA
+            if d.stop_reason is not None:
+                self.finish = finish_of(d.stop_reason)
                 ch = self._chunk(finish_reason=self.finish, usage=self.usage)
-                if reason == "stop_sequence":
-                    ch.stop_word = (ev.get("delta") or {}).get("stop_sequence")
+                if d.stop_reason == "stop_sequence":
+                    ch.stop_word = d.stop_sequence
                 return [ch]
             return []
         if kind == "message_stop":
             self.done = True
             return []
         if kind == "error":
-            etype, said = error_of(ev)
+            etype, said = _error_fields(ev.error)
             if not self.sent and etype in RETRYABLE_ERRORS:
                 # Nothing reached the caller: another deployment may serve it (Anthropic sends
                 # overloads as 200 + an error event).
