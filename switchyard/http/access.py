@@ -35,61 +35,67 @@ def _ms(seconds: float) -> float:
     return int(seconds * 1e6) / 1000
 
 
-def record(ctx: RequestContext) -> dict[str, Any]:
-    """The access line's fields (absent rather than null when unknown)."""
-    now = time.time()
-    out: dict[str, Any] = {"ts": iso(now), "event": "request", "request_id": ctx.id,
-                           "endpoint": ctx.endpoint, "status": ctx.status or 499,
-                           "latency_ms": _ms(ctx.latency)}
-    if ctx.dialect:
-        out["dialect"] = ctx.dialect
-    p = ctx.principal
-    if p is not None:
-        out["key_id"] = p.key_id
-        out["team"] = p.team
-    route, run = ctx.route, ctx.run
-    if route is not None:
-        model = ctx.known_model
-        if model is not None:
-            out["model"] = model
-        out["group"] = route.model.name
-    elif ctx.status == 404 and ctx.requested_model:
-        shown = unknown_model_shown(ctx.requested_model)
-        if shown is not None:
-            out["requested_model"] = shown
-    if run.deployment is not None:
-        out["deployment"] = run.deployment
-        out["attempts"] = run.attempts
-        if run.upstream_id and run.upstream_id != ctx.id:  # the caller named its own id
-            out["upstream_request_id"] = run.upstream_id
-    if run.fallback is not None:
-        out["fallback"] = run.fallback
-    if ctx.stream:
-        out["stream"] = True
-    if ctx.cut:
-        out["cut"] = True
-    if ctx.cache:  # under a response-cache rule: hit, miss, stored or bypass
-        out["cache"] = ctx.cache
-    if ctx.error_type is not None:
-        out["error"] = ctx.error_type
-    usage = ctx.usage
-    if usage is not None and route is not None:
-        out["prompt_tokens"] = usage.prompt_tokens
-        out["completion_tokens"] = usage.completion_tokens
-        if usage.cached_tokens:
-            out["cached_tokens"] = usage.cached_tokens
-        out["spend_usd"] = round(ctx.spend_usd, 9)
-        if ctx.unpriced:
-            out["unpriced"] = True
-    ttfb = ctx.ttfb
-    if ttfb is not None:
-        out["ttfb_ms"] = _ms(ttfb)
-    upstream = ctx.upstream
-    if upstream is not None:
-        out["upstream_ms"] = _ms(upstream)
-    if ctx.trace_id is not None:
-        out["trace_id"] = ctx.trace_id
-    return out
+class Line(msgspec.Struct, omit_defaults=True):
+    """An access line: a field at its default is left out (absent rather than null). A Struct,
+    not a dict: built by position, without hashing a key per field, and its keys encoded from C."""
+
+    ts: str
+    event: str  # (no default: ``omit_defaults`` would leave it out)
+    request_id: str
+    endpoint: str
+    status: int
+    latency_ms: float
+    method: str | None = None  # the admin API's, console's and /v1/models' lines
+    dialect: str = ""
+    key_id: str | None = None
+    team: str | None = None
+    model: str | None = None
+    group: str | None = None
+    requested_model: str | None = None
+    deployment: str | None = None
+    attempts: int | None = None
+    upstream_request_id: str | None = None
+    fallback: str | None = None
+    stream: bool = False
+    cut: bool = False
+    cache: str = ""  # under a response-cache rule: hit, miss, stored or bypass
+    error: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int = 0
+    spend_usd: float | None = None
+    unpriced: bool = False
+    ttfb_ms: float | None = None
+    upstream_ms: float | None = None
+    trace_id: str | None = None
+
+
+def record(ctx: RequestContext) -> Line:
+    """The access line's fields (by position: ``Line``'s order)."""
+    p, route, run = ctx.principal, ctx.route, ctx.run
+    dep = run.deployment
+    billed = ctx.usage if route is not None else None  # what was charged, once a model was named
+    own = run.upstream_id if dep is not None and run.upstream_id != ctx.id else None
+    ttfb, upstream = ctx.ttfb, ctx.upstream
+    prompt: int | None = None
+    completion: int | None = None
+    spend: float | None = None
+    cached, unpriced = 0, False
+    if billed is not None:
+        prompt, completion, cached = billed.prompt_tokens, billed.completion_tokens, billed.cached_tokens
+        spend, unpriced = round(ctx.spend_usd, 9), ctx.unpriced
+    return Line(
+        iso(time.time()), "request", ctx.id, ctx.endpoint, ctx.status or 499, _ms(ctx.latency), None,
+        ctx.dialect, p.key_id if p is not None else None, p.team if p is not None else None,
+        ctx.known_model, route.model.name if route is not None else None,
+        unknown_model_shown(ctx.requested_model)  # requested_model: a 404's, unless it looks like a key
+        if route is None and ctx.status == 404 and ctx.requested_model else None,
+        dep, run.attempts if dep is not None else None,
+        own or None,  # upstream_request_id: only when the caller named its own id
+        run.fallback, ctx.stream, ctx.cut, ctx.cache, ctx.error_type,
+        prompt, completion, cached, spend, unpriced,
+        _ms(ttfb) if ttfb is not None else None, _ms(upstream) if upstream is not None else None,
+        ctx.trace_id)
 
 
 _IN_HEAD = frozenset({"ts", "event", "status", "endpoint", "model", "latency_ms"})
@@ -114,12 +120,10 @@ class AccessLog:
     def observe_other(self, request_id: str, method: str, route: str, status: int, seconds: float) -> None:
         """A line for the admin API, the console and /v1/models: the route's template (never the
         path itself, which may hold what a caller typed), its status and latency."""
-        self._add({"ts": iso(time.time()), "event": "request", "request_id": request_id,
-                   "endpoint": route, "method": method, "status": status or 499,
-                   "latency_ms": _ms(seconds)})
+        self._add(Line(iso(time.time()), "request", request_id, route, status or 499, _ms(seconds), method))
 
-    def _add(self, r: dict[str, Any]) -> None:
-        line = console_line(r).encode() if self.console else _encode(r)
+    def _add(self, r: Line) -> None:
+        line = console_line(msgspec.to_builtins(r)).encode() if self.console else _encode(r)
         self._lines.append(line)
         if len(self._lines) >= BATCH:
             self.flush()

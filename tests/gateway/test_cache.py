@@ -14,6 +14,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 
 from switchyard.core.config import Config
@@ -260,7 +261,8 @@ async def test_the_access_line_says_what_the_cache_did(upstream, redis_url):
     lines: list[dict[str, Any]] = []
     chat = {"model": "v/m", "temperature": 0, "messages": [{"role": "user", "content": "logged"}]}
     async with replicas(cache_config(upstream.url, redis_url), 1) as (a,):
-        a.app.gateway.observers.append(lambda ctx: lines.append(record(ctx)))  # type: ignore[attr-defined]
+        a.app.gateway.observers.append(  # type: ignore[attr-defined]
+            lambda ctx: lines.append(msgspec.to_builtins(record(ctx))))  # the line's fields, as written
         for _ in range(2):
             await a.post("/v1/chat/completions", json=chat)
         await settled(a)

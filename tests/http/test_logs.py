@@ -124,6 +124,11 @@ async def test_no_secret_in_any_line_header_or_body_and_one_access_line_per_requ
     assert ok["status"] == 200 and ok["key_id"] == "k1" and ok["team"] == "t" and ok["model"] == "v/m"
     assert ok["deployment"] == "v/m/d1" and ok["attempts"] == 1 and ok["completion_tokens"] == 3
     assert ok["latency_ms"] >= ok["upstream_ms"] > 0 and ok["dialect"] == "openai"
+    # What is at its default (not streamed, not cut, no cache rule, no error) is absent, not null.
+    assert set(ok) == {"ts", "event", "request_id", "endpoint", "status", "latency_ms", "dialect", "key_id",
+                       "team", "model", "group", "deployment", "attempts", "prompt_tokens",
+                       "completion_tokens", "spend_usd", "unpriced", "ttfb_ms", "upstream_ms",
+                       "upstream_request_id"}  # (the caller named its own id; v/m has no price)
     assert by_id["req-1"]["stream"] is True and by_id["req-1"]["ttfb_ms"] > 0
     assert by_id["req-2"]["status"] == 401 and "key_id" not in by_id["req-2"]
     assert by_id["req-5"]["status"] == 429 and by_id["req-5"]["error"] == "rate_limit_error"
