@@ -1,9 +1,10 @@
 """``GET /metrics``: what the gateway served, in Prometheus' text format (docs/observability.md).
 
-Cheap on the hot path: a finished request adds to plain dicts keyed by a tuple of label values
-and finds its histogram buckets with one ``bisect``; nothing else runs per request. A scrape turns
-the dicts into metric families (prometheus-client writes the text) and reads the gauges (in
-flight, breakers, the store, the engine) as they are then.
+Cheap on the hot path: a finished request finds its label combination's counts with one dict
+lookup, adds to them, and finds each histogram's bucket with one ``bisect``; nothing else runs per
+request. A scrape sums the combinations into each metric's labels, turns them into metric
+families (prometheus-client writes the text) and reads the gauges (in flight, breakers, the
+store, the engine) as they are then.
 
 Label values come only from configured names (model groups, deployments, teams, key ids) and the
 gateway's own tables (dialects, endpoints, status classes): a caller's made-up model name is the
@@ -82,111 +83,162 @@ Counts = dict[str, dict[Key, float]]
 Hists = dict[str, dict[Key, list[float]]]  # bucket counts (+Inf last but one), then the sum
 
 
-def _observe(h: dict[Key, list[float]], key: Key, v: float) -> None:
-    row = h.get(key)
-    if row is None:
-        row = h[key] = [0.0] * (_N + 2)
+def _row() -> list[float]:
+    return [0.0] * (_N + 2)
+
+
+def _count(row: list[float], v: float) -> None:
     row[bisect_left(BUCKETS, v)] += 1
     row[-1] += v
 
 
+class _Series:
+    """What the requests of one label combination (model group, deployment, dialect, endpoint,
+    status class, team, and the key with ``metrics.per_key``) added up to. A request finds its
+    series with one dict lookup and adds to its slots; a scrape sums the series into each
+    metric's own labels (``Recorder.tables``). A histogram's row is made at its first value, so
+    that, as for a counter at 0, no series shows what never happened."""
+
+    __slots__ = ("admitted", "cache_write", "cached", "completion", "cut", "duration", "overhead", "prompt",
+                 "requests", "retries", "spend", "ttfb", "unpriced", "upstream")
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.duration = _row()
+        self.upstream: list[float] | None = None
+        self.overhead: list[float] | None = None
+        self.ttfb: list[float] | None = None
+        self.admitted = self.retries = self.cut = self.unpriced = 0
+        self.prompt = self.completion = self.cached = self.cache_write = 0
+        self.spend = 0.0
+
+
 class Recorder:
-    """This process's counters and histograms, added to at each request's end."""
+    """This process's counters and histograms, added to at each request's end: what every
+    request adds, in its label combination's ``_Series``; what only some do (guardrails,
+    refusals, fallbacks, the cache), in ``other``, keyed as the metric's labels."""
 
     def __init__(self, config: Config) -> None:
         self.per_key = config.metrics.per_key
-        self.counts: Counts = {name: {} for name in COUNTERS}
-        self.hists: Hists = {name: {} for name in HISTOGRAMS}
+        self.series: dict[Key, _Series] = {}
+        self.other: Counts = {name: {} for name in COUNTERS}
+
+    def carry(self, before: Recorder) -> None:
+        """Keep ``before``'s counts (a reload: counters never go down)."""
+        self.series, self.other = before.series, before.other
 
     def observe(self, ctx: RequestContext) -> None:
         route, run, p = ctx.route, ctx.run, ctx.principal
         group = route.model.name if route is not None else "unknown"  # a wildcard: its vendor/*
-        dep = run.deployment or "none"
         team = p.team if p is not None else "none"
         status = ctx.status or 499
-        cls = _CLASS.get(status // 100, "5xx")
-        c = self.counts
-        key: Key = (group, dep, ctx.dialect or "unknown", ctx.endpoint, cls, team)
+        key: Key = (group, run.deployment or "none", ctx.dialect or "unknown", ctx.endpoint,
+                    _CLASS.get(status // 100, "5xx"), team)
         if self.per_key:
             key += (p.key_id if p is not None else "none",)
-        reqs = c["requests"]
-        reqs[key] = reqs.get(key, 0) + 1
+        s = self.series.get(key)
+        if s is None:
+            s = self.series[key] = _Series()
+        s.requests += 1
         latency = ctx.latency
-        hists = self.hists
-        _observe(hists["request_duration_seconds"], (group, dep, cls), latency)
+        _count(s.duration, latency)
         if ctx.guards is not None:
-            acted = c["guardrail_actions"]
+            acted = self.other["guardrail_actions"]
             for g in {(g, a, where) for g, a, _, where in ctx.guards.fired}:
                 acted[g] = acted.get(g, 0) + 1
         if p is None or route is None:
             return  # refused before a model was named: nothing more to count
-        self._admission(ctx, team)
         if ctx.ticket is None:
+            self._refused(ctx, team)
             return
-        dkey = (group, dep)
+        s.admitted += 1
         upstream = ctx.upstream
         if upstream is not None:
-            _observe(hists["upstream_duration_seconds"], dkey, upstream)
-            _observe(hists["gateway_overhead_seconds"], dkey, max(latency - upstream, 0.0))
+            _count(s.upstream or self._new(s, "upstream"), upstream)
+            _count(s.overhead or self._new(s, "overhead"), max(latency - upstream, 0.0))
         ttfb = ctx.ttfb
         if ctx.stream and ttfb is not None and status == 200:
-            _observe(hists["time_to_first_byte_seconds"], dkey, ttfb)
+            _count(s.ttfb or self._new(s, "ttfb"), ttfb)
         if run.attempts > 1:
-            c["retries"][(group,)] = c["retries"].get((group,), 0) + run.attempts - 1
+            s.retries += run.attempts - 1
         if run.fallback is not None:
             fk = (group, run.fallback)
-            c["fallbacks"][fk] = c["fallbacks"].get(fk, 0) + 1
+            fallbacks = self.other["fallbacks"]
+            fallbacks[fk] = fallbacks.get(fk, 0) + 1
         if ctx.cut:
-            c["streams_cut"][(group,)] = c["streams_cut"].get((group,), 0) + 1
+            s.cut += 1
         if ctx.cache:
             self._cache(ctx, group, team)
         usage = ctx.usage
         if usage is not None and (usage.prompt_tokens or usage.completion_tokens):
-            self._usage(ctx, group, team, usage.prompt_tokens, usage.completion_tokens,
-                        usage.cached_tokens, usage.cache_write_tokens)
+            # cached (read from) and cache_write (written to the prompt cache) are parts of prompt
+            s.prompt += usage.prompt_tokens
+            s.completion += usage.completion_tokens
+            s.cached += usage.cached_tokens
+            s.cache_write += usage.cache_write_tokens
+            if ctx.unpriced:
+                s.unpriced += 1
+            s.spend += ctx.spend_usd
+
+    @staticmethod
+    def _new(s: _Series, name: str) -> list[float]:
+        row = _row()
+        setattr(s, name, row)
+        return row
 
     def _cache(self, ctx: RequestContext, group: str, team: str) -> None:
         ck = (group, team, ctx.cache)
-        looked = self.counts["cache_requests"]
+        looked = self.other["cache_requests"]
         looked[ck] = looked.get(ck, 0) + 1
         if ctx.cache == "hit" and ctx.ticket is not None:
             # priced at settlement as the ledger's saved_usd is (the catalog's price too)
-            s = self.counts["cache_saved_usd"]
-            s[(group, team)] = s.get((group, team), 0.0) + ctx.ticket.saved_nano / 1e9
+            saved = self.other["cache_saved_usd"]
+            saved[(group, team)] = saved.get((group, team), 0.0) + ctx.ticket.saved_nano / 1e9
 
-    def _admission(self, ctx: RequestContext, team: str) -> None:
-        if ctx.ticket is not None:
-            decision = "admitted"
-        elif ctx.admit_at is None:
+    def _refused(self, ctx: RequestContext, team: str) -> None:
+        if ctx.admit_at is None:
             return  # refused before admission (a bad request, a model it may not use)
-        elif isinstance(ctx.error, RateLimited):
+        if isinstance(ctx.error, RateLimited):
             decision = ctx.error.limit or "other"
         elif isinstance(ctx.error, Unavailable):
             decision = "store_unavailable"
         else:
             decision = "error"
-        d = self.counts["limiter_decisions"]
+        d = self.other["limiter_decisions"]
         d[(team, decision)] = d.get((team, decision), 0) + 1
 
-    def _usage(self, ctx: RequestContext, group: str, team: str, prompt: int, completion: int,
-               cached: int, cache_write: int) -> None:
-        assert ctx.route is not None and ctx.principal is not None
-        extra: Key = (ctx.principal.key_id,) if self.per_key else ()
-        tokens = self.counts["tokens"]
-        # cached (read from) and cache_write (written to the prompt cache) are parts of prompt
-        for kind, n in (("prompt", prompt), ("completion", completion), ("cached", cached),
-                        ("cache_write", cache_write)):
-            if n:
-                k = (group, team, kind, *extra)
-                tokens[k] = tokens.get(k, 0) + n
-        if ctx.unpriced:
-            u = self.counts["unpriced_requests"]
-            u[(group, team)] = u.get((group, team), 0) + 1
-        usd = ctx.spend_usd
-        if usd:
-            spend = self.counts["spend_usd"]
-            k = (group, team, *extra)
-            spend[k] = spend.get(k, 0.0) + usd
+    def tables(self) -> tuple[Counts, Hists]:
+        """Every counter and histogram keyed by its own labels (what a scrape exposes)."""
+        counts: Counts = {name: dict(rows) for name, rows in self.other.items()}
+        hists: Hists = {name: {} for name in HISTOGRAMS}
+
+        def add(name: str, k: Key, v: float) -> None:
+            if v:  # a series shows once something was counted
+                rows = counts[name]
+                rows[k] = rows.get(k, 0) + v
+
+        def merge(name: str, k: Key, row: list[float] | None) -> None:
+            if row is not None:
+                rows = hists[name]
+                have = rows.get(k)
+                rows[k] = list(row) if have is None else [a + b for a, b in zip(have, row, strict=True)]
+
+        for key, s in self.series.items():
+            group, dep, _, _, cls, team, *extra = key
+            counts["requests"][key] = s.requests
+            merge("request_duration_seconds", (group, dep, cls), s.duration)
+            merge("upstream_duration_seconds", (group, dep), s.upstream)
+            merge("gateway_overhead_seconds", (group, dep), s.overhead)
+            merge("time_to_first_byte_seconds", (group, dep), s.ttfb)
+            add("limiter_decisions", (team, "admitted"), s.admitted)
+            add("retries", (group,), s.retries)
+            add("streams_cut", (group,), s.cut)
+            for kind, n in (("prompt", s.prompt), ("completion", s.completion), ("cached", s.cached),
+                            ("cache_write", s.cache_write)):
+                add("tokens", (group, team, kind, *extra), n)
+            add("unpriced_requests", (group, team), s.unpriced)
+            add("spend_usd", (group, team, *extra), s.spend)
+        return counts, hists
 
 
 def gauges(gw: Gateway) -> dict[str, dict[Key, float]]:

@@ -149,8 +149,7 @@ class Reloadable:
                 exporter, before = new.state.exporter, old.state.exporter
                 if exporter is not None and before is not None and \
                         config.metrics.per_key == self.config.metrics.per_key:
-                    exporter.recorder.counts, exporter.recorder.hists = \
-                        before.recorder.counts, before.recorder.hists  # counters never go down
+                    exporter.recorder.carry(before.recorder)  # counters never go down
                 life = Lifespan(new)
                 await life.start()
             except Exception as e:  # a resource the new config names cannot be set up

@@ -86,15 +86,15 @@ class Exporter:
 
     async def render(self) -> bytes:
         snap = Snapshot()
-        rec = self.recorder
-        snap.add(rec.counts, rec.hists, gauges(self.gw))
+        snap.add(*self.recorder.tables(), gauges(self.gw))
         if self.dir is not None:
             self._add_others(snap)
         store = await self._ping()
         registry = CollectorRegistry(auto_describe=False)
         policies = self.gw.policies
         quotas = await quota_family(policies.store, policies.registry) if store[0] else None
-        registry.register(Families([*snap.families(rec.per_key, store), *([quotas] if quotas else [])]))
+        per_key = self.recorder.per_key
+        registry.register(Families([*snap.families(per_key, store), *([quotas] if quotas else [])]))
         return generate_latest(registry)
 
     async def _ping(self) -> tuple[bool, float | None]:
@@ -127,8 +127,8 @@ class Exporter:
 
     def flush(self) -> None:
         assert self.dir is not None
-        rec = self.recorder
-        doc = {"counts": _rows(rec.counts), "hists": _rows(rec.hists), "gauges": _rows(gauges(self.gw))}
+        counts, hists = self.recorder.tables()
+        doc = {"counts": _rows(counts), "hists": _rows(hists), "gauges": _rows(gauges(self.gw))}
         path = self.dir / f"{os.getpid()}.json"
         tmp = path.with_suffix(".tmp")
         tmp.write_bytes(msgspec.json.encode(doc))

@@ -91,6 +91,12 @@ async def test_sighup_swaps_the_config_between_requests(upstream, tmp_path: Path
         assert third.status_code == 200
         limited = await client.post("/v1/completions", json={"model": "v/new", "prompt": "d"})
         assert limited.status_code == 429, limited.text
+        # So did /metrics' counters: the first request and the stream were served before the swap.
+        scraped = (await client.get("/metrics")).text
+        served = {line.split("{")[1].split("}")[0]: float(line.rsplit(" ", 1)[1])
+                  for line in scraped.splitlines() if line.startswith("switchyard_requests_total{")}
+        assert sum(n for labels, n in served.items() if 'status_class="2xx"' in labels) == 4, served
+        assert sum(n for labels, n in served.items() if 'model="v/old"' in labels) == 1, served
 
         # A bad file changes nothing, and the log says why.
         good = path.read_text()
