@@ -13,6 +13,7 @@ from typing import Any
 REQUEST: ContextVar[str | None] = ContextVar("switchyard_request", default=None)
 
 _second: list[Any] = [-1, ""]  # the last second formatted: strftime costs a microsecond
+_MILLIS = tuple(f".{ms:03d}Z" for ms in range(1000))  # a lookup, where formatting took 0.3 us
 
 
 def iso(ts: float) -> str:
@@ -20,7 +21,7 @@ def iso(ts: float) -> str:
     sec = int(ts)
     if sec != _second[0]:
         _second[:] = [sec, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))]
-    return f"{_second[1]}.{int((ts - sec) * 1000):03d}Z"
+    return _second[1] + _MILLIS[int((ts - sec) * 1000)]
 
 
 class Throttled:
