@@ -331,7 +331,8 @@ async def test_the_sweep_closes_expired_idle_connections():
 
 
 @pytest.mark.parametrize(("name", "value"), [(b"x-a", b"1\r\nhost: evil"), (b"x-a", b"\n"),
-                                             (b"x-a", b"nul\x00"), (b"x-a\r\nx-b", b"1"), (b"x:a", b"1")])
+                                             (b"x-a", b"nul\x00"), (b"x-a\r\nx-b", b"1"), (b"x:a", b"1"),
+                                             (b"x\x00a", b"1"), (b"x-a\n", b"1")])
 def test_header_lines_never_write_a_line_break(name: bytes, value: bytes):
     with pytest.raises(ValueError, match="CR, LF, NUL"):
         header_lines([(name, value)])
