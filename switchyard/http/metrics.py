@@ -87,9 +87,13 @@ def _row() -> list[float]:
     return [0.0] * (_N + 2)
 
 
-def _count(row: list[float], v: float) -> None:
+def _count(row: list[float] | None, v: float) -> list[float]:
+    """``row`` with ``v`` counted in (a new row at the first value)."""
+    if row is None:
+        row = _row()
     row[bisect_left(BUCKETS, v)] += 1
     row[-1] += v
+    return row
 
 
 class _Series:
@@ -141,7 +145,7 @@ class Recorder:
             s = self.series[key] = _Series()
         s.requests += 1
         latency = ctx.latency
-        _count(s.duration, latency)
+        _count(s.duration, latency)  # (made with the series)
         if ctx.guards is not None:
             acted = self.other["guardrail_actions"]
             for g in {(g, a, where) for g, a, _, where in ctx.guards.fired}:
@@ -154,11 +158,11 @@ class Recorder:
         s.admitted += 1
         upstream = ctx.upstream
         if upstream is not None:
-            _count(s.upstream or self._new(s, "upstream"), upstream)
-            _count(s.overhead or self._new(s, "overhead"), max(latency - upstream, 0.0))
+            s.upstream = _count(s.upstream, upstream)
+            s.overhead = _count(s.overhead, max(latency - upstream, 0.0))
         ttfb = ctx.ttfb
         if ctx.stream and ttfb is not None and status == 200:
-            _count(s.ttfb or self._new(s, "ttfb"), ttfb)
+            s.ttfb = _count(s.ttfb, ttfb)
         if run.attempts > 1:
             s.retries += run.attempts - 1
         if run.fallback is not None:
@@ -179,12 +183,6 @@ class Recorder:
             if ctx.unpriced:
                 s.unpriced += 1
             s.spend += ctx.spend_usd
-
-    @staticmethod
-    def _new(s: _Series, name: str) -> list[float]:
-        row = _row()
-        setattr(s, name, row)
-        return row
 
     def _cache(self, ctx: RequestContext, group: str, team: str) -> None:
         ck = (group, team, ctx.cache)

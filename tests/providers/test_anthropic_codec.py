@@ -192,6 +192,8 @@ def test_a_stream_without_its_finish_is_no_success() -> None:
 @pytest.mark.parametrize("event", [
     {"type": "content_block_delta", "index": 0, "delta": "hi"},
     {"type": "message_delta", "delta": ["end_turn"], "usage": {"output_tokens": 1}},
+    {"type": "content_block_delta", "index": [0],
+     "delta": {"type": "input_json_delta", "partial_json": "{}"}},  # an index that is not a number
     ["content_block_delta"],
 ])
 def test_an_event_of_the_wrong_shape_is_a_malformed_event(event: Any) -> None:

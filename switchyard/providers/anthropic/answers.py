@@ -96,7 +96,7 @@ class _Event(msgspec.Struct):
     (a block's start, the message, usage, an error) stays as sent."""
 
     type: Any = None
-    index: Any = None
+    index: int | None = None  # a content block's (a key of ``tools``: never a list or an object)
     delta: _Delta | None = None
     content_block: Any = None
     message: Any = None
