@@ -91,7 +91,7 @@ async def test_sighup_swaps_the_config_between_requests(upstream, tmp_path: Path
         assert third.status_code == 200
         limited = await client.post("/v1/completions", json={"model": "v/new", "prompt": "d"})
         assert limited.status_code == 429, limited.text
-        # So did /metrics' counters: the first request and the stream were served before the swap.
+        # So did /metrics' counters: the first request and the stream (v/old's) began before the swap.
         scraped = (await client.get("/metrics")).text
         served = {line.split("{")[1].split("}")[0]: float(line.rsplit(" ", 1)[1])
                   for line in scraped.splitlines() if line.startswith("switchyard_requests_total{")}

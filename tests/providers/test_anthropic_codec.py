@@ -197,7 +197,7 @@ def test_a_stream_without_its_finish_is_no_success() -> None:
     ["content_block_delta"],
 ])
 def test_an_event_of_the_wrong_shape_is_a_malformed_event(event: Any) -> None:
-    """A delta that is not an object (or an event that is not one) is the upstream's fault, said so."""
+    """An event, its delta or its index of the wrong shape is the upstream's fault, said so."""
     dec = CODEC.stream(chat([]))
     dec.feed(b"message_start", json.dumps(START).encode())
     with pytest.raises(WireError, match="malformed stream event"):
