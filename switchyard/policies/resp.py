@@ -172,10 +172,14 @@ class RespConnection(asyncio.Protocol):
             self.transport.abort()
 
 
+_HEADS = tuple(b"$%d\r\n" % n for n in range(256))  # a bulk string's head, by its length
+
+
 def bulk(a: Any) -> bytes:
-    """One RESP bulk string."""
+    """One RESP bulk string (a request builds a score of them: its head looked up, not formatted)."""
     b = a if type(a) is bytes else (a if type(a) is str else str(a)).encode()
-    return b"$%d\r\n%s\r\n" % (len(b), b)
+    n = len(b)
+    return b"".join((_HEADS[n] if n < 256 else b"$%d\r\n" % n, b, b"\r\n"))
 
 
 def bulks(args: Any) -> bytes:

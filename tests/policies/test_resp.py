@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from switchyard.policies.resp import ReplyError, RespConnection, encode
+from switchyard.policies.resp import ReplyError, RespConnection, bulk, encode
 
 
 @asynccontextmanager
@@ -149,3 +149,10 @@ async def test_replies_in_any_pieces_reach_their_commands_in_order():
     with pytest.raises(ConnectionError, match="bad reply"):
         await fut
     assert c.lost
+
+
+@pytest.mark.parametrize("value", [0, -7, 12345, "", "é", "x" * 255, "y" * 256, b"\x00\r\n" * 100])
+def test_a_bulk_string_states_its_length_in_bytes(value: object) -> None:
+    raw = value if isinstance(value, bytes) else str(value).encode()
+    assert bulk(value) == b"$" + str(len(raw)).encode() + b"\r\n" + raw + b"\r\n"
+    assert encode(("SET", "k", value)) == b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n" + bulk(value)
