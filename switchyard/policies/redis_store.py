@@ -83,6 +83,13 @@ class _Packed:
         self.log = bulk(plan.log)
 
 
+@functools.lru_cache(maxsize=64)
+def _settings(*values: int) -> bytes:
+    """A script call's arguments that come from settings (the lease's time to live, the record
+    cap, the clock's skew): encoded once per value, where each call encoded them anew."""
+    return bulks(values)
+
+
 @functools.cache
 def _script(*files: str) -> tuple[str, str]:
     """A script's text, its files joined (the shared functions first, the script last), and its
@@ -327,10 +334,12 @@ class RedisStore:
                     lease_ttl_ms: int, ticket: str) -> Admission:
         pk = self._packed(plan)
         mark = plan.mark_prefix + ticket
-        dyn = (tokens, spend, lease_id or "", lease_ttl_ms, self.skew_ms)
-        packed = pk.admit_head + bulk(mark) + bulks(dyn) + pk.vector
+        packed = b"".join((pk.admit_head, bulk(mark), bulk(tokens), bulk(spend), bulk(lease_id or ""),
+                           _settings(lease_ttl_ms, self.skew_ms), pk.vector))
+        skew = self.skew_ms
         r = await self._fast(pk, packed, self._admit, (*plan.keys, *plan.resv, mark),
-                             lambda: [*dyn, *plan.vector], self._write_now(pk, packed))
+                             lambda: [tokens, spend, lease_id or "", lease_ttl_ms, skew, *plan.vector],
+                             self._write_now(pk, packed))
         if r[0] == 1:
             return Admission(True, r[1], req=(r[2], r[3], r[4]) if r[2] >= 0 else None,
                              tok=(r[5], r[6], r[7]) if r[5] >= 0 else None)
@@ -363,7 +372,7 @@ class RedisStore:
         packed = b"".join((b"*%d\r\n" % (3 + len(keys) + 9 + len(plan.vector)),
                            pk.settle_head, bulk(keys[-6]), bulk(keys[-5]), pk.log, pk.resv, bulk(keys[-1]),
                            bulk(token_delta), bulk(spend_delta), bulk(lease_id or ""), bulk(admitted_ms),
-                           bulk(mode), bulk(self.max_records), bulk(self.skew_ms), pk.vector,
+                           bulk(mode), _settings(self.max_records, self.skew_ms), pk.vector,
                            bulk(aggs), bulk(rec)))
 
         def args() -> list[Any]:  # for redis-py, when the slot moved
