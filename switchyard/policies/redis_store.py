@@ -334,9 +334,9 @@ class RedisStore:
                     lease_ttl_ms: int, ticket: str) -> Admission:
         pk = self._packed(plan)
         mark = plan.mark_prefix + ticket
-        packed = b"".join((pk.admit_head, bulk(mark), bulk(tokens), bulk(spend), bulk(lease_id or ""),
-                           _settings(lease_ttl_ms, self.skew_ms), pk.vector))
         skew = self.skew_ms
+        packed = b"".join((pk.admit_head, bulk(mark), bulk(tokens), bulk(spend), bulk(lease_id or ""),
+                           _settings(lease_ttl_ms, skew), pk.vector))
         r = await self._fast(pk, packed, self._admit, (*plan.keys, *plan.resv, mark),
                              lambda: [tokens, spend, lease_id or "", lease_ttl_ms, skew, *plan.vector],
                              self._write_now(pk, packed))
