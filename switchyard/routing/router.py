@@ -133,7 +133,9 @@ class Router:
         saturated = False
         blamed: set[Target] = set()  # deployments this request already counted a failure against
         waits: dict[Target, float] = {}  # a deployment's own Retry-After, seconds
-        for r in self._chain(req, route, info):
+        # (a route without fallbacks skips the generator: closing one unfinished raises inside it)
+        chain = self._chain(req, route, info) if route.model.fallbacks and not route.pinned else (route,)
+        for r in chain:
             tried: list[Target] = []
             budget = 1 + rc.retries
             while budget > 0:
