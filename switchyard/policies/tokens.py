@@ -18,6 +18,7 @@ over them (a Claude Code turn: about 5 ms). So tiktoken's counts of long texts a
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import math
@@ -95,6 +96,7 @@ def encoding(name: str) -> tiktoken.Encoding:
         return enc
 
 
+@functools.lru_cache(maxsize=1024)  # asked twice a request; 1.5 us in all, 0.2 remembered
 def encoding_name_for(model: str) -> str | None:
     """The tiktoken encoding of an OpenAI-family model name, or None when it is not one."""
     base = model.rsplit("/", 1)[-1].lower()
