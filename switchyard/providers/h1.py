@@ -78,8 +78,10 @@ class _Conn(asyncio.Protocol):
         self.kept = 0  # pieces of this answer's body when it ended (what follows is no one's)
         self.parser = httptools.HttpResponseParser(self)
         self.closed = False
+        # Its loop, kept: asking asyncio for the running one costs a getpid() system call (3.11).
+        self.loop = asyncio.get_running_loop()
         # The request's deadline; one timer across the requests of a kept connection.
-        self.deadline = Deadline(asyncio.get_running_loop(), self.expire)
+        self.deadline = Deadline(self.loop, self.expire)
         self.busy = False  # a request is out and its answer not yet handed back
         self.poisoned = False  # bytes came that no request asked for: never reuse
         self.idle_since = 0.0  # loop time it went back to the pool
@@ -90,10 +92,9 @@ class _Conn(asyncio.Protocol):
         self._reset()
 
     def _reset(self) -> None:
-        loop = asyncio.get_running_loop()
         self.status = 0
         self.headers: list[tuple[bytes, bytes]] = []
-        self.head: asyncio.Future[None] = loop.create_future()
+        self.head: asyncio.Future[None] = self.loop.create_future()
         self.chunks.clear()
         self.waiter: asyncio.Future[None] | None = None
         self.complete = False
@@ -266,7 +267,7 @@ class _Conn(asyncio.Protocol):
                 return None
             if self.error is not None:
                 raise self.error
-            self.waiter = asyncio.get_running_loop().create_future()
+            self.waiter = self.loop.create_future()
             await self.waiter
 
 
@@ -389,7 +390,7 @@ class H1Transport(httpx.AsyncBaseTransport):
                 conn.busy = True
                 conn.slot = slots
                 if self.waiting:  # others wait for their answers: with this turn's requests
-                    self._outbox.add(asyncio.get_running_loop(), conn, (wire,))
+                    self._outbox.add(conn.loop, conn, (wire,))
                 else:
                     conn.transport.write(wire)  # type: ignore[union-attr]  # a busy connection is connected
                 if deadline is None:
@@ -424,7 +425,7 @@ class H1Transport(httpx.AsyncBaseTransport):
         def done(c: _Conn) -> None:
             c.busy = False
             if c.reusable:
-                loop = asyncio.get_running_loop()
+                loop = c.loop
                 c.idle_since = loop.time()
                 self._idle.setdefault(origin, []).append(c)
                 if self._sweeper is None:
@@ -449,11 +450,11 @@ class H1Transport(httpx.AsyncBaseTransport):
     async def _connection(self, origin: Origin, timeout: float, fresh: bool = False) -> _Conn:
         """A pooled connection still fit for use (most recent first), else a new one."""
         idle = self._idle.get(origin)
-        now = asyncio.get_running_loop().time()
         while idle and not fresh:
             conn = idle.pop()
             if (not conn.closed and not conn.poisoned and conn.transport is not None
-                    and not conn.transport.is_closing() and now - conn.idle_since < conn.idle_for):
+                    and not conn.transport.is_closing()
+                    and conn.loop.time() - conn.idle_since < conn.idle_for):
                 conn.reused = True
                 return conn
             conn.drop()
