@@ -330,9 +330,7 @@ class Gateway:
             chunks = lane.chunks(lambda: self.router.stream(req, route, ctx.run), req.stream)
         if ctx.guards is not None and ctx.guards.answers():
             chunks = ctx.guards.answer(chunks, req.stream, lambda r: self.router.stream(r, route, ctx.run))
-        task = asyncio.current_task()
-        assert task is not None
-        out.watch(task)
+        out.watch()
         renderer = ANSWERS[ctx.shape](req, ctx.tally.prompt_tokens)
         try:
             if req.stream:
@@ -342,7 +340,9 @@ class Gateway:
             else:
                 await self._whole(ctx, renderer, chunks, headers, out, lane)
         except asyncio.CancelledError:
-            task.uncancel()
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
             if out.gone:
                 ctx.status, ctx.cut = 499, out.started
             else:  # the server's shutdown_grace ran out: cut, say why, settle as cut, end cleanly

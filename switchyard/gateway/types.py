@@ -5,7 +5,6 @@ endpoint is, how a dialect reads a request its table cannot, where an answer goe
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -74,8 +73,9 @@ class Responder(Protocol):
 
     async def end(self, data: bytes) -> None: ...
 
-    def watch(self, task: asyncio.Task[Any]) -> None:
-        """Cancel ``task`` if the client disconnects before the answer is complete."""
+    def watch(self) -> None:
+        """Cancel the task serving the request if the client disconnects before the answer is
+        complete."""
         ...
 
     def unwatch(self) -> None: ...

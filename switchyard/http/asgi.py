@@ -189,14 +189,21 @@ class AsgiResponder:
             return await self._answer.part(data, False)
         await self.send({"type": "http.response.body", "body": data, "more_body": False})
 
-    def watch(self, task: asyncio.Task[Any]) -> None:
+    def watch(self) -> None:
+        hook = self._hook
+        # Our own protocol names the task serving the request; under any other server it is the
+        # one asking (the gateway watches from the task that serves).
+        task = hook.task if hook is not None and hook.task is not None else asyncio.current_task()
+        if task is None:
+            return
+
         def left() -> None:
             if not self.finished:
                 self.gone = True
                 task.cancel()
 
-        if self._hook is not None:  # our own protocol tells us (http.protocol)
-            self._hook.callback = left
+        if hook is not None:  # our own protocol tells us (http.protocol)
+            hook.callback = left
             return
 
         async def watch() -> None:  # any other ASGI server: a task waits for the disconnect

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 DISCONNECT = "switchyard.disconnect"
@@ -14,11 +15,12 @@ class Disconnect:
     without a task of its own blocked in ``receive()`` (which costs tens of microseconds a
     request)."""
 
-    __slots__ = ("callback", "done")
+    __slots__ = ("callback", "done", "task")
 
     def __init__(self) -> None:
         self.callback: Callable[[], None] | None = None
         self.done = False  # the request no longer listens
+        self.task: asyncio.Task[None] | None = None  # the one serving the request, once started
 
     def fire(self) -> None:
         cb, self.callback = self.callback, None

@@ -345,7 +345,7 @@ class Http11(asyncio.Protocol):
     def _start(self, ex: Exchange) -> None:
         self.answering = ex
         self.limits.unanswered += 1  # (until its answer is complete, or its app returns)
-        task = self.loop.create_task(ex.run(self.app))
+        task = ex.hook.task = self.loop.create_task(ex.run(self.app))
         tasks = self.state.tasks
         tasks.add(task)
         task.add_done_callback(tasks.discard)
@@ -394,7 +394,9 @@ class Exchange:
     def __init__(self, conn: Http11, scope: dict[str, Any], hook: Disconnect, expect_continue: bool,
                  keep_alive: bool) -> None:
         self.conn = conn
-        self.scope = scope
+        # Until it runs: its extensions hold this exchange, and a cycle left behind would make each
+        # request's objects wait for the garbage collector.
+        self.scope: dict[str, Any] | None = scope
         self.hook = hook  # (scope's DISCONNECT): done once the app returns, whether it set it or not
         self.bodiless = scope["method"] == "HEAD"  # an answer's head only, whatever the app sends
         self.continue_ = expect_continue  # a 100 Continue is owed at the first receive()
@@ -424,8 +426,10 @@ class Exchange:
         self.wake()
 
     async def run(self, app: ASGIApp) -> None:
+        scope, self.scope = self.scope, None
+        assert scope is not None  # (run once)
         try:
-            await app(self.scope, self.receive, self.send)
+            await app(scope, self.receive, self.send)
         except asyncio.CancelledError:  # (the stopping server's grace ran out)
             self.conn.close()
             raise

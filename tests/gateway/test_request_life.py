@@ -4,6 +4,7 @@ its slot is free when the caller is gone, and refusals the gateway makes itself 
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 
 import pytest
@@ -222,3 +223,28 @@ async def test_wildcard_callers_cannot_mint_usage_fields(upstream, gateway_for):
                                  headers={"authorization": f"Bearer {MASTER}"})
     assert [row["model"] for row in usage.json()["data"]] == ["v/*"]
     assert usage.json()["data"][0]["requests"] == 30
+
+
+async def test_a_finished_request_leaves_nothing_for_the_garbage_collector(upstream, gateway_for):
+    """A request's objects go when it ends (reference counting), none in a cycle: the exchange
+    sat in its scope's extensions while the scope sat on the exchange, so each request left its
+    exchange, scope, headers (and, holding it, its task) for the collector, whose runs grew with
+    the load."""
+    cfg = base_config([upstream_model(MODEL, upstream.url)])
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    async with gateway_for(cfg) as client:
+        for stream in (False, True, False):  # (a first one warms what is made once)
+            assert (await client.post("/v1/chat/completions", json={**body, "stream": stream})).status_code == 200
+        gc.collect()
+        gc.set_debug(gc.DEBUG_SAVEALL)  # what a collection finds unreachable is kept to be looked at
+        try:
+            for stream in (False, True) * 5:
+                r = await client.post("/v1/chat/completions", json={**body, "stream": stream})
+                assert r.status_code == 200
+            await client.app.state.gateway.drain()  # type: ignore[attr-defined]
+            gc.collect()
+            left = {type(o).__qualname__ for o in gc.garbage}
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+    assert not left & {"Exchange", "Disconnect", "Task", "RequestContext", "AsgiResponder"}, left
