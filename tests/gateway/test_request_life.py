@@ -234,7 +234,8 @@ async def test_a_finished_request_leaves_nothing_for_the_garbage_collector(upstr
     body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
     async with gateway_for(cfg) as client:
         for stream in (False, True, False):  # (a first one warms what is made once)
-            assert (await client.post("/v1/chat/completions", json={**body, "stream": stream})).status_code == 200
+            r = await client.post("/v1/chat/completions", json={**body, "stream": stream})
+            assert r.status_code == 200
         gc.collect()
         gc.set_debug(gc.DEBUG_SAVEALL)  # what a collection finds unreachable is kept to be looked at
         try:
