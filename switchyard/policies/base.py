@@ -74,10 +74,11 @@ class Ticket:
     max_tokens: int | None = None  # completion tokens per choice admitted (sent upstream as max_tokens)
     lowered: bool = False  # max_tokens is lower than asked: a quota could not hold the request whole
     prices: RoutePrices | None = None  # the route's prices (resolved once per route, not per request)
+    attribution: Attribution = NONE  # tags, end user, session
+    # (the fields above are what ``Limiter.admit`` gives, by position; the ones below, settling)
     cost_nano: int = 0  # what was charged, once settled
     unpriced: bool = False  # settled, and the deployment that served it has no known price
     saved_nano: int = 0  # a cache hit, once settled: what its answer would have cost (the ledger's)
-    attribution: Attribution = NONE  # tags, end user, session
 
 
 @dataclass(slots=True)

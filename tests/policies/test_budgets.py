@@ -5,6 +5,7 @@ refusals that name the scope, and a session's budget that never resets."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -13,6 +14,8 @@ from switchyard.core.errors import RateLimited
 from switchyard.core.settings import Limits
 from switchyard.policies.attribution import Attribution
 from switchyard.policies.base import Outcome, Principal, Ticket
+from switchyard.policies.limits import LOWERED_HEADER
+from switchyard.policies.pricing import nano_usd
 from switchyard.policies.store import DAY_MS
 from tests.policies.conftest import make_config
 
@@ -56,6 +59,25 @@ async def test_a_session_budget_is_exact_under_concurrency_and_names_the_session
     store.skew_ms += 40 * DAY_MS
     with pytest.raises(RateLimited, match="session s-1"):
         await admit(lim, p, s1)
+
+
+async def test_a_ticket_says_every_field_of_its_admission(store, limiter_for):
+    """``Limiter.admit`` builds its ticket by position: each value lands in its own field."""
+    lim = limiter_for(make_config())
+    p = who(key_limits=Limits(tokens_per_day=1500, max_concurrency=3), shrink=True)
+    a = Attribution(session="s-9")
+    before, now_ms = time.monotonic(), time.time_ns() // 1_000_000
+    # an alias's configured name (model) and the group its usage is priced and kept under
+    t = await lim.admit(p, "alias/gpt", prompt_tokens=1000, max_tokens=2000, attribution=a, group=GPT)
+    assert t.principal is p and (t.model, t.group) == ("alias/gpt", GPT)
+    assert (t.prompt_tokens, t.max_tokens, t.reserved_tokens) == (1000, 500, 1500)  # shrunk to fit
+    assert t.lowered and t.headers[LOWERED_HEADER] == "500"
+    assert len(t.id) == 18 and t.lease_id == t.id  # (a concurrency limit holds a lease)
+    assert before <= t.started <= time.monotonic() and not t.settled and not t.local
+    assert abs(t.admitted_ms - now_ms) < 60_000  # the store's clock
+    assert t.prices is not None and t.reserved_spend == nano_usd(t.prices.reserve, 1000, 500) > 0
+    assert t.plan.key_id == "alice" and t.attribution is a
+    assert (t.cost_nano, t.unpriced, t.saved_nano) == (0, False, 0)
 
 
 async def test_session_tokens_on_the_team_shrink_instead_of_refusing(store, limiter_for):
