@@ -289,7 +289,8 @@ class RedisStore:
         left of the same deadline."""
         if self._endpoint is None:
             return await self._run(script, keys, args())
-        deadline = asyncio.get_running_loop().time() + self.timeout
+        # (a command on the wire knows its loop: asking asyncio costs a getpid() system call)
+        deadline = (fut.get_loop() if fut is not None else asyncio.get_running_loop()).time() + self.timeout
         try:
             try:
                 for again in (False, True):
