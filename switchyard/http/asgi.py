@@ -50,8 +50,10 @@ class ClientGone(Exception):
 
 def ids_of(scope: Scope) -> tuple[str, str]:
     """The request's id for the caller and the gateway's own (``context.request_ids``)."""
-    raw = next((v for k, v in scope["headers"] if k == b"x-request-id"), None)
-    return request_ids(raw.decode("latin-1") if raw else None)
+    for k, v in scope["headers"]:  # (a loop, not next() over a generator: 0.34 us against 0.60)
+        if k == b"x-request-id":
+            return request_ids(v.decode("latin-1") if v else None)
+    return request_ids(None)
 
 
 def headers_of(scope: Scope) -> dict[str, str]:
