@@ -96,9 +96,12 @@ class UsageRecord:
         ...): what a kept record must say, since ``from_fields`` and the ledger's INSERT give those
         the same defaults (a plain request's record has 18 fields to write, not 29)."""
         out: list[str] = []
-        for k, default, v in zip(_NAMES, _DEFAULT_VALUES, _values(self), strict=True):
+        add = out.append  # (two appends and _str inlined: half the time of ``out += (k, _str(v))``)
+        for (k, default), v in zip(_DEFAULTS, _values(self), strict=True):
             if v != default:
-                out += (k, _str(v))
+                add(k)
+                t = type(v)
+                add(v if t is str else ("1" if v else "0") if t is bool else str(v))
         return out
 
     @classmethod
@@ -121,9 +124,7 @@ def _str(v: Any) -> str:
 
 # (name, default) per field; a field without a default (dataclasses.MISSING) is never left out.
 _DEFAULTS = tuple((f.name, f.default) for f in fields(UsageRecord))
-_NAMES = tuple(name for name, _ in _DEFAULTS)
-_DEFAULT_VALUES = tuple(default for _, default in _DEFAULTS)
-_values = attrgetter(*_NAMES)
+_values = attrgetter(*(name for name, _ in _DEFAULTS))
 
 _FIELD_TYPES: dict[str, type] = {
     **dict.fromkeys(("ts_ms", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_nano",
@@ -178,10 +179,12 @@ def agg_increments(r: UsageRecord) -> list[str]:
     (settle.lua writes both). Increments as decimal strings: a Lua number would be a double."""
     vals = [(m, str(v)) for m, v in metric_values(r)]
     out: list[str] = []
+    add = out.append
     for dim in (r.key_id, *dimension_keys_of(r)):  # no minute copies of a dimension's (the scripts skip them)
         base = f"{dim}{SEP}{r.model}{SEP}"
         for m, v in vals:
-            out += (base + m, v)
+            add(base + m)
+            add(v)
     return out
 
 
