@@ -74,10 +74,12 @@ class Route:
     upstream_model: str | None = None  # wildcard routes: the name the upstream is asked for
     pinned: bool = False  # the caller named one deployment: no other deployment, no fallback
     pattern: str | None = None  # the pattern alias the caller's name matched (claude-*)
+    # A deployment serves while the policy store is down (on_store_error: open). Read at each
+    # admission: found once here (a route's targets never change).
+    fail_open: bool = field(init=False, default=False)
 
-    @property
-    def fail_open(self) -> bool:
-        return any(t.deployment.on_store_error == "open" for t in self.targets)
+    def __post_init__(self) -> None:
+        self.fail_open = any(t.deployment.on_store_error == "open" for t in self.targets)
 
 
 class AttemptSpans(Protocol):
