@@ -131,7 +131,7 @@ class MemoryStore:
                 if len(held) >= conc:
                     return Admission(False, now, i, "concurrency", 1000, conc)
                 writes.append(functools.partial(held.__setitem__, lease_id, now + lease_ttl_ms))
-            if any(v != NONE for v in (tpd, tpmo, spd, spmo)):
+            if tpd != NONE or tpmo != NONE or spd != NONE or spmo != NONE:  # (no generator)
                 h = self._quota[q]
                 mon = 0 if tpd == LIFETIME else month  # as admit.lua: a session's, for its lifetime
                 same_day, same_month = h.get("d") == day, h.get("m") == mon
@@ -195,7 +195,7 @@ class MemoryStore:
                     self._tat[tk] = max(cur + token_delta * per, now)
             if conc != NONE and lease_id is not None:
                 self._leases[cc].pop(lease_id, None)
-            if any(v != NONE for v in (tpd, tpmo, spd, spmo)):
+            if tpd != NONE or tpmo != NONE or spd != NONE or spmo != NONE:  # (no generator)
                 self._charge(self._quota[q], day, 0 if tpd == LIFETIME else month, token_delta, spend_delta)
         self._record(plan.team, record)
         return True, None
