@@ -94,6 +94,7 @@ class _Conn(asyncio.Protocol):
     def _reset(self) -> None:
         self.status = 0
         self.headers: list[tuple[bytes, bytes]] = []
+        self.head_size = 0  # the headers' bytes, as the wire has them (name: value CRLF)
         self.head: asyncio.Future[None] = self.loop.create_future()
         self.chunks.clear()
         self.waiter: asyncio.Future[None] | None = None
@@ -158,11 +159,12 @@ class _Conn(asyncio.Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         if not self.complete:  # (a poisoned second response's are not ours)
             self.headers.append((name, value))
+            self.head_size += len(name) + len(value) + 4
 
     def on_headers_complete(self) -> None:
         if self.complete:
             return
-        if sum(len(k) + len(v) + 4 for k, v in self.headers) > MAX_HEAD:
+        if self.head_size > MAX_HEAD:
             self._too_big()
             return
         self.status = self.parser.get_status_code()
@@ -173,6 +175,7 @@ class _Conn(asyncio.Protocol):
             # An interim answer (100 Continue, 103 Early Hints): the real one follows.
             self.interim = True
             self.headers = []
+            self.head_size = 0
             return
         for name, value in self.headers:
             n = name.lower()
