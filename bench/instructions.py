@@ -1,7 +1,7 @@
 """Machine instructions the gateway executes per request, counted by valgrind: old code and new.
 
-    .venv/bin/python bench/instructions.py [--against REV] [--requests 200] [--concurrency 8]
-                                           [--rounds 2] [--store redis --limits] [--case NAME ...]
+    .venv/bin/python bench/instructions.py [--against REV] [--requests 2000] [--concurrency 8]
+                                           [--rounds 1] [--store redis --limits] [--case NAME ...]
 
 Time per request on a shared 2-core VM moves 10-20% from round to round, so ``bench/overhead.py``
 cannot tell a 2% step from noise. An instruction count does not depend on what else the host
@@ -11,6 +11,12 @@ on, warms each case up, zeroes the counters, sends ``--requests`` requests at ``
 from an asyncio client in this process, and dumps the counters: instructions per request. The
 upstream mocks run natively. An instruction is not a microsecond (a cache miss or a system call
 costs more than its count says), so confirm a step that counts a lot with ``bench/overhead.py``.
+
+Code whose requests leave reference cycles (the gateway's did until 2026-11-29) pays for a run of
+the cyclic garbage collector every thousand or so requests, several million instructions at once:
+a window of a few hundred requests holds one run or none, 1-2% either way, and two trees may fall
+differently. Hence 2,000 requests a case, where a run is spread over all of them; the rounds of one
+tree then agree within 0.1%, so one round each is the default.
 
 Cases, each against the mock that answers it at once:
   completion   a non-streamed completion (the shared rig's mock)
@@ -150,9 +156,9 @@ class Counted:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--against", metavar="REV", help="count REV's code too, alternately")
-    ap.add_argument("--requests", type=int, default=200, help="requests counted per case and round")
+    ap.add_argument("--requests", type=int, default=2000, help="requests counted per case and round")
     ap.add_argument("--concurrency", type=int, default=8, help="connections the client keeps busy")
-    ap.add_argument("--rounds", type=int, default=2, help="rounds per tree (each a fresh gateway)")
+    ap.add_argument("--rounds", type=int, default=1, help="rounds per tree (each a fresh gateway)")
     ap.add_argument("--store", choices=("memory", "redis"), default="memory")
     ap.add_argument("--limits", action="store_true", help="the key has four limits (never reached)")
     ap.add_argument("--case", action="append", choices=tuple(CASES), help="cases to count (default: all)")
