@@ -59,6 +59,14 @@ log = logging.getLogger("switchyard")
 INTERNAL = GatewayError("internal error; it has been logged with this request's id")
 
 
+def _kept(e: GatewayError) -> GatewayError:
+    """``e`` as the context keeps it: without its traceback, whose frames hold the context (a
+    cycle that would leave each refused request's objects to the garbage collector). What the
+    caller was told is all that is read of it; a bug's traceback is logged where it is caught."""
+    e.__traceback__ = None
+    return e
+
+
 def bearer_key(headers: Mapping[str, str]) -> str | None:
     """The caller's key, from ``Authorization: Bearer`` or ``x-api-key``. Two different keys are
     refused (``InvalidRequest``): which one was charged would be the gateway's guess."""
@@ -420,7 +428,7 @@ class Gateway:
                     held = []
                 ch = await anext(chunks, None)
         except GatewayError as e:
-            ctx.status, ctx.error_type, ctx.error, ctx.cut = e.status, e.type, e, True
+            ctx.status, ctx.error_type, ctx.error, ctx.cut = e.status, e.type, _kept(e), True
             body = error_json(ctx.shape, e, ctx.dialect_named)[1]
             await out.end(b"".join(held) + renderer.error_event(body))
             return
@@ -447,7 +455,7 @@ class Gateway:
     async def send_error(self, ctx: RequestContext, out: Responder, e: GatewayError,
                          headers: dict[str, str] | None = None) -> None:
         status, body = error_bytes(ctx.shape, e, ctx.dialect_named)
-        ctx.status, ctx.error_type, ctx.error = status, e.type, e
+        ctx.status, ctx.error_type, ctx.error = status, e.type, _kept(e)
         headers = {**(headers or {}), **e.headers}
         _guarded(ctx, headers)
         await out.whole(status, headers, body)

@@ -226,26 +226,35 @@ async def test_wildcard_callers_cannot_mint_usage_fields(upstream, gateway_for):
 
 
 async def test_a_finished_request_leaves_nothing_for_the_garbage_collector(upstream, gateway_for):
-    """A request's objects go when it ends (reference counting), none in a cycle: the exchange
-    sat in its scope's extensions while the scope sat on the exchange, so each request left its
-    exchange, scope, headers (and, holding it, its task) for the collector, whose runs grew with
-    the load."""
+    """A request's objects go when it ends (reference counting), none in a cycle, answered or
+    refused: the exchange sat in its scope's extensions while the scope sat on the exchange, and
+    a refusal's error (kept on the context) held its traceback, whose frames hold the context. So
+    each request left its exchange, scope, headers, task or context for the collector, whose runs
+    grew with the load."""
     cfg = base_config([upstream_model(MODEL, upstream.url)])
     body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+
+    async def each() -> list[int]:
+        out = [(await client.post("/v1/chat/completions", json={**body, "stream": s})).status_code
+               for s in (False, True)]
+        out.append((await client.post("/v1/chat/completions", json=body,
+                                      headers={"authorization": "Bearer sk-nobody"})).status_code)
+        out.append((await client.post("/v1/chat/completions", json={**body, "max_tokens": "x"})).status_code)
+        upstream.script.append(Behaviour(status=400))  # the upstream's own refusal (not retried)
+        out.append((await client.post("/v1/chat/completions", json=body)).status_code)
+        return out
+
     async with gateway_for(cfg) as client:
-        for stream in (False, True, False):  # (a first one warms what is made once)
-            r = await client.post("/v1/chat/completions", json={**body, "stream": stream})
-            assert r.status_code == 200
+        assert await each() == [200, 200, 401, 400, 400]  # (the first of each warms what is made once)
         gc.collect()
         gc.set_debug(gc.DEBUG_SAVEALL)  # what a collection finds unreachable is kept to be looked at
         try:
-            for stream in (False, True) * 5:
-                r = await client.post("/v1/chat/completions", json={**body, "stream": stream})
-                assert r.status_code == 200
+            for _ in range(3):
+                await each()
             await client.app.state.gateway.drain()  # type: ignore[attr-defined]
             gc.collect()
             left = {type(o).__qualname__ for o in gc.garbage}
         finally:
             gc.set_debug(0)
             gc.garbage.clear()
-    assert not left & {"Exchange", "Disconnect", "Task", "RequestContext", "AsgiResponder"}, left
+    assert not left & {"Exchange", "Disconnect", "Task", "RequestContext", "AsgiResponder", "traceback"}, left
