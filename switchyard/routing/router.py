@@ -17,7 +17,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import AsyncGenerator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from switchyard.core.backend import Backend
@@ -133,9 +133,7 @@ class Router:
         saturated = False
         blamed: set[Target] = set()  # deployments this request already counted a failure against
         waits: dict[Target, float] = {}  # a deployment's own Retry-After, seconds
-        # (a route without fallbacks skips the generator: closing one unfinished raises inside it)
-        chain = self._chain(req, route, info) if route.model.fallbacks and not route.pinned else (route,)
-        for r in chain:
+        for r in self._chain(req, route, info):
             tried: list[Target] = []
             budget = 1 + rc.retries
             while budget > 0:
@@ -286,11 +284,16 @@ class Router:
 
     # -- fallbacks ---------------------------------------------------------------------------
 
-    def _chain(self, req: CanonicalRequest, route: Route, info: RunInfo) -> Iterator[Route]:
-        """The route itself, then its group's fallbacks that fit the prompt (not for pinned routes)."""
+    def _chain(self, req: CanonicalRequest, route: Route, info: RunInfo) -> Iterable[Route]:
+        """The route itself, then its group's fallbacks that fit the prompt (not for pinned routes).
+        Without any, a tuple: a generator left unfinished (the first route served) is closed by
+        raising GeneratorExit in it, 0.65 us a request."""
+        if route.pinned or not route.model.fallbacks:
+            return (route,)
+        return self._with_fallbacks(req, route, info)
+
+    def _with_fallbacks(self, req: CanonicalRequest, route: Route, info: RunInfo) -> Iterator[Route]:
         yield route
-        if route.pinned:
-            return
         for name in route.model.fallbacks:
             r = self.resolve(name)
             window = r.model.context_window
